@@ -1,0 +1,62 @@
+# HEC — see README.md. `make help` lists the targets.
+
+GO        ?= go
+GOFLAGS   ?=
+FUZZTIME  ?= 20s
+BIN       := bin
+ARM64_BIN := $(BIN)/linux_arm64
+# Packages whose tests also run as arm64 binaries under qemu-user.
+ARM64_TEST_PKGS := ./shared/...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build every package, and the arm64 agent
+	$(GO) build ./...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+
+.PHONY: test
+test: ## vet, then all tests with -race, then shared/ as arm64 binaries under qemu-user
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+	$(MAKE) test-arm64
+
+.PHONY: test-arm64
+test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
+	@if scripts/need qemu-aarch64-static qemu-user-static; then \
+		echo "GOARCH=arm64 go test -exec qemu-aarch64-static $(ARM64_TEST_PKGS)"; \
+		GOARCH=arm64 CGO_ENABLED=0 HEC_TEST_EXEC=qemu-aarch64-static \
+			$(GO) test -count=1 -exec qemu-aarch64-static $(ARM64_TEST_PKGS); \
+	else \
+		echo "SKIP arm64 tests: qemu-user-static is not installed and cannot be installed here"; \
+	fi
+
+.PHONY: bench
+bench: ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
+	@mkdir -p bench-out
+	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
+	$(GO) run ./test/bench -out bench-out
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb]\.go$$')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+.PHONY: clean
+clean: ## remove build outputs (keeps the download cache)
+	rm -rf $(BIN) bench-out
