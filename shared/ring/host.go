@@ -1,0 +1,273 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// ErrNoQueuePair is returned by Lease when every queue pair is taken.
+var ErrNoQueuePair = errors.New("ring: no free queue pair")
+
+// Host is a host process's view of a region formatted by an agent. Its
+// geometry was read and checked once, at Attach.
+type Host struct {
+	r   *Region
+	l   layout
+	gen uint32
+}
+
+// Attach reads and checks the header of a region formatted by a running
+// agent. Every geometry field is checked against the layout it implies and
+// against the mapping, since the region is shared with other processes.
+func Attach(r *Region) (*Host, error) {
+	if r.word(hMagic).Load() != Magic || r.word(hState).Load() != agentReady {
+		return nil, fmt.Errorf("attach %s: %w", r.path, ErrNotFormatted)
+	}
+	if v := r.u32(hVersion); v != Version {
+		return nil, fmt.Errorf("attach %s: layout version %d, want %d: %w", r.path, v, Version, ErrVersion)
+	}
+	g := Geometry{
+		QueuePairs: int(r.u32(hQPs)),
+		Entries:    int(r.u32(hEntries)),
+		WindowSize: r.word(hWindow).Load(),
+	}
+	l, err := newLayout(g)
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: header: %w", r.path, err)
+	}
+	if r.u32(hBlockSize) != qpBlockSize || r.word(hQPTable).Load() != l.qpTable ||
+		r.word(hRings).Load() != l.rings || r.word(hArena).Load() != l.arena ||
+		r.word(hRegion).Load() != l.size {
+		return nil, fmt.Errorf("attach %s: header offsets disagree with its geometry: %w", r.path, ErrGeometry)
+	}
+	if l.size > r.Len() {
+		return nil, fmt.Errorf("attach %s: region needs %d bytes, mapped %d: %w", r.path, l.size, r.Len(), ErrGeometry)
+	}
+	gen := uint32(r.word(hGeneration).Load())
+	return &Host{r: r, l: l, gen: gen}, nil
+}
+
+// Geometry returns the region's geometry as read at Attach.
+func (h *Host) Geometry() Geometry { return h.l.Geometry }
+
+// Generation returns the agent generation seen at Attach.
+func (h *Host) Generation() uint32 { return h.gen }
+
+// AgentHeartbeat returns the agent's heartbeat counter; it advances while the
+// agent runs.
+func (h *Host) AgentHeartbeat() uint64 { return h.r.word(hHeartbeat).Load() }
+
+// AgentStopped reports whether the agent marked the region as not served,
+// or formatted it again (a new generation).
+func (h *Host) AgentStopped() bool {
+	return h.r.word(hState).Load() != agentReady || uint32(h.r.word(hGeneration).Load()) != h.gen
+}
+
+// Lease takes a free queue pair, trying prefer first (pass -1 for none), and
+// waits until the agent has bound it. It fails with ErrNoQueuePair when none
+// is free.
+func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
+	n := h.l.QueuePairs
+	pid := uint32(os.Getpid())
+	for k := 0; k < n; k++ {
+		i := k
+		if prefer >= 0 && prefer < n {
+			i = (prefer + k) % n
+		}
+		q := h.qp(i)
+		w := q.word(qLease).Load()
+		st := q.word(qState).Load()
+		if leasePID(w) != 0 || stateState(st) != QPFree || stateGen(st) != h.gen {
+			continue
+		}
+		if !q.word(qLease).CompareAndSwap(w, leaseWord(leaseEpoch(w), pid)) {
+			continue
+		}
+		q.lease = leaseWord(leaseEpoch(w), pid)
+		q.word(qStart).Store(selfStart())
+		q.word(qHeartbeat).Store(1)
+		if err := q.waitActive(ctx, 0); err != nil {
+			q.Release()
+			return nil, fmt.Errorf("lease queue pair %d: %w", i, err)
+		}
+		return q, nil
+	}
+	return nil, fmt.Errorf("lease in %s (%d pairs): %w", h.r.path, n, ErrNoQueuePair)
+}
+
+func (h *Host) qp(i int) *HostQP {
+	l := h.l
+	return &HostQP{
+		h:     h,
+		idx:   i,
+		block: l.block(i),
+		sq:    h.r.mem[l.sq(i) : l.sq(i)+l.ringBytes],
+		cq:    h.r.mem[l.cq(i) : l.cq(i)+l.ringBytes],
+		win:   h.r.mem[l.window(i) : l.window(i)+l.WindowSize],
+		mask:  uint64(l.Entries - 1),
+	}
+}
+
+// HostQP is a host process's leased queue pair. Submit and Poll are each to
+// be called by one goroutine at a time (the rings are single-producer,
+// single-consumer); the host library serialises them.
+type HostQP struct {
+	h      *Host
+	idx    int
+	block  uint64
+	sq, cq []byte
+	win    []byte
+	mask   uint64
+	lease  uint64
+
+	sqTail, cqHead uint64
+	resetReq       uint64
+	beat           uint64
+}
+
+func (q *HostQP) word(off uint64) interface {
+	Load() uint64
+	Store(uint64)
+	Add(uint64) uint64
+	CompareAndSwap(uint64, uint64) bool
+} {
+	return q.h.r.word(q.block + off)
+}
+
+// Index returns the pair's position in the table.
+func (q *HostQP) Index() int { return q.idx }
+
+// Entries returns the ring size.
+func (q *HostQP) Entries() int { return int(q.mask + 1) }
+
+// Window returns the pair's arena window, mapped: buffers placed here are
+// handed to the agent without a copy.
+func (q *HostQP) Window() []byte { return q.win }
+
+// InFlight returns descriptors submitted whose completions were not polled.
+func (q *HostQP) InFlight() int { return int(q.sqTail - q.cqHead) }
+
+// Room returns how many descriptors may be submitted now.
+func (q *HostQP) Room() int { return int(q.mask+1) - q.InFlight() }
+
+// Beat advances the holder's heartbeat. The host library calls it from a
+// ticker well inside the agent's lease timeout.
+func (q *HostQP) Beat() {
+	q.beat++
+	q.word(qHeartbeat).Store(q.beat + 1)
+}
+
+// Check returns nil while the pair is served, and otherwise a wire.Status
+// saying why not: StatusRestarted (the agent formatted the region again),
+// StatusFaulted, StatusFenced (the lease was taken away), or
+// StatusUnavailable (the agent stopped). It reads only the pair's own words,
+// so a scribbled header does not disturb a working pair.
+func (q *HostQP) Check() error {
+	st := q.word(qState).Load()
+	switch {
+	case stateGen(st) != q.h.gen:
+		return wire.StatusRestarted
+	case stateState(st) == QPStopped:
+		return wire.StatusUnavailable
+	case stateState(st) == QPFaulted:
+		return wire.StatusFaulted
+	case stateState(st) != QPActive || q.word(qLease).Load() != q.lease:
+		return wire.StatusFenced
+	}
+	return nil
+}
+
+// Submit writes as many of ds as there is room for into the submission ring
+// and publishes them with one store. It returns how many it submitted.
+func (q *HostQP) Submit(ds []wire.Desc) int {
+	n := min(len(ds), q.Room())
+	for i := 0; i < n; i++ {
+		ds[i].Marshal(q.sq[((q.sqTail+uint64(i))&q.mask)*descSize:])
+	}
+	if n > 0 {
+		q.sqTail += uint64(n)
+		q.word(qSQTail).Store(q.sqTail)
+	}
+	return n
+}
+
+// Poll copies up to len(dst) completions into dst and frees their slots. It
+// returns wire.StatusFaulted-like errors from Check only when no completion
+// is ready, so completions the agent wrote before a fault are not lost.
+func (q *HostQP) Poll(dst []wire.Desc) (int, error) {
+	tail := q.word(qCQTail).Load()
+	if tail < q.cqHead || tail > q.sqTail {
+		// The agent never does this; the words were scribbled on.
+		return 0, fmt.Errorf("poll queue pair %d: completion tail %d outside [%d,%d]: %w", q.idx, tail, q.cqHead, q.sqTail, wire.StatusFaulted)
+	}
+	n := min(uint64(len(dst)), tail-q.cqHead)
+	if n == 0 {
+		return 0, q.Check()
+	}
+	for i := uint64(0); i < n; i++ {
+		if err := dst[i].Unmarshal(q.cq[((q.cqHead+i)&q.mask)*descSize:]); err != nil {
+			dst[i].Status = wire.StatusInternal
+		}
+	}
+	q.cqHead += n
+	q.word(qCQHead).Store(q.cqHead)
+	return int(n), nil
+}
+
+// Reset asks the agent to reset a faulted pair and waits for it. Whatever was
+// in flight is lost: the caller fails those operations.
+func (q *HostQP) Reset(ctx context.Context) error {
+	q.sqTail, q.cqHead = 0, 0
+	q.word(qSQTail).Store(0)
+	q.word(qCQHead).Store(0)
+	q.resetReq = q.word(qResetReq).Load() + 1
+	q.word(qResetReq).Store(q.resetReq)
+	if err := q.waitActive(ctx, uint16(q.resetReq)); err != nil {
+		return fmt.Errorf("reset queue pair %d: %w", q.idx, err)
+	}
+	return nil
+}
+
+// waitActive waits for the agent to mark the pair active with reset
+// acknowledgement ack.
+func (q *HostQP) waitActive(ctx context.Context, ack uint16) error {
+	var w Waiter
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := q.word(qState).Load()
+		if stateGen(st) != q.h.gen {
+			return wire.StatusRestarted
+		}
+		if stateAck(st) == ack {
+			switch stateState(st) {
+			case QPActive:
+				if q.word(qLease).Load() == q.lease {
+					return nil
+				}
+			case QPFaulted:
+				return wire.StatusFaulted
+			}
+		}
+		if q.h.r.word(hState).Load() != agentReady {
+			return wire.StatusUnavailable
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent did not bind the pair within 5s: %w", wire.StatusUnavailable)
+		}
+		w.Wait()
+	}
+}
+
+// Release gives the pair back. The agent fences it (drains what is in
+// flight) before anyone can take it again.
+func (q *HostQP) Release() {
+	q.word(qLease).CompareAndSwap(q.lease, leaseWord(leaseEpoch(q.lease), releasedPID))
+}

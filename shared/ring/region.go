@@ -1,0 +1,126 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Region is a mapping of a region file. It is the raw memory; Agent and Host
+// give it meaning.
+type Region struct {
+	path string
+	mem  []byte
+	heap bool
+}
+
+// Map maps size bytes of the file at path, shared and writable. With create
+// set the file is created (mode 0600) and sized to size; otherwise it must
+// already be at least size bytes, or, with size 0, it is mapped whole.
+func Map(path string, size uint64, create bool) (*Region, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open region: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat region: %w", err)
+	}
+	have := uint64(st.Size())
+	if !st.Mode().IsRegular() {
+		// A PCI BAR resource file reports its size through stat as well;
+		// anything else (a directory, a pipe) is not a region.
+		if st.Mode()&os.ModeDevice == 0 {
+			return nil, fmt.Errorf("map region %s: not a regular file", path)
+		}
+	}
+	switch {
+	case create && have != size:
+		if err := f.Truncate(int64(size)); err != nil {
+			return nil, fmt.Errorf("size region to %d: %w", size, err)
+		}
+	case size == 0:
+		size = have
+	case have < size:
+		return nil, fmt.Errorf("region %s is %d bytes, need %d", path, have, size)
+	}
+	if size < headerSize || size > 1<<46 {
+		return nil, fmt.Errorf("map region %s: size %d out of range", path, size)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap region %s (%d bytes): %w", path, size, err)
+	}
+	return &Region{path: path, mem: mem}, nil
+}
+
+// NewHeapRegion returns a region in ordinary Go memory, for tests of both
+// ends in one process: unlike a mapping, the race detector tracks it, so the
+// ring protocol's happens-before edges are checked under -race.
+func NewHeapRegion(size uint64) *Region {
+	words := make([]uint64, (size+7)/8) // 8-byte aligned for the atomics
+	return &Region{path: "(heap)", mem: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size), heap: true}
+}
+
+// Path returns the file the region maps.
+func (r *Region) Path() string { return r.path }
+
+// Len returns the mapped size.
+func (r *Region) Len() uint64 { return uint64(len(r.mem)) }
+
+// Bytes returns the whole mapping. Tests and hostile-writer tools use it;
+// services go through an Accessor.
+func (r *Region) Bytes() []byte { return r.mem }
+
+// Close unmaps the region. Views into it must not be used afterwards.
+func (r *Region) Close() error {
+	if r.mem == nil || r.heap {
+		r.mem = nil
+		return nil
+	}
+	err := unix.Munmap(r.mem)
+	r.mem = nil
+	if err != nil {
+		return fmt.Errorf("munmap region: %w", err)
+	}
+	return nil
+}
+
+// word returns the 64-bit word at off. Offsets are multiples of 8 inside the
+// mapping by construction (layout), never taken from the region.
+func (r *Region) word(off uint64) *atomic.Uint64 {
+	if off%8 != 0 || off+8 > uint64(len(r.mem)) {
+		panic(fmt.Sprintf("ring: word offset %d outside region of %d", off, len(r.mem)))
+	}
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[off]))
+}
+
+func (r *Region) u32(off uint64) uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[off])).Load()
+}
+
+func (r *Region) setU32(off uint64, v uint32) {
+	(*atomic.Uint32)(unsafe.Pointer(&r.mem[off])).Store(v)
+}
+
+// ErrNotFormatted is returned by Attach for a region without a ready agent.
+var ErrNotFormatted = errors.New("ring: region not formatted by a running agent")
+
+// ErrVersion is returned by Attach for a layout version this code does not speak.
+var ErrVersion = errors.New("ring: unsupported layout version")
+
+// loadWord atomically loads the 8-byte word at the start of b (which must be
+// 8-byte aligned, as every slot is).
+func loadWord(b []byte) uint64 {
+	_ = b[7]
+	return (*atomic.Uint64)(unsafe.Pointer(&b[0])).Load()
+}

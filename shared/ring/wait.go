@@ -1,0 +1,98 @@
+package ring
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Waiter is an adaptive back-off for polling loops: spin, then yield the CPU,
+// then sleep with a doubling interval. Call Wait each time a poll finds
+// nothing and Reset when it finds work. The fast path makes no system call.
+//
+// A goroutine spins only inside Wait, and only while fewer goroutines of this
+// process are spinning than there are CPUs to run them, so pollers that
+// outnumber cores go straight to yielding and sleeping instead of stealing
+// each other's time. The spin phase is bounded in time (SpinFor), so pollers
+// in other processes cost each other at most that before they yield.
+//
+// The zero value is ready to use. A Waiter holds no resources between calls:
+// dropping one is fine.
+type Waiter struct {
+	n     int
+	phase int // 0 spin, 1 yield, 2 sleep
+	since time.Time
+	sleep time.Duration
+}
+
+const (
+	// SpinFor is how long a Waiter spins before it yields: long enough to
+	// cover the other side finishing a batch, short enough not to matter
+	// on an idle machine.
+	SpinFor    = 50 * time.Microsecond
+	spinLoop   = 4  // iterations of one spinning Wait
+	yieldCalls = 64 // then calls that yield the thread
+	minSleep   = 20 * time.Microsecond
+	// A poller idle for less than longIdle sleeps at most shortSleep; after
+	// that at most longSleep, which keeps an idle agent well under 1% of a
+	// core.
+	shortSleep = 1 * time.Millisecond
+	longSleep  = 10 * time.Millisecond
+	longIdle   = 200 * time.Millisecond
+)
+
+var (
+	spinners  atomic.Int32
+	spinSink  atomic.Uint32
+	maxSpins  = int32(runtime.GOMAXPROCS(0))
+	yieldCall = func() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) } //nolint:errcheck // cannot fail
+)
+
+// Wait backs off once.
+func (w *Waiter) Wait() {
+	w.n++
+	switch w.phase {
+	case 0:
+		if w.n == 1 {
+			w.since = time.Now()
+		} else if w.n%16 == 0 && time.Since(w.since) > SpinFor {
+			w.phase, w.n = 1, 0
+			yieldCall()
+			return
+		}
+		if spinners.Add(1) > maxSpins {
+			spinners.Add(-1)
+			w.phase, w.n = 1, 0 // too many spinning here: yield instead
+			yieldCall()
+			return
+		}
+		for i := uint32(0); i < spinLoop; i++ {
+			spinSink.Load()
+		}
+		spinners.Add(-1)
+	case 1:
+		yieldCall()
+		if w.n >= yieldCalls {
+			w.phase, w.n = 2, 0
+			w.since = time.Now()
+			w.sleep = minSleep
+		}
+	default:
+		limit := shortSleep
+		if time.Since(w.since) > longIdle {
+			limit = longSleep
+		}
+		time.Sleep(w.sleep)
+		w.sleep = min(w.sleep*2, limit)
+	}
+}
+
+// Reset returns the waiter to its spinning phase after work was found.
+func (w *Waiter) Reset() {
+	w.n, w.phase = 0, 0
+}
+
+// Idle reports whether the waiter has reached its sleeping phase.
+func (w *Waiter) Idle() bool { return w.phase == 2 }
