@@ -202,7 +202,11 @@ func (q *HostQP) Submit(ds []wire.Desc) int {
 func (q *HostQP) Poll(dst []wire.Desc) (int, error) {
 	tail := q.word(qCQTail).Load()
 	if tail < q.cqHead || tail > q.sqTail {
-		// The agent never does this; the words were scribbled on.
+		// A new agent formatted the region (its tail restarts at zero), or
+		// the words were scribbled on.
+		if err := q.Check(); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("poll queue pair %d: completion tail %d outside [%d,%d]: %w", q.idx, tail, q.cqHead, q.sqTail, wire.StatusFaulted)
 	}
 	n := min(uint64(len(dst)), tail-q.cqHead)

@@ -21,20 +21,29 @@ import (
 // The zero value is ready to use. A Waiter holds no resources between calls:
 // dropping one is fine.
 type Waiter struct {
+	// Wake, when set, ends a sleep early: a producer that is not polled
+	// (a worker pool, say) signals it so its results are not left waiting
+	// for the sleep to run out.
+	Wake <-chan struct{}
+
 	n     int
 	phase int // 0 spin, 1 yield, 2 sleep
 	since time.Time
 	sleep time.Duration
+	timer *time.Timer
 }
 
 const (
 	// SpinFor is how long a Waiter spins before it yields: long enough to
 	// cover the other side finishing a batch, short enough not to matter
 	// on an idle machine.
-	SpinFor    = 50 * time.Microsecond
-	spinLoop   = 4  // iterations of one spinning Wait
-	yieldCalls = 64 // then calls that yield the thread
-	minSleep   = 20 * time.Microsecond
+	SpinFor  = 50 * time.Microsecond
+	spinLoop = 4 // iterations of one spinning Wait
+	// YieldFor is how long a Waiter then yields the thread (sched_yield)
+	// before it sleeps: it keeps completions of ops that take up to about
+	// a millisecond prompt, and gives way to any runnable thread.
+	YieldFor = 1 * time.Millisecond
+	minSleep = 20 * time.Microsecond
 	// A poller idle for less than longIdle sleeps at most shortSleep; after
 	// that at most longSleep, which keeps an idle agent well under 1% of a
 	// core.
@@ -65,6 +74,7 @@ func (w *Waiter) Wait() {
 		if spinners.Add(1) > maxSpins {
 			spinners.Add(-1)
 			w.phase, w.n = 1, 0 // too many spinning here: yield instead
+			w.since = time.Now().Add(-SpinFor)
 			yieldCall()
 			return
 		}
@@ -74,7 +84,7 @@ func (w *Waiter) Wait() {
 		spinners.Add(-1)
 	case 1:
 		yieldCall()
-		if w.n >= yieldCalls {
+		if w.n%16 == 0 && time.Since(w.since) > SpinFor+YieldFor {
 			w.phase, w.n = 2, 0
 			w.since = time.Now()
 			w.sleep = minSleep
@@ -84,8 +94,26 @@ func (w *Waiter) Wait() {
 		if time.Since(w.since) > longIdle {
 			limit = longSleep
 		}
-		time.Sleep(w.sleep)
+		w.doSleep()
 		w.sleep = min(w.sleep*2, limit)
+	}
+}
+
+func (w *Waiter) doSleep() {
+	if w.Wake == nil {
+		time.Sleep(w.sleep)
+		return
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(w.sleep)
+	} else {
+		w.timer.Reset(w.sleep)
+	}
+	select {
+	case <-w.Wake:
+		w.timer.Stop()
+		w.Reset()
+	case <-w.timer.C:
 	}
 }
 
