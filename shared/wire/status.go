@@ -87,7 +87,7 @@ type OpError struct {
 	Status Status
 }
 
-func (e *OpError) Error() string { return fmt.Sprintf("wire: %s: %s", e.Op, e.Status) }
+func (e *OpError) Error() string { return fmt.Sprintf("wire: %s: %s", e.Op, e.Status.String()) }
 
 // Unwrap lets errors.Is(err, wire.StatusNotFound) match.
 func (e *OpError) Unwrap() error { return e.Status }
