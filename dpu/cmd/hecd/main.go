@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hecsys/hec/dpu"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "hecd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("hecd", flag.ContinueOnError)
+	var (
+		configFile = fs.String("config", "", "TOML configuration file (flags override it)")
+		shm        = fs.String("shm", dpu.DefaultShm, "shared-memory region file, or off")
+		tcp        = fs.String("tcp", dpu.DefaultTCP, "TCP handoff listener address, or off")
+		mgmt       = fs.String("mgmt", dpu.DefaultMgmt, "management HTTP address, or off")
+		resp       = fs.String("resp", dpu.DefaultRESP, "Redis-protocol (kv) address, or off")
+		udp        = fs.String("udp", dpu.DefaultUDP, "UDP GET (kv) address, or off")
+		stateDir   = fs.String("state-dir", "", "state directory (default $XDG_STATE_HOME/hec or ~/.local/state/hec)")
+		regionSize = fs.Uint64("region-size", dpu.DefaultRegionSize, "region size in bytes")
+		qps        = fs.Int("queue-pairs", 16, "queue pairs in the region")
+		entries    = fs.Int("ring-entries", 256, "descriptors per ring (power of two)")
+		workers    = fs.Int("workers", 0, "handler worker goroutines (default GOMAXPROCS)")
+		checkPIDs  = fs.Bool("check-pids", true, "fence queue pairs whose holder pid is gone (local emulation only)")
+		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
+		version    = fs.Bool("version", false, "print the version and exit")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *version {
+		fmt.Println("hecd", dpu.Version)
+		return nil
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var cfg dpu.Config
+	if *configFile != "" {
+		if err := dpu.LoadConfigFile(*configFile, &cfg); err != nil {
+			return err
+		}
+	}
+	// Flags given on the command line override the file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "shm":
+			cfg.Shm = *shm
+		case "tcp":
+			cfg.TCP = *tcp
+		case "mgmt":
+			cfg.Mgmt = *mgmt
+		case "resp":
+			cfg.RESP = *resp
+		case "udp":
+			cfg.UDP = *udp
+		case "state-dir":
+			cfg.StateDir = *stateDir
+		case "region-size":
+			cfg.RegionSize = *regionSize
+		case "queue-pairs":
+			cfg.QueuePairs = *qps
+		case "ring-entries":
+			cfg.RingEntries = *entries
+		case "workers":
+			cfg.Workers = *workers
+		case "check-pids":
+			cfg.CheckPIDs = checkPIDs
+		}
+	})
+	agent, err := dpu.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return agent.Run(ctx)
+}

@@ -1,0 +1,158 @@
+package dpu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Defaults users can rely on; hecctl finds an agent on them with no flags.
+const (
+	DefaultShm        = "/dev/shm/hec0"
+	DefaultTCP        = "127.0.0.1:7610"
+	DefaultMgmt       = "127.0.0.1:7600"
+	DefaultRESP       = "127.0.0.1:6380"
+	DefaultUDP        = "127.0.0.1:11311"
+	DefaultRegionSize = 64 << 20
+)
+
+// Config is the agent's configuration. The zero value of every field means
+// its default, filled in by withDefaults; a TOML file (LoadConfigFile) and
+// flags (cmd/hecd) set the same fields.
+type Config struct {
+	// Shm is the region file. Default /dev/shm/hec0; "off" disables the
+	// shared-memory transport.
+	Shm string `toml:"shm"`
+	// RegionSize is the region's size in bytes. Default 64 MiB.
+	RegionSize uint64 `toml:"region_size"`
+	// QueuePairs is the number of queue pairs (host processes served at
+	// once over shared memory). Default 16.
+	QueuePairs int `toml:"queue_pairs"`
+	// RingEntries is the number of descriptors per ring. Default 256.
+	RingEntries int `toml:"ring_entries"`
+	// TCP is the address of the TCP handoff listener. Default
+	// 127.0.0.1:7610; "off" disables it.
+	TCP string `toml:"tcp"`
+	// Mgmt is the management HTTP address. Default 127.0.0.1:7600; "off"
+	// disables it.
+	Mgmt string `toml:"mgmt"`
+	// RESP is the Redis-protocol address of the kv service. Default
+	// 127.0.0.1:6380. Not served by this build: reported as such.
+	RESP string `toml:"resp"`
+	// UDP is the address of the kv service's UDP GET path. Default
+	// 127.0.0.1:11311. Not served by this build: reported as such.
+	UDP string `toml:"udp"`
+	// StateDir keeps what outlives a restart (the generation counter, later
+	// the kv data). Default $XDG_STATE_HOME/hec or ~/.local/state/hec.
+	StateDir string `toml:"state_dir"`
+	// LeaseTimeout fences a queue pair whose holder's heartbeat is older.
+	// Default 3s.
+	LeaseTimeout Duration `toml:"lease_timeout"`
+	// CheckPIDs fences a queue pair whose holder's pid is gone. Default
+	// true: in local emulation the agent shares the hosts' pid namespace.
+	// Set it false when the agent runs in a VM or on a DPU.
+	CheckPIDs *bool `toml:"check_pids"`
+	// Workers is the number of goroutines running handlers that are not
+	// inline. Default GOMAXPROCS.
+	Workers int `toml:"workers"`
+	// MaxFrame bounds one TCP frame's payload. Default 64 MiB.
+	MaxFrame int `toml:"max_frame"`
+}
+
+// Duration is a time.Duration that reads from TOML as "3s".
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	d.Duration = v
+	return err
+}
+
+// Off is the value that disables a listener or the region.
+const Off = "off"
+
+// LoadConfigFile reads a TOML file into c, leaving fields the file does not
+// name as they are. Unknown keys are an error: a typo must not be ignored.
+func LoadConfigFile(path string, c *Config) error {
+	md, err := toml.DecodeFile(path, c)
+	if err != nil {
+		return fmt.Errorf("read config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return fmt.Errorf("read config %s: unknown keys %v", path, und)
+	}
+	return nil
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("dpu: bad configuration")
+
+// withDefaults returns c with every zero field set to its default, and
+// checks the result.
+func (c Config) withDefaults() (Config, error) {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Shm, DefaultShm)
+	def(&c.TCP, DefaultTCP)
+	def(&c.Mgmt, DefaultMgmt)
+	def(&c.RESP, DefaultRESP)
+	def(&c.UDP, DefaultUDP)
+	if c.RegionSize == 0 {
+		c.RegionSize = DefaultRegionSize
+	}
+	if c.QueuePairs == 0 {
+		c.QueuePairs = 16
+	}
+	if c.RingEntries == 0 {
+		c.RingEntries = 256
+	}
+	if c.LeaseTimeout.Duration == 0 {
+		c.LeaseTimeout.Duration = 3 * time.Second
+	}
+	if c.CheckPIDs == nil {
+		t := true
+		c.CheckPIDs = &t
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = 64 << 20
+	}
+	if c.StateDir == "" {
+		base := os.Getenv("XDG_STATE_HOME")
+		if base == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return c, fmt.Errorf("no state dir: set --state-dir (%v): %w", err, ErrConfig)
+			}
+			base = filepath.Join(home, ".local", "state")
+		}
+		c.StateDir = filepath.Join(base, "hec")
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	for name, addr := range map[string]string{"tcp": c.TCP, "mgmt": c.Mgmt, "resp": c.RESP, "udp": c.UDP} {
+		if addr == Off {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("--%s %q: %v: %w", name, addr, err, ErrConfig)
+		}
+	}
+	if c.QueuePairs < 1 || c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
+		return fmt.Errorf("queue_pairs %d, ring_entries %d (a power of two): %w", c.QueuePairs, c.RingEntries, ErrConfig)
+	}
+	if c.Workers < 0 || c.MaxFrame < 0 || c.LeaseTimeout.Duration < 0 {
+		return fmt.Errorf("negative workers, max_frame or lease_timeout: %w", ErrConfig)
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package dpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// Request is what a handler serves: a validated private copy of the
+// descriptor, and the memory its spans name.
+type Request struct {
+	wire.Desc
+	// Mem is the queue pair's window (shared memory) or the frame's payload
+	// (TCP). Spans in Desc have been checked against Mem.Len().
+	Mem ring.Accessor
+	// Transport is "shm" or "tcp".
+	Transport string
+}
+
+// Handler serves one op code.
+type Handler struct {
+	// Inline handlers are cheap (no large copies or computation): they run
+	// on the polling goroutine. Others run on the worker pool.
+	Inline bool
+	// Serve fills resp (already carrying Op, Tag and StatusOK) for req. It
+	// must not keep req.Mem or views of it after returning.
+	Serve func(ctx context.Context, req *Request, resp *wire.Desc)
+}
+
+type handlerEntry struct {
+	op      wire.Op
+	h       Handler
+	ops     atomic.Uint64
+	errs    atomic.Uint64
+	latency prometheus.Observer
+}
+
+// Dispatcher routes descriptors from every transport to the handlers that
+// services registered.
+type Dispatcher struct {
+	log      *slog.Logger
+	handlers map[wire.Op]*handlerEntry
+	latency  *prometheus.HistogramVec
+	badOps   atomic.Uint64
+	workers  int
+
+	work chan *job
+	done chan *job
+	wake chan struct{}
+	jobs sync.Pool
+
+	mu    sync.Mutex
+	snaps []QPStatus
+}
+
+type job struct {
+	q    *ring.AgentQP
+	e    *handlerEntry
+	req  Request
+	resp wire.Desc
+	t0   time.Time
+}
+
+// NewDispatcher returns a dispatcher with the agent's own ops (PING and
+// CHECKSUM) registered.
+func NewDispatcher(log *slog.Logger, workers int) *Dispatcher {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	d := &Dispatcher{
+		log:      log,
+		handlers: map[wire.Op]*handlerEntry{},
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hec_op_duration_seconds",
+			Help:    "Time the agent spent serving an op, by op (excludes queueing in the rings).",
+			Buckets: prometheus.ExponentialBuckets(250e-9, 4, 12),
+		}, []string{"op"}),
+		workers: workers,
+		work:    make(chan *job, 1024),
+		done:    make(chan *job, 1024),
+		wake:    make(chan struct{}, 1),
+	}
+	d.jobs.New = func() any { return new(job) }
+	registerAgentOps(d)
+	return d
+}
+
+// Handle registers h for op. It must be called before the dispatcher runs;
+// registering an op twice panics (a programming error).
+func (d *Dispatcher) Handle(op wire.Op, h Handler) {
+	if _, ok := d.handlers[op]; ok {
+		panic(fmt.Sprintf("dpu: op %s registered twice", op))
+	}
+	d.handlers[op] = &handlerEntry{op: op, h: h, latency: d.latency.WithLabelValues(op.String())}
+}
+
+// statusFor maps a validation error to the status its completion carries.
+func statusFor(err error) wire.Status {
+	if errors.Is(err, wire.ErrSpan) {
+		return wire.StatusBadSpan
+	}
+	return wire.StatusBadArg
+}
+
+// begin checks a taken descriptor and finds its handler. It returns nil
+// when resp is already final (an error completion).
+func (d *Dispatcher) begin(in *ring.Incoming, resp *wire.Desc) *handlerEntry {
+	*resp = wire.Desc{Op: in.Op, Tag: in.Tag}
+	if in.Err != nil {
+		resp.Status = statusFor(in.Err)
+		d.badOps.Add(1)
+		return nil
+	}
+	e := d.handlers[in.Op]
+	if e == nil {
+		resp.Status = wire.StatusBadOp
+		d.badOps.Add(1)
+		return nil
+	}
+	return e
+}
+
+func (d *Dispatcher) serve(ctx context.Context, e *handlerEntry, req *Request, resp *wire.Desc) {
+	t0 := time.Now()
+	e.h.Serve(ctx, req, resp)
+	d.finish(e, resp, t0)
+}
+
+func (d *Dispatcher) finish(e *handlerEntry, resp *wire.Desc, t0 time.Time) {
+	e.latency.Observe(time.Since(t0).Seconds())
+	e.ops.Add(1)
+	if resp.Status != wire.StatusOK {
+		e.errs.Add(1)
+	}
+}
+
+// ServeFrame serves one request that arrived over a stream transport; the
+// payload is its memory.
+func (d *Dispatcher) ServeFrame(ctx context.Context, req *wire.Desc, payload []byte, resp *wire.Desc) {
+	in := ring.Incoming{Desc: *req, Err: req.Validate(uint64(len(payload)))}
+	e := d.begin(&in, resp)
+	if e == nil {
+		return
+	}
+	r := Request{Desc: *req, Mem: ring.NewMappedWindow(payload), Transport: "tcp"}
+	d.serve(ctx, e, &r, resp)
+}
+
+// runWorkers serves non-inline jobs until ctx ends.
+func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for i := 0; i < d.workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case j := <-d.work:
+					j.e.h.Serve(ctx, &j.req, &j.resp)
+					d.finish(j.e, &j.resp, j.t0)
+					d.done <- j
+					select {
+					case d.wake <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+}
+
+// housekeepEvery is how often the poller runs lease housekeeping.
+const housekeepEvery = 10 * time.Millisecond
+
+// RunShm polls every queue pair of a until ctx ends. It is the only
+// goroutine touching a's queue pairs. On return, work taken but not done has
+// been completed or dropped with its queue pair.
+func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent) {
+	var beat atomic.Int64
+	d.RunShmWithBeat(ctx, a, &beat)
+}
+
+// RunShmWithBeat is RunShm, storing the time of each housekeeping pass in
+// beat (for the agent's health check).
+func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
+	var wg sync.WaitGroup
+	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	d.runWorkers(wctx, &wg)
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+	}()
+
+	qps := a.QueuePairs()
+	touched := make([]bool, len(qps))
+	in := make([]ring.Incoming, 32)
+	var w ring.Waiter
+	w.Wake = d.wake
+	last := time.Time{}
+	for iter := 0; ; iter++ {
+		if ctx.Err() != nil {
+			d.drain(a, touched)
+			return
+		}
+		busy := false
+		// Completions from workers.
+	completions:
+		for {
+			select {
+			case j := <-d.done:
+				j.q.Complete(&j.resp)
+				touched[j.q.Index()] = true
+				d.putJob(j)
+				busy = true
+			default:
+				break completions
+			}
+		}
+		for i, q := range qps {
+			n := q.Take(in)
+			for k := 0; k < n; k++ {
+				busy = true
+				touched[i] = true
+				var resp wire.Desc
+				e := d.begin(&in[k], &resp)
+				if e == nil {
+					q.Complete(&resp)
+					continue
+				}
+				if e.h.Inline {
+					req := Request{Desc: in[k].Desc, Mem: q.Window(), Transport: "shm"}
+					d.serve(ctx, e, &req, &resp)
+					q.Complete(&resp)
+					continue
+				}
+				j := d.jobs.Get().(*job)
+				*j = job{q: q, e: e, req: Request{Desc: in[k].Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
+				select {
+				case d.work <- j:
+				default: // every worker busy and the queue full: push back
+					resp.Status = wire.StatusBusy
+					q.Complete(&resp)
+					d.putJob(j)
+				}
+			}
+		}
+		for i, t := range touched {
+			if t {
+				qps[i].Publish()
+				touched[i] = false
+			}
+		}
+		if !busy || iter%64 == 0 {
+			if now := time.Now(); now.Sub(last) >= housekeepEvery {
+				d.housekeep(a, now)
+				beat.Store(now.UnixNano())
+				last = now
+			}
+		}
+		if busy {
+			w.Reset()
+		} else {
+			w.Wait()
+		}
+	}
+}
+
+func (d *Dispatcher) putJob(j *job) {
+	*j = job{}
+	d.jobs.Put(j)
+}
+
+// drain waits (bounded) for work in the hands of workers so that no
+// completion is written after the region is marked stopped.
+func (d *Dispatcher) drain(a *ring.Agent, touched []bool) {
+	deadline := time.After(5 * time.Second)
+	for {
+		inflight := uint64(0)
+		for _, q := range a.QueuePairs() {
+			inflight += q.InFlight()
+		}
+		if inflight == 0 {
+			return
+		}
+		select {
+		case j := <-d.done:
+			j.q.Complete(&j.resp)
+			j.q.Publish()
+			d.putJob(j)
+		case <-deadline:
+			d.log.Warn("stopping with work in flight", "descriptors", inflight)
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
+	for _, q := range a.Housekeep(now) {
+		st, why := q.State()
+		pid, _ := q.Holder()
+		d.log.Info("queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
+	}
+	snaps := make([]QPStatus, 0, len(a.QueuePairs()))
+	for _, q := range a.QueuePairs() {
+		st, why := q.State()
+		pid, start := q.Holder()
+		faults, fences := q.Counters()
+		snaps = append(snaps, QPStatus{Index: q.Index(), State: st.String(), PID: pid, StartTicks: start,
+			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences})
+	}
+	d.mu.Lock()
+	d.snaps = snaps
+	d.mu.Unlock()
+}
+
+// QPStatus is one queue pair in /v1/status.
+type QPStatus struct {
+	Index      int    `json:"index"`
+	State      string `json:"state"`
+	PID        uint32 `json:"pid,omitempty"`
+	StartTicks uint64 `json:"start_ticks,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	InFlight   uint64 `json:"in_flight"`
+	Faults     uint64 `json:"faults"`
+	Fences     uint64 `json:"fences"`
+}
+
+// QueuePairs returns the last housekeeping snapshot of the queue pairs.
+func (d *Dispatcher) QueuePairs() []QPStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]QPStatus(nil), d.snaps...)
+}
+
+// OpCount is one op's counters in /v1/status.
+type OpCount struct {
+	Op     string `json:"op"`
+	Count  uint64 `json:"count"`
+	Errors uint64 `json:"errors"`
+}
+
+// OpCounts returns per-op counters, sorted by op name, plus the count of
+// descriptors rejected before reaching a handler (as op "rejected").
+func (d *Dispatcher) OpCounts() []OpCount {
+	out := make([]OpCount, 0, len(d.handlers)+1)
+	for _, e := range d.handlers {
+		out = append(out, OpCount{Op: e.op.String(), Count: e.ops.Load(), Errors: e.errs.Load()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Op < out[j].Op })
+	return append(out, OpCount{Op: "rejected", Count: d.badOps.Load(), Errors: d.badOps.Load()})
+}

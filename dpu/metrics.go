@@ -1,0 +1,61 @@
+package dpu
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exports the agent's own counters at scrape time, so the hot
+// path touches only its atomics.
+type collector struct {
+	a *Agent
+
+	ops, errs, qps, faults, fences, gen, services *prometheus.Desc
+}
+
+func newCollector(a *Agent) *collector {
+	return &collector{
+		a:        a,
+		ops:      prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
+		errs:     prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
+		qps:      prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
+		faults:   prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
+		fences:   prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
+		gen:      prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
+		services: prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for _, o := range c.a.disp.OpCounts() {
+		if o.Op != "rejected" {
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(o.Count), o.Op)
+		}
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(o.Errors), o.Op)
+	}
+	states := map[string]float64{"free": 0, "active": 0, "faulted": 0, "fenced": 0}
+	var faults, fences uint64
+	for _, q := range c.a.disp.QueuePairs() {
+		states[q.State]++
+		faults += q.Faults
+		fences += q.Fences
+	}
+	for s, n := range states {
+		ch <- prometheus.MustNewConstMetric(c.qps, prometheus.GaugeValue, n, s)
+	}
+	ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(faults))
+	ch <- prometheus.MustNewConstMetric(c.fences, prometheus.CounterValue, float64(fences))
+	ch <- prometheus.MustNewConstMetric(c.gen, prometheus.GaugeValue, float64(c.a.Generation()))
+	for _, s := range c.a.Services() {
+		v := 0.0
+		if s.Served {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, v, s.Name)
+	}
+}

@@ -1,0 +1,69 @@
+package dpu
+
+import (
+	"context"
+	"hash/crc32"
+
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksumChunk bounds one staged read when the memory is not mapped.
+const checksumChunk = 1 << 20
+
+// registerAgentOps registers the ops the agent serves itself.
+func registerAgentOps(d *Dispatcher) {
+	// PING completes at once, echoing Arg0: the round trip through the
+	// dispatcher, nothing else.
+	d.Handle(wire.OpPing, Handler{Inline: true, Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		resp.Arg0 = req.Arg0
+	}})
+	// CHECKSUM returns in Arg0 the CRC-32C of Spans[0] (or of the
+	// concatenation of an SGL's spans), continuing from the request's Arg0.
+	// Proof that the agent read host memory.
+	d.Handle(wire.OpChecksum, Handler{Serve: serveChecksum})
+}
+
+func serveChecksum(_ context.Context, req *Request, resp *wire.Desc) {
+	if req.NSpan != 1 {
+		resp.Status = wire.StatusBadArg
+		return
+	}
+	spans := req.Spans[:1]
+	if req.Flags&wire.FlagSGL != 0 {
+		raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
+		if err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		if spans, err = wire.DecodeSGL(nil, raw, req.Mem.Len()); err != nil {
+			resp.Status = statusFor(err)
+			return
+		}
+	}
+	crc := uint32(req.Arg0)
+	var scratch []byte
+	for _, s := range spans {
+		if b, ok := req.Mem.View(s); ok {
+			crc = crc32.Update(crc, castagnoli, b)
+			continue
+		}
+		// Staged: read in chunks, as DMA would move them.
+		if scratch == nil {
+			scratch = make([]byte, min(int(s.Len), checksumChunk))
+		}
+		for off := uint64(0); off < uint64(s.Len); {
+			n := min(uint64(len(scratch)), uint64(s.Len)-off)
+			if err := req.Mem.ReadAt(scratch[:n], uint64(s.Off)+off); err != nil {
+				resp.Status = wire.StatusBadSpan
+				return
+			}
+			crc = crc32.Update(crc, castagnoli, scratch[:n])
+			off += n
+		}
+	}
+	resp.Arg0 = uint64(crc)
+	resp.Arg1 = uint64(len(spans))
+}
