@@ -1,0 +1,300 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// Default targets, matching the agent's defaults.
+const (
+	DefaultShm    = "shm:///dev/shm/hec0"
+	DefaultTCP    = "tcp://127.0.0.1:7610"
+	DefaultMgmt   = "127.0.0.1:7600"
+	defaultChunk  = 4 << 20
+	maxChunksInFl = 8
+)
+
+// ErrClosed is returned for ops on a closed client.
+var ErrClosed = errors.New("host: client closed")
+
+// ErrTarget is returned by Dial for a target it cannot parse.
+var ErrTarget = errors.New("host: bad target")
+
+// Request is one op: its code, two arguments, and up to wire.MaxSpans input
+// buffers handed to the agent.
+type Request struct {
+	Op         wire.Op
+	Flags      uint16
+	Arg0, Arg1 uint64
+	In         [][]byte
+}
+
+// Result is what the agent answered.
+type Result struct {
+	Status     wire.Status
+	Arg0, Arg1 uint64
+}
+
+// Call is an op in flight. Wait for it; do not touch its input buffers
+// before it completes.
+type Call struct {
+	Req  Request
+	res  Result
+	err  error
+	done atomic.Bool
+	ch   chan struct{} // closed on completion
+
+	tag    uint64
+	staged []uint64 // window offsets to free on completion (shm)
+}
+
+func newCall(req Request) *Call { return &Call{Req: req, ch: make(chan struct{})} }
+
+func (c *Call) complete(res Result, err error) {
+	if c.done.Load() {
+		return
+	}
+	c.res, c.err = res, err
+	c.done.Store(true)
+	close(c.ch)
+}
+
+// Done reports whether the call has completed.
+func (c *Call) Done() bool { return c.done.Load() }
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	chunk        int
+	attachWait   time.Duration
+	agentTimeout time.Duration
+	heartbeat    time.Duration
+}
+
+// WithChunk sets the size of the pieces large buffers are split into
+// (default 4 MiB).
+func WithChunk(n int) Option { return func(o *options) { o.chunk = n } }
+
+// WithAgentTimeout sets how long the agent may show no sign of life before
+// ops in flight fail with wire.StatusUnavailable (default 2s).
+func WithAgentTimeout(d time.Duration) Option { return func(o *options) { o.agentTimeout = d } }
+
+// transport is what a Client runs over.
+type transport interface {
+	alloc(n int) ([]byte, error)
+	free(b []byte) error
+	submit(ctx context.Context, calls []*Call) error
+	wait(ctx context.Context, c *Call) error
+	close() error
+	window() int // the largest span one op may name
+	String() string
+}
+
+// Client is a connection to an agent. It is safe for concurrent use.
+type Client struct {
+	target string
+	opts   options
+	t      transport
+	closed atomic.Bool
+}
+
+// Dial connects to the agent at target: "shm:///dev/shm/NAME" (the shared
+// region; the agent must be running) or "tcp://HOST:PORT". An empty target
+// means DefaultShm.
+func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
+	o := options{chunk: defaultChunk, attachWait: 5 * time.Second, agentTimeout: 2 * time.Second, heartbeat: 250 * time.Millisecond}
+	for _, f := range opt {
+		f(&o)
+	}
+	if target == "" {
+		target = DefaultShm
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("dial %q: %v: %w", target, err, ErrTarget)
+	}
+	c := &Client{target: target, opts: o}
+	switch u.Scheme {
+	case "shm":
+		if u.Path == "" || u.Host != "" {
+			return nil, fmt.Errorf("dial %q: want shm:///PATH: %w", target, ErrTarget)
+		}
+		c.t, err = dialShm(ctx, u.Path, o)
+	case "tcp":
+		if u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("dial %q: want tcp://HOST:PORT: %w", target, ErrTarget)
+		}
+		c.t, err = dialTCP(ctx, u.Host, o)
+	default:
+		return nil, fmt.Errorf("dial %q: scheme %q (want shm or tcp): %w", target, u.Scheme, ErrTarget)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", target, err)
+	}
+	return c, nil
+}
+
+// Target returns what Dial was given.
+func (c *Client) Target() string { return c.target }
+
+// String describes the connection (transport, queue pair, window).
+func (c *Client) String() string { return c.t.String() }
+
+// Close releases the queue pair or connection. Calls in flight fail.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.t.close()
+}
+
+// Alloc returns a buffer of n bytes handed to the agent without a copy: in
+// the queue pair's window over shared memory (wrapping ring.ErrNoSpace when
+// the window is full), ordinary memory over TCP. Free it when done.
+func (c *Client) Alloc(n int) ([]byte, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("host: alloc of %d bytes", n)
+	}
+	return c.t.alloc(n)
+}
+
+// Free returns a buffer from Alloc.
+func (c *Client) Free(b []byte) error { return c.t.free(b) }
+
+// Go submits one op and returns at once.
+func (c *Client) Go(ctx context.Context, req Request) (*Call, error) {
+	calls, err := c.GoBatch(ctx, []Request{req})
+	if err != nil {
+		return nil, err
+	}
+	return calls[0], nil
+}
+
+// GoBatch submits several ops with one doorbell where the ring has room for
+// all of them.
+func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, r := range reqs {
+		if len(r.In) > wire.MaxSpans {
+			return nil, fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In), wire.MaxSpans, wire.StatusBadArg)
+		}
+		for _, b := range r.In {
+			if len(b) > c.t.window() {
+				return nil, fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), c.t.window(), wire.StatusTooLarge)
+			}
+		}
+	}
+	calls := make([]*Call, len(reqs))
+	for i, r := range reqs {
+		calls[i] = newCall(r)
+	}
+	if err := c.t.submit(ctx, calls); err != nil {
+		return nil, err
+	}
+	return calls, nil
+}
+
+// Wait waits for the call to complete. A status other than StatusOK comes
+// back as a *wire.OpError (errors.Is(err, wire.StatusX) works).
+func (c *Client) Wait(ctx context.Context, call *Call) (Result, error) {
+	if !call.done.Load() {
+		if err := c.t.wait(ctx, call); err != nil {
+			return Result{}, err
+		}
+	}
+	if call.err != nil {
+		return call.res, call.err
+	}
+	if call.res.Status != wire.StatusOK {
+		return call.res, &wire.OpError{Op: call.Req.Op, Status: call.res.Status}
+	}
+	return call.res, nil
+}
+
+// Do runs one op and waits for it.
+func (c *Client) Do(ctx context.Context, req Request) (Result, error) {
+	call, err := c.Go(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.Wait(ctx, call)
+}
+
+// Ping makes one round trip through the agent's dispatcher.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.Do(ctx, Request{Op: wire.OpPing})
+	return err
+}
+
+// Checksum returns the CRC-32C (Castagnoli) of b computed by the agent. A
+// buffer from Alloc is read in place; other memory is copied into the
+// window in chunks. Buffers over the chunk size are split into chunks
+// checksummed concurrently and combined exactly.
+func (c *Client) Checksum(ctx context.Context, b []byte) (uint32, error) {
+	chunk := max(min(c.opts.chunk, c.t.window()/4), 4096)
+	if len(b) <= chunk {
+		r, err := c.Do(ctx, Request{Op: wire.OpChecksum, In: [][]byte{b}})
+		return uint32(r.Arg0), err
+	}
+	var crc uint32
+	type piece struct {
+		call *Call
+		n    int
+	}
+	var inflight []piece
+	finish := func(p piece) error {
+		r, err := c.Wait(ctx, p.call)
+		if err != nil {
+			return err
+		}
+		crc = crc32cCombine(crc, uint32(r.Arg0), int64(p.n))
+		return nil
+	}
+	for off := 0; off < len(b); off += chunk {
+		part := b[off:min(off+chunk, len(b))]
+		call, err := c.Go(ctx, Request{Op: wire.OpChecksum, In: [][]byte{part}})
+		if err != nil {
+			return 0, err
+		}
+		inflight = append(inflight, piece{call, len(part)})
+		if len(inflight) == maxChunksInFl {
+			if err := finish(inflight[0]); err != nil {
+				return 0, err
+			}
+			inflight = inflight[1:]
+		}
+	}
+	for _, p := range inflight {
+		if err := finish(p); err != nil {
+			return 0, err
+		}
+	}
+	return crc, nil
+}
+
+// ParseTarget accepts the agent flag's forms: a full target, or a bare path
+// (shm) or HOST:PORT (tcp).
+func ParseTarget(s string) string {
+	switch {
+	case s == "":
+		return DefaultShm
+	case strings.Contains(s, "://"):
+		return s
+	case strings.HasPrefix(s, "/"):
+		return "shm://" + s
+	}
+	return "tcp://" + s
+}

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hecsys/hec/host"
+)
+
+const usage = `usage: hecctl COMMAND [flags]
+
+commands:
+  status      agent version, generation, services, queue pairs and op counts
+  ping        round trips through the agent (--n N); prints p50, p90, p99
+  checksum    CRC-32C of a file computed by the agent (--verify compares in-process)
+  metrics     the agent's hec_* Prometheus series
+
+flags (every command):
+  --agent T   shm:///dev/shm/NAME, tcp://HOST:PORT, a path or HOST:PORT (default ` + host.DefaultShm + `)
+  --mgmt A    management HOST:PORT (default ` + host.DefaultMgmt + `)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "hecctl:", err)
+		os.Exit(1)
+	}
+}
+
+type common struct {
+	agent string
+	mgmt  string
+}
+
+func flags(name string, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet("hecctl "+name, flag.ContinueOnError)
+	fs.StringVar(&c.agent, "agent", host.DefaultShm, "agent target")
+	fs.StringVar(&c.mgmt, "mgmt", host.DefaultMgmt, "management address")
+	return fs
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	var c common
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "status":
+		fs := flags(cmd, &c)
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return status(ctx, c, out)
+	case "ping":
+		fs := flags(cmd, &c)
+		n := fs.Int("n", 1000, "round trips")
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return ping(ctx, c, *n, out)
+	case "checksum":
+		fs := flags(cmd, &c)
+		verify := fs.Bool("verify", false, "also compute the CRC in-process and compare")
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return fmt.Errorf("checksum: want one FILE")
+		}
+		return checksum(ctx, c, fs.Arg(0), *verify, out)
+	case "metrics":
+		fs := flags(cmd, &c)
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return metrics(ctx, c, out)
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func get(ctx context.Context, mgmt, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mgmt+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("management API at %s: %w (is hecd running? --mgmt)", mgmt, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return resp, nil
+}
+
+type statusDoc struct {
+	Version    string  `json:"version"`
+	PID        int     `json:"pid"`
+	UptimeSec  float64 `json:"uptime_seconds"`
+	Generation uint32  `json:"generation"`
+	Region     string  `json:"region"`
+	RegionSize uint64  `json:"region_size"`
+	WindowSize uint64  `json:"window_size"`
+	StateDir   string  `json:"state_dir"`
+	Services   []struct {
+		Name, Addr, Note string
+		Served           bool
+	} `json:"services"`
+	QueuePairs []struct {
+		Index    int    `json:"index"`
+		State    string `json:"state"`
+		PID      uint32 `json:"pid"`
+		Reason   string `json:"reason"`
+		InFlight uint64 `json:"in_flight"`
+		Faults   uint64 `json:"faults"`
+		Fences   uint64 `json:"fences"`
+	} `json:"queue_pairs"`
+	Ops []struct {
+		Op     string `json:"op"`
+		Count  uint64 `json:"count"`
+		Errors uint64 `json:"errors"`
+	} `json:"ops"`
+}
+
+func status(ctx context.Context, c common, out io.Writer) error {
+	resp, err := get(ctx, c.mgmt, "/v1/status")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var st statusDoc
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("decode status: %w", err)
+	}
+	fmt.Fprintf(out, "agent    hecd %s, pid %d, up %s, generation %d\n", st.Version, st.PID,
+		(time.Duration(st.UptimeSec) * time.Second).String(), st.Generation)
+	if st.Region != "" {
+		fmt.Fprintf(out, "region   %s, %d MiB, window %d KiB per queue pair\n", st.Region, st.RegionSize>>20, st.WindowSize>>10)
+	}
+	fmt.Fprintf(out, "state    %s\n", st.StateDir)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nSERVICE\tADDRESS\tSERVED\tNOTE")
+	for _, s := range st.Services {
+		served := "yes"
+		if !s.Served {
+			served = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Addr, served, s.Note)
+	}
+	active := 0
+	fmt.Fprintln(tw, "\nQUEUE PAIR\tSTATE\tHOLDER PID\tIN FLIGHT\tFAULTS/FENCES\tREASON")
+	for _, q := range st.QueuePairs {
+		if q.State == "free" && q.Faults == 0 && q.Fences == 0 {
+			continue
+		}
+		active++
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d/%d\t%s\n", q.Index, q.State, q.PID, q.InFlight, q.Faults, q.Fences, q.Reason)
+	}
+	fmt.Fprintf(tw, "(%d of %d queue pairs shown; the rest are free and untouched)\n", active, len(st.QueuePairs))
+	fmt.Fprintln(tw, "\nOP\tCOUNT\tERRORS")
+	for _, o := range st.Ops {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", o.Op, o.Count, o.Errors)
+	}
+	return tw.Flush()
+}
+
+func dial(ctx context.Context, c common) (*host.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return host.Dial(dctx, host.ParseTarget(c.agent))
+}
+
+func ping(ctx context.Context, c common, n int, out io.Writer) error {
+	if n < 1 {
+		return fmt.Errorf("ping: --n %d", n)
+	}
+	cl, err := dial(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	// A few warm-up round trips, then n measured.
+	for i := 0; i < min(n, 100); i++ {
+		if err := cl.Ping(ctx); err != nil {
+			return err
+		}
+	}
+	d := make([]time.Duration, n)
+	for i := range d {
+		t0 := time.Now()
+		if err := cl.Ping(ctx); err != nil {
+			return err
+		}
+		d[i] = time.Since(t0)
+	}
+	slices.Sort(d)
+	p := func(q float64) time.Duration { return d[int(q*float64(n-1))] }
+	fmt.Fprintf(out, "ping %s: %d round trips: p50 %v  p90 %v  p99 %v\n", cl, n, p(0.5), p(0.9), p(0.99))
+	return nil
+}
+
+func checksum(ctx context.Context, c common, path string, verify bool, out io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cl, err := dial(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	// Read the file straight into buffers the agent reads in place.
+	const chunk = 1 << 20
+	buf, err := cl.Alloc(chunk)
+	if err != nil {
+		return err
+	}
+	defer cl.Free(buf)
+	var crc, local uint32
+	var total int64
+	var agentTime time.Duration
+	for {
+		n, rerr := io.ReadFull(f, buf)
+		if n > 0 {
+			t0 := time.Now()
+			part, err := cl.Checksum(ctx, buf[:n])
+			agentTime += time.Since(t0)
+			if err != nil {
+				return err
+			}
+			crc = combine(crc, part, int64(n))
+			if verify {
+				local = crc32.Update(local, crc32.MakeTable(crc32.Castagnoli), buf[:n])
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	fmt.Fprintf(out, "%08x  %s  (%d bytes, crc32c by the agent over %s, %.2f GB/s in the agent's hands)\n",
+		crc, path, total, cl, float64(total)/agentTime.Seconds()/1e9)
+	if verify {
+		if local != crc {
+			return fmt.Errorf("MISMATCH: in-process crc32c %08x", local)
+		}
+		fmt.Fprintf(out, "%08x  in-process: match\n", local)
+	}
+	return nil
+}
+
+// combine is crc(A‖B) from crc(A), crc(B) and len(B).
+func combine(a, b uint32, lenB int64) uint32 { return host.CombineCRC32C(a, b, lenB) }
+
+func metrics(ctx context.Context, c common, out io.Writer) error {
+	resp, err := get(ctx, c.mgmt, "/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		if l := s.Text(); strings.HasPrefix(l, "hec_") && !strings.Contains(l, "_bucket{") {
+			fmt.Fprintln(out, l)
+		}
+	}
+	return s.Err()
+}

@@ -1,0 +1,22 @@
+package host
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestCRC32CCombine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 1<<16)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	for _, split := range []int{0, 1, 7, 4096, 65535, 65536} {
+		a, b := data[:split], data[split:]
+		got := crc32cCombine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), int64(len(b)))
+		if want := crc32.Checksum(data, castagnoli); got != want {
+			t.Errorf("split %d: %#x want %#x", split, got, want)
+		}
+	}
+}

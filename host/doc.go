@@ -1,0 +1,40 @@
+// Package host is the library applications link to hand work to a HEC agent
+// (hecd) on the DPU, or on this host in local emulation.
+//
+//	c, err := host.Dial(ctx, "shm:///dev/shm/hec0") // or "tcp://127.0.0.1:7610"
+//	buf, err := c.Alloc(1 << 20)                    // in the shared window: zero copy
+//	crc, err := c.Checksum(ctx, buf)
+//
+// # Buffers and copies
+//
+// Over shared memory (shm://) every queue pair has a window of the region.
+// A buffer from Alloc lives in that window and is handed to the agent with
+// zero copy. Any other memory given to an op is copied into the window once
+// (in chunks, through a staging buffer), so it works, at the cost of a copy.
+// Over TCP (tcp://) payloads travel inline and Alloc returns ordinary
+// memory.
+//
+// A buffer handed to an op must not be modified until the op completes.
+//
+// # Calls
+//
+// Do runs one op synchronously; Go submits one asynchronously and GoBatch
+// several with a single ring doorbell, each returning a *Call to Wait on. A
+// Client is safe for use by many goroutines.
+//
+// # Failures and restarts
+//
+// When the agent restarts (a crash, an update), stops, or fences this
+// process's queue pair, ops in flight fail with a retryable status
+// (wire.IsRetryable reports true: wire.StatusRestarted,
+// wire.StatusUnavailable, wire.StatusFenced). The client attaches again on
+// its own; later ops wait for that (bounded by their context) and succeed.
+// It prefers the queue pair it had, so buffers from Alloc stay valid across
+// an agent restart.
+//
+// # Chunking
+//
+// Ops on buffers larger than one op may carry are split: Checksum splits
+// into chunks checksummed concurrently by the agent's workers and combines
+// the partial CRCs exactly.
+package host

@@ -1,0 +1,419 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// shmTransport runs ops over one leased queue pair of a shared region.
+type shmTransport struct {
+	path string
+	o    options
+
+	mu      sync.Mutex // guards all below
+	region  *ring.Region
+	ino     uint64
+	h       *ring.Host
+	qp      *ring.HostQP
+	win     []byte
+	arena   *ring.Allocator
+	pending []*Call  // by slot (tag & 0xffff)
+	slots   []uint16 // free slots
+	seq     uint64
+	broken  error // non-nil while detached: the retryable status
+	prefer  int
+	descs   []wire.Desc
+	cq      []wire.Desc
+	closed  bool
+	old     []*ring.Region // mappings kept alive for buffers handed out before a re-map
+
+	lastBeat   uint64 // agent heartbeat last seen
+	lastBeatAt time.Time
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func dialShm(ctx context.Context, path string, o options) (*shmTransport, error) {
+	t := &shmTransport{path: path, o: o, prefer: -1, stop: make(chan struct{})}
+	t.mu.Lock()
+	err := t.attach(ctx)
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.heartbeat()
+	return t, nil
+}
+
+func fileIno(path string) (uint64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Ino, nil
+	}
+	return 0, nil
+}
+
+// attach maps the region (again, if the file was replaced), checks its
+// header and leases a queue pair, preferring the one held before. Called
+// with t.mu held.
+func (t *shmTransport) attach(ctx context.Context) error {
+	ino, err := fileIno(t.path)
+	if err != nil {
+		return fmt.Errorf("region %s: %w (is hecd running?)", t.path, err)
+	}
+	if t.region == nil || ino != t.ino {
+		r, err := ring.Map(t.path, 0, false)
+		if err != nil {
+			return err
+		}
+		if t.region != nil {
+			t.old = append(t.old, t.region)
+		}
+		t.region, t.ino = r, ino
+	}
+	h, err := ring.Attach(t.region)
+	if err != nil {
+		return err
+	}
+	if t.h != nil && h.Geometry() != t.h.Geometry() {
+		// The layout changed under the same file: remap so the mapping
+		// covers it (buffers of the old window stay mapped, and are copied).
+		r, err := ring.Map(t.path, 0, false)
+		if err != nil {
+			return err
+		}
+		t.old = append(t.old, t.region)
+		t.region = r
+		if h, err = ring.Attach(r); err != nil {
+			return err
+		}
+	}
+	qp, err := h.Lease(ctx, t.prefer)
+	if err != nil {
+		return err
+	}
+	sameWindow := t.qp != nil && qp.Index() == t.qp.Index() && len(t.win) == len(qp.Window()) &&
+		unsafe.SliceData(t.win) == unsafe.SliceData(qp.Window())
+	t.h, t.qp = h, qp
+	if !sameWindow {
+		t.win = qp.Window()
+		t.arena = ring.NewAllocator(uint64(len(t.win)))
+	}
+	t.prefer = qp.Index()
+	n := qp.Entries()
+	if len(t.pending) != n {
+		t.pending = make([]*Call, n)
+		t.slots = t.slots[:0]
+		for i := n - 1; i >= 0; i-- {
+			t.slots = append(t.slots, uint16(i))
+		}
+		t.descs = make([]wire.Desc, n)
+		t.cq = make([]wire.Desc, n)
+	}
+	t.broken = nil
+	t.lastBeat, t.lastBeatAt = h.AgentHeartbeat(), time.Now()
+	return nil
+}
+
+func (t *shmTransport) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.qp == nil {
+		return fmt.Sprintf("shm://%s (detached)", t.path)
+	}
+	return fmt.Sprintf("shm://%s queue pair %d, window %d KiB, generation %d", t.path, t.qp.Index(), len(t.win)>>10, t.h.Generation())
+}
+
+func (t *shmTransport) window() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.win)
+}
+
+// offset returns b's offset in the current window, if b lies in it.
+func (t *shmTransport) offset(b []byte) (uint64, bool) {
+	if len(t.win) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.win)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if len(b) == 0 {
+		return 0, p >= base && p <= base+uintptr(len(t.win))
+	}
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(t.win)) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
+
+func (t *shmTransport) alloc(n int) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.arena == nil {
+		return nil, t.broken
+	}
+	off, err := t.arena.Alloc(uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	return t.win[off : off+uint64(n) : off+uint64(n)], nil
+}
+
+func (t *shmTransport) free(b []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	off, ok := t.offset(b)
+	if !ok {
+		return errors.New("host: free of a buffer not from this client's window (after a re-attach to another queue pair, old buffers are no longer in the window)")
+	}
+	return t.arena.Free(off)
+}
+
+// ensure re-attaches a detached transport, waiting (bounded by ctx and the
+// attach wait) for an agent to come back. Called with t.mu held.
+func (t *shmTransport) ensure(ctx context.Context) error {
+	if t.closed {
+		return ErrClosed
+	}
+	if t.broken == nil {
+		return nil
+	}
+	deadline := time.Now().Add(t.o.attachWait)
+	var w ring.Waiter
+	for {
+		err := t.attach(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("re-attach to %s: %v: %w", t.path, err, wire.StatusUnavailable)
+		}
+		t.mu.Unlock()
+		w.Wait()
+		if w.Idle() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.mu.Lock()
+		if t.closed {
+			return ErrClosed
+		}
+	}
+}
+
+// detach fails every call in flight with status (retryable for restarts,
+// stops and fences) and marks the transport for re-attach. With t.mu held.
+func (t *shmTransport) detach(status wire.Status, why error) {
+	for i, c := range t.pending {
+		if c != nil {
+			c.complete(Result{Status: status}, fmt.Errorf("host: %s in flight: %v: %w", c.Req.Op, why, status))
+			t.pending[i] = nil
+			t.slots = append(t.slots, uint16(i))
+		}
+	}
+	if t.qp != nil && status != wire.StatusFaulted {
+		t.qp.Release()
+	}
+	t.broken = status
+}
+
+// submit places calls in the ring, staging inputs that are not in the
+// window, and rings the doorbell once per batch that fits.
+func (t *shmTransport) submit(ctx context.Context, calls []*Call) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var w ring.Waiter
+	for len(calls) > 0 {
+		if err := t.ensure(ctx); err != nil {
+			return err
+		}
+		n := 0
+		for n < len(calls) && n < t.qp.Room() && len(t.slots) > 0 {
+			d, err := t.prepare(calls[n])
+			if errors.Is(err, ring.ErrNoSpace) && n == 0 && t.inflight() > 0 {
+				break // wait for completions to free staging space
+			}
+			if err != nil {
+				if n == 0 {
+					return err
+				}
+				break
+			}
+			t.descs[n] = d
+			n++
+		}
+		if n > 0 {
+			t.qp.Submit(t.descs[:n])
+			calls = calls[n:]
+			w.Reset()
+			continue
+		}
+		// No room: reap completions and back off.
+		t.reap()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.mu.Unlock()
+		w.Wait()
+		t.mu.Lock()
+	}
+	return nil
+}
+
+func (t *shmTransport) inflight() int {
+	return len(t.pending) - len(t.slots)
+}
+
+// prepare assigns a slot and builds the descriptor; inputs outside the
+// window are copied into staging buffers in it.
+func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
+	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(len(c.Req.In))}
+	c.staged = c.staged[:0]
+	for i, b := range c.Req.In {
+		off, ok := t.offset(b)
+		if !ok {
+			so, err := t.arena.Alloc(uint64(len(b)))
+			if err != nil {
+				t.unstage(c)
+				return d, fmt.Errorf("stage %d bytes for %s: %w", len(b), c.Req.Op, err)
+			}
+			copy(t.win[so:], b)
+			c.staged = append(c.staged, so)
+			off = so
+		}
+		d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
+	}
+	slot := t.slots[len(t.slots)-1]
+	t.slots = t.slots[:len(t.slots)-1]
+	t.seq++
+	c.tag = t.seq<<16 | uint64(slot)
+	d.Tag = c.tag
+	t.pending[slot] = c
+	return d, nil
+}
+
+func (t *shmTransport) unstage(c *Call) {
+	for _, off := range c.staged {
+		t.arena.Free(off)
+	}
+	c.staged = c.staged[:0]
+}
+
+// reap polls completions and completes their calls. With t.mu held.
+func (t *shmTransport) reap() {
+	if t.broken != nil || t.qp == nil {
+		return
+	}
+	n, err := t.qp.Poll(t.cq)
+	for _, d := range t.cq[:n] {
+		slot := int(d.Tag & 0xffff)
+		if slot >= len(t.pending) || t.pending[slot] == nil || t.pending[slot].tag != d.Tag {
+			continue // not ours: a completion we no longer wait for
+		}
+		c := t.pending[slot]
+		t.pending[slot] = nil
+		t.slots = append(t.slots, uint16(slot))
+		t.unstage(c)
+		c.complete(Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}, nil)
+	}
+	if err != nil {
+		t.fail(err)
+	}
+}
+
+// fail handles a queue pair that stopped serving.
+func (t *shmTransport) fail(err error) {
+	var st wire.Status
+	if !errors.As(err, &st) {
+		st = wire.StatusUnavailable
+	}
+	if st == wire.StatusFaulted {
+		// Our own indices went wrong (or something scribbled on them):
+		// what was in flight is lost; reset the pair and go on.
+		t.detach(wire.StatusFaulted, err)
+		if rerr := t.qp.Reset(context.Background()); rerr == nil {
+			t.broken = nil
+		}
+		return
+	}
+	t.detach(st, err)
+}
+
+func (t *shmTransport) wait(ctx context.Context, c *Call) error {
+	var w ring.Waiter
+	for !c.done.Load() {
+		if t.mu.TryLock() {
+			t.reap()
+			t.mu.Unlock()
+			if c.done.Load() {
+				return nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w.Wait()
+	}
+	return nil
+}
+
+// heartbeat keeps the lease alive and notices an agent that died without
+// saying so (its heartbeat stops): calls in flight then fail with
+// StatusUnavailable instead of waiting forever.
+func (t *shmTransport) heartbeat() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.o.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tick.C:
+			t.mu.Lock()
+			if t.broken == nil && t.qp != nil {
+				t.qp.Beat()
+				if b := t.h.AgentHeartbeat(); b != t.lastBeat {
+					t.lastBeat, t.lastBeatAt = b, now
+				} else if now.Sub(t.lastBeatAt) > t.o.agentTimeout {
+					t.detach(wire.StatusUnavailable, fmt.Errorf("agent heartbeat stopped %v ago", now.Sub(t.lastBeatAt).Round(time.Millisecond)))
+				}
+				if t.broken == nil {
+					if err := t.qp.Check(); err != nil && t.inflight() == 0 {
+						t.fail(err)
+					}
+				}
+			}
+			t.mu.Unlock()
+		}
+	}
+}
+
+func (t *shmTransport) close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.detach(wire.StatusClosed, ErrClosed)
+	close(t.stop)
+	t.mu.Unlock()
+	t.wg.Wait()
+	for _, r := range t.old {
+		r.Close()
+	}
+	return t.region.Close()
+}

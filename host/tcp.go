@@ -1,0 +1,150 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// tcpTransport runs ops over a TCP connection with payloads inline: the
+// fallback transport, and the way to an agent across the host–DPU network.
+type tcpTransport struct {
+	addr string
+	o    options
+
+	wmu    sync.Mutex // serialises dialing and writes
+	conn   net.Conn
+	closed bool
+
+	pmu     sync.Mutex
+	pending map[uint64]*Call
+	seq     uint64
+}
+
+// maxTCPOp bounds one op's payload (the agent's default frame limit).
+const maxTCPOp = wire.DefaultMaxPayload
+
+func dialTCP(ctx context.Context, addr string, o options) (*tcpTransport, error) {
+	t := &tcpTransport{addr: addr, o: o, pending: map[uint64]*Call{}}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if err := t.dial(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// dial connects and starts the reader. With t.wmu held.
+func (t *tcpTransport) dial(ctx context.Context) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", t.addr)
+	if err != nil {
+		return fmt.Errorf("connect %s: %v: %w", t.addr, err, wire.StatusUnavailable)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	t.conn = c
+	go t.read(c)
+	return nil
+}
+
+func (t *tcpTransport) String() string { return "tcp://" + t.addr }
+func (t *tcpTransport) window() int    { return maxTCPOp }
+
+func (t *tcpTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
+func (t *tcpTransport) free([]byte) error           { return nil }
+
+func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	if t.conn == nil {
+		if err := t.dial(ctx); err != nil {
+			return err
+		}
+	}
+	for _, c := range calls {
+		d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(len(c.Req.In))}
+		off := 0
+		for i, b := range c.Req.In {
+			d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
+			off += len(b)
+		}
+		t.pmu.Lock()
+		t.seq++
+		c.tag = t.seq
+		t.pending[c.tag] = c
+		t.pmu.Unlock()
+		d.Tag = c.tag
+		if err := wire.WriteFrame(t.conn, &d, c.Req.In...); err != nil {
+			t.conn.Close()
+			t.conn = nil
+			t.failAll(fmt.Errorf("host: send to %s: %v: %w", t.addr, err, wire.StatusUnavailable))
+			return fmt.Errorf("send to %s: %v: %w", t.addr, err, wire.StatusUnavailable)
+		}
+	}
+	return nil
+}
+
+// read completes calls from responses until the connection ends; then every
+// call still pending fails with StatusUnavailable (retryable), and the next
+// submit dials again.
+func (t *tcpTransport) read(c net.Conn) {
+	fr := wire.NewFrameReader(c, maxTCPOp)
+	for {
+		d, _, err := fr.Next()
+		if err != nil {
+			t.wmu.Lock()
+			if t.conn == c {
+				t.conn = nil
+			}
+			t.wmu.Unlock()
+			c.Close()
+			t.failAll(fmt.Errorf("host: connection to %s: %v: %w", t.addr, err, wire.StatusUnavailable))
+			return
+		}
+		t.pmu.Lock()
+		call := t.pending[d.Tag]
+		delete(t.pending, d.Tag)
+		t.pmu.Unlock()
+		if call != nil {
+			call.complete(Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}, nil)
+		}
+	}
+}
+
+func (t *tcpTransport) failAll(err error) {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	for tag, c := range t.pending {
+		c.complete(Result{Status: wire.StatusUnavailable}, err)
+		delete(t.pending, tag)
+	}
+}
+
+func (t *tcpTransport) wait(ctx context.Context, c *Call) error {
+	select {
+	case <-c.ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t *tcpTransport) close() error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.closed = true
+	if t.conn != nil {
+		t.conn.Close()
+		t.conn = nil
+	}
+	t.failAll(ErrClosed)
+	return nil
+}
