@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/host"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// TestMain lets the test binary serve as a client process.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("HEC_E2E_HELPER"); mode != "" {
+		os.Exit(runHelper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// testAgent is an agent running in this process on a private region and
+// ephemeral loopback ports.
+type testAgent struct {
+	*dpu.Agent
+	cfg    dpu.Config
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func agentConfig(t *testing.T) dpu.Config {
+	shm := "/dev/shm"
+	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
+		shm = t.TempDir()
+	}
+	path := filepath.Join(shm, fmt.Sprintf("hec-e2e-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	t.Cleanup(func() { os.Remove(path) })
+	return dpu.Config{
+		Shm: path, RegionSize: 16 << 20, QueuePairs: 8, RingEntries: 64,
+		TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", RESP: dpu.Off, UDP: dpu.Off,
+		StateDir: t.TempDir(), LeaseTimeout: dpu.Duration{Duration: time.Second},
+	}
+}
+
+func startAgent(t *testing.T, cfg dpu.Config) *testAgent {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := dpu.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ta := &testAgent{Agent: a, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
+	go func() { ta.done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-ta.done:
+		t.Fatalf("agent did not start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent not ready after 10s")
+	}
+	t.Cleanup(ta.stop)
+	return ta
+}
+
+func (ta *testAgent) stop() {
+	ta.cancel()
+	<-ta.done
+	ta.done <- nil // a second stop returns at once
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func dial(t *testing.T, target string) *host.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := host.Dial(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// helperCmd runs this test binary as a client process.
+func helperCmd(t *testing.T, mode string, env ...string) *exec.Cmd {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(append(os.Environ(), "HEC_E2E_HELPER="+mode), env...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}

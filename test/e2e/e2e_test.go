@@ -1,0 +1,339 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+func TestPingAndChecksumBothTransports(t *testing.T) {
+	a := startAgent(t, agentConfig(t))
+	for _, target := range []string{"shm://" + a.cfg.Shm, "tcp://" + a.Addr("tcp")} {
+		t.Run(strings.SplitN(target, ":", 2)[0], func(t *testing.T) {
+			c := dial(t, target)
+			ctx := context.Background()
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 1))
+			for _, size := range []int{0, 1, 4095, 1 << 20, 5<<20 + 17} {
+				b := make([]byte, size) // not from Alloc: staged and chunked
+				for i := range b {
+					b[i] = byte(rng.Uint32())
+				}
+				got, err := c.Checksum(ctx, b)
+				if err != nil {
+					t.Fatalf("size %d: %v", size, err)
+				}
+				if want := crc32.Checksum(b, castagnoli); got != want {
+					t.Fatalf("size %d: %#x want %#x", size, got, want)
+				}
+			}
+			buf, err := c.Alloc(1 << 20) // zero copy over shm
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range buf {
+				buf[i] = byte(i * 31)
+			}
+			if got, err := c.Checksum(ctx, buf); err != nil || got != crc32.Checksum(buf, castagnoli) {
+				t.Fatalf("alloc'd buffer: %#x %v", got, err)
+			}
+			if err := c.Free(buf); err != nil {
+				t.Fatal(err)
+			}
+			// An op the agent does not serve: a permanent error, and the
+			// client goes on.
+			if _, err := c.Do(ctx, host.Request{Op: 0x7fff}); !errors.Is(err, wire.StatusBadOp) || wire.IsRetryable(err) {
+				t.Fatalf("unknown op: %v", err)
+			}
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestDialErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, target := range []string{"udp://x", "shm://host/path", "tcp://", "::"} {
+		if _, err := host.Dial(ctx, target); !errors.Is(err, host.ErrTarget) {
+			t.Errorf("Dial(%q) = %v, want ErrTarget", target, err)
+		}
+	}
+	if _, err := host.Dial(ctx, "shm:///dev/shm/hec-no-such-region"); err == nil {
+		t.Error("dial of a missing region succeeded")
+	}
+}
+
+// TestKill9MidBatch: four client processes hammer checksums while a fifth is
+// killed with SIGKILL mid-batch a hundred times. The four never see a wrong
+// answer; every dead client's queue pair is reclaimed.
+func TestKill9MidBatch(t *testing.T) {
+	kills := 100
+	if testing.Short() {
+		kills = 20
+	}
+	cfg := agentConfig(t)
+	a := startAgent(t, cfg)
+	target := "HEC_E2E_TARGET=shm://" + cfg.Shm
+	type hammerProc struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		out   strings.Builder
+	}
+	var hammers []*hammerProc
+	for i := 0; i < 4; i++ {
+		h := &hammerProc{cmd: helperCmd(t, "hammer", target)}
+		h.stdin, _ = h.cmd.StdinPipe()
+		h.cmd.Stdout = &h.out
+		if err := h.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		hammers = append(hammers, h)
+	}
+	for k := 0; k < kills; k++ {
+		v := helperCmd(t, "victim", target)
+		out, _ := v.StdoutPipe()
+		if err := v.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+			v.Process.Kill()
+			v.Wait()
+			t.Fatalf("victim %d said %q", k, line)
+		}
+		time.Sleep(time.Duration(1+k%7) * time.Millisecond) // mid-batch
+		v.Process.Signal(syscall.SIGKILL)
+		v.Wait()
+	}
+	total := 0
+	for _, h := range hammers {
+		h.stdin.Close()
+		if err := h.cmd.Wait(); err != nil {
+			t.Fatalf("hammer client saw a wrong answer or failed: %v", err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(h.out.String()))
+		if n == 0 {
+			t.Fatalf("a hammer client made no progress (%q)", h.out.String())
+		}
+		total += n
+	}
+	t.Logf("four clients: %d checked checksums while %d clients were killed", total, kills)
+	// Every victim's pair comes back.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		active, fences := 0, uint64(0)
+		for _, q := range a.Dispatcher().QueuePairs() {
+			if q.State != "free" {
+				active++
+			}
+			fences += q.Fences
+		}
+		if active == 0 && fences >= uint64(kills) {
+			t.Logf("%d kills, %d fences, all pairs free", kills, fences)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after kills: %d pairs not free, %d fences for %d kills", active, fences, kills)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAgentRestartUnderClients: clients keep going across an agent restart;
+// ops in flight fail with retryable errors, later ones succeed.
+func TestAgentRestartUnderClients(t *testing.T) {
+	cfg := agentConfig(t)
+	a := startAgent(t, cfg)
+	ctx := context.Background()
+	var okBefore, okAfter, retryable atomic.Int64
+	var restarted atomic.Bool
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	for i := 0; i < 3; i++ {
+		c := dial(t, "shm://"+cfg.Shm)
+		buf, err := c.Alloc(64 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 3))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b := buf[:rng.IntN(len(buf))]
+				for j := range b {
+					b[j] = byte(rng.Uint32())
+				}
+				got, err := c.Checksum(ctx, b)
+				switch {
+				case err != nil && wire.IsRetryable(err):
+					retryable.Add(1)
+				case err != nil:
+					errs <- err
+					return
+				case got != crc32.Checksum(b, castagnoli):
+					errs <- errors.New("wrong checksum")
+					return
+				case restarted.Load():
+					okAfter.Add(1)
+				default:
+					okBefore.Add(1)
+				}
+			}
+		}(uint64(i))
+	}
+	time.Sleep(300 * time.Millisecond)
+	gen := a.Generation()
+	a.stop()
+	restarted.Store(true)
+	b := startAgent(t, cfg)
+	if b.Generation() <= gen {
+		t.Fatalf("generation %d after %d", b.Generation(), gen)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for okAfter.Load() < 300 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("ok before %d, retryable errors %d, ok after restart %d", okBefore.Load(), retryable.Load(), okAfter.Load())
+	if okBefore.Load() == 0 || okAfter.Load() < 300 {
+		t.Fatalf("clients did not go on across the restart: before %d, after %d", okBefore.Load(), okAfter.Load())
+	}
+}
+
+// TestMillionHostileDescriptors: a raw ring writer submits a million
+// descriptors of random bytes and random spans (and now and then tears its
+// own indices) against a running agent. The agent neither crashes nor
+// hangs; every descriptor completes (with an error status) or is lost to a
+// fault of that pair; a well-behaved client beside it stays correct.
+func TestMillionHostileDescriptors(t *testing.T) {
+	total := 1_000_000
+	if testing.Short() {
+		total = 100_000
+	}
+	cfg := agentConfig(t)
+	a := startAgent(t, cfg)
+	r, err := ring.Map(cfg.Shm, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h, err := ring.Attach(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := h.Lease(context.Background(), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := dial(t, "shm://"+cfg.Shm)
+	stop := make(chan struct{})
+	goodErr := make(chan error, 1)
+	var goodOps int
+	go func() {
+		var err error
+		goodOps, err = hammer(context.Background(), good, stop, 5)
+		goodErr <- err
+	}()
+	win := len(q.Window())
+	rng := rand.New(rand.NewPCG(7, 7))
+	batch := make([]wire.Desc, 64)
+	out := make([]wire.Desc, 64)
+	var sent, completed, faults int
+	statuses := map[wire.Status]int{}
+	var raw [wire.DescSize]byte
+	lastProgress := time.Now()
+	for sent < total {
+		k := min(q.Room(), len(batch), total-sent)
+		for i := 0; i < k; i++ {
+			for j := range raw {
+				raw[j] = byte(rng.Uint32())
+			}
+			d := &batch[i]
+			d.Unmarshal(raw[:])   // whatever it decodes to
+			if rng.IntN(2) == 0 { // plausible: known ops, spans near the window
+				d.Op = wire.Op(rng.IntN(4))
+				d.Flags = uint16(rng.IntN(2)) // sometimes an SGL
+				d.NSpan = uint8(rng.IntN(6))
+				d.Status = 0
+				for i := range d.Spans {
+					d.Spans[i] = wire.Span{Off: uint32(rng.IntN(win + 4096)), Len: uint32(rng.IntN(win / 8))}
+				}
+			}
+		}
+		sent += q.Submit(batch[:k])
+		n, err := q.Poll(out)
+		completed += n
+		for _, c := range out[:n] {
+			statuses[c.Status]++
+		}
+		if n > 0 {
+			lastProgress = time.Now()
+		}
+		if err != nil {
+			if !errors.Is(err, wire.StatusFaulted) {
+				t.Fatalf("hostile pair: %v", err)
+			}
+			faults++
+			lost := q.InFlight()
+			if err := q.Reset(context.Background()); err != nil {
+				t.Fatalf("reset: %v", err)
+			}
+			completed += lost // lost to the fault, by design
+		}
+		if time.Since(lastProgress) > 10*time.Second {
+			t.Fatalf("agent stopped completing: %d sent, %d completed", sent, completed)
+		}
+		q.Beat()
+	}
+	for completed < sent && time.Since(lastProgress) < 10*time.Second {
+		n, _ := q.Poll(out)
+		completed += n
+		if n > 0 {
+			lastProgress = time.Now()
+		}
+	}
+	close(stop)
+	if err := <-goodErr; err != nil {
+		t.Fatalf("well-behaved client beside the storm: %v", err)
+	}
+	if completed != sent {
+		t.Fatalf("%d sent, %d completed", sent, completed)
+	}
+	if err := dial(t, "shm://"+cfg.Shm).Ping(context.Background()); err != nil {
+		t.Fatalf("agent after the storm: %v", err)
+	}
+	t.Logf("%d hostile descriptors: statuses %v; %d faults; good client %d ops", sent, statuses, faults, goodOps)
+	if goodOps == 0 {
+		t.Fatal("the good client made no progress")
+	}
+	_ = a
+}
