@@ -14,10 +14,20 @@ ARM64_TEST_PKGS := ./shared/...
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/hecsys/hec/dpu.Version=$(VERSION)
+
 .PHONY: build
-build: ## build every package, and the arm64 agent
+build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (every package for both arches)
 	$(GO) build ./...
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hecd ./dpu/cmd/hecd
+	$(GO) build -o $(BIN)/hecctl ./host/cmd/hecctl
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
+
+.PHONY: run
+run: build ## start the agent in local emulation and tour every service (stops it at the end)
+	scripts/tour
 
 .PHONY: test
 test: ## vet, then all tests with -race, then shared/ as arm64 binaries under qemu-user
