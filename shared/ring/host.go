@@ -91,6 +91,7 @@ func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
 		q.lease = leaseWord(leaseEpoch(w), pid)
 		q.word(qStart).Store(selfStart())
 		q.word(qHeartbeat).Store(1)
+		q.ringDoorbell()
 		if err := q.waitActive(ctx, 0); err != nil {
 			q.Release()
 			return nil, fmt.Errorf("lease queue pair %d: %w", i, err)
@@ -192,6 +193,7 @@ func (q *HostQP) Submit(ds []wire.Desc) int {
 	if n > 0 {
 		q.sqTail += uint64(n)
 		q.word(qSQTail).Store(q.sqTail)
+		q.ringDoorbell()
 	}
 	return n
 }
@@ -231,6 +233,7 @@ func (q *HostQP) Reset(ctx context.Context) error {
 	q.word(qCQHead).Store(0)
 	q.resetReq = q.word(qResetReq).Load() + 1
 	q.word(qResetReq).Store(q.resetReq)
+	q.ringDoorbell()
 	if err := q.waitActive(ctx, uint16(q.resetReq)); err != nil {
 		return fmt.Errorf("reset queue pair %d: %w", q.idx, err)
 	}
@@ -274,4 +277,5 @@ func (q *HostQP) waitActive(ctx context.Context, ack uint16) error {
 // flight) before anyone can take it again.
 func (q *HostQP) Release() {
 	q.word(qLease).CompareAndSwap(q.lease, leaseWord(leaseEpoch(q.lease), releasedPID))
+	q.ringDoorbell()
 }

@@ -43,6 +43,8 @@ const (
 	hGeneration = 1 * wordStride
 	hHeartbeat  = 2 * wordStride
 	hState      = 3 * wordStride
+	hSleeping   = 4 * wordStride // agent: 1 while it sleeps on the doorbell
+	hDoorbell   = 5 * wordStride // hosts add 1 and futex-wake when the agent sleeps (a hint, not state)
 )
 
 // Agent state in the header.

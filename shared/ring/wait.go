@@ -25,6 +25,11 @@ type Waiter struct {
 	// (a worker pool, say) signals it so its results are not left waiting
 	// for the sleep to run out.
 	Wake <-chan struct{}
+	// Sleep, when set, replaces the timed sleep (the agent sleeps on the
+	// region's doorbell, which hosts ring).
+	Sleep func(time.Duration)
+	// MaxSleep caps the sleep after a long idle (default 10ms).
+	MaxSleep time.Duration
 
 	n     int
 	phase int // 0 spin, 1 yield, 2 sleep
@@ -93,6 +98,9 @@ func (w *Waiter) Wait() {
 		limit := shortSleep
 		if time.Since(w.since) > longIdle {
 			limit = longSleep
+			if w.MaxSleep > 0 {
+				limit = w.MaxSleep
+			}
 		}
 		w.doSleep()
 		w.sleep = min(w.sleep*2, limit)
@@ -100,6 +108,10 @@ func (w *Waiter) Wait() {
 }
 
 func (w *Waiter) doSleep() {
+	if w.Sleep != nil {
+		w.Sleep(w.sleep)
+		return
+	}
 	if w.Wake == nil {
 		time.Sleep(w.sleep)
 		return
@@ -114,6 +126,16 @@ func (w *Waiter) doSleep() {
 		w.timer.Stop()
 		w.Reset()
 	case <-w.timer.C:
+	}
+}
+
+// SkipToSleep moves the waiter to its sleeping phase, for a poller that
+// knows the work it waits for will take a while.
+func (w *Waiter) SkipToSleep() {
+	if w.phase != 2 {
+		w.phase, w.n = 2, 0
+		w.since = time.Now()
+		w.sleep = minSleep
 	}
 }
 
