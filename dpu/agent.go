@@ -50,7 +50,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, log: log, disp: NewDispatcher(log, cfg.Workers), readyCh: make(chan struct{})}, nil
+	d := NewDispatcher(log, cfg.Workers)
+	d.doorbell = *cfg.Doorbell
+	return &Agent{cfg: cfg, log: log, disp: d, readyCh: make(chan struct{})}, nil
 }
 
 // Config returns the configuration with defaults filled in.

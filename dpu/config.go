@@ -57,6 +57,11 @@ type Config struct {
 	// true: in local emulation the agent shares the hosts' pid namespace.
 	// Set it false when the agent runs in a VM or on a DPU.
 	CheckPIDs *bool `toml:"check_pids"`
+	// Doorbell lets the idle agent sleep in the kernel until a host rings
+	// (a futex in the region). Default true: in local emulation the hosts
+	// share the agent's kernel. Across a VM boundary a host cannot wake
+	// the agent; set it false there and the agent polls with short sleeps.
+	Doorbell *bool `toml:"doorbell"`
 	// Workers is the number of goroutines running handlers that are not
 	// inline. Default GOMAXPROCS.
 	Workers int `toml:"workers"`
@@ -121,6 +126,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CheckPIDs == nil {
 		t := true
 		c.CheckPIDs = &t
+	}
+	if c.Doorbell == nil {
+		t := true
+		c.Doorbell = &t
 	}
 	if c.MaxFrame == 0 {
 		c.MaxFrame = 64 << 20

@@ -60,6 +60,11 @@ type Dispatcher struct {
 	wake chan struct{}
 	jobs sync.Pool
 
+	// doorbell: sleep on the region's futex doorbell when idle (hosts share
+	// the agent's kernel); ring wakes the poller from a worker.
+	doorbell bool
+	ring     func()
+
 	mu    sync.Mutex
 	snaps []QPStatus
 }
@@ -171,6 +176,9 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 					j.e.h.Serve(ctx, &j.req, &j.resp)
 					d.finish(j.e, &j.resp, j.t0)
 					d.done <- j
+					if r := d.ring; r != nil {
+						r()
+					}
 					select {
 					case d.wake <- struct{}{}:
 					default:
@@ -181,8 +189,12 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// housekeepEvery is how often the poller runs lease housekeeping.
-const housekeepEvery = 10 * time.Millisecond
+// housekeepEvery is how often the poller runs lease housekeeping while busy;
+// an idle poller sleeping on the doorbell housekeeps every idleHousekeep.
+const (
+	housekeepEvery = 10 * time.Millisecond
+	idleHousekeep  = 100 * time.Millisecond
+)
 
 // RunShm polls every queue pair of a until ctx ends. It is the only
 // goroutine touching a's queue pairs. On return, work taken but not done has
@@ -195,6 +207,31 @@ func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent) {
 // RunShmWithBeat is RunShm, storing the time of each housekeeping pass in
 // beat (for the agent's health check).
 func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
+	qps := a.QueuePairs()
+	touched := make([]bool, len(qps))
+	in := make([]ring.Incoming, 32)
+	var w ring.Waiter
+	if d.doorbell {
+		// Hosts share our kernel: sleep in it until rung, housekeeping at
+		// least every idleHousekeep.
+		w.MaxSleep = idleHousekeep
+		w.Sleep = func(t time.Duration) {
+			a.SleepOnDoorbell(t, func() bool {
+				if len(d.done) > 0 {
+					return true
+				}
+				for _, q := range qps {
+					if q.HasWork() {
+						return true
+					}
+				}
+				return false
+			})
+		}
+		d.ring = a.Ring
+	} else {
+		w.Wake = d.wake
+	}
 	var wg sync.WaitGroup
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	d.runWorkers(wctx, &wg)
@@ -202,13 +239,8 @@ func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *at
 		stopWorkers()
 		wg.Wait()
 	}()
-
-	qps := a.QueuePairs()
-	touched := make([]bool, len(qps))
-	in := make([]ring.Incoming, 32)
-	var w ring.Waiter
-	w.Wake = d.wake
 	last := time.Time{}
+	withWorkers := 0 // jobs handed to workers and not yet completed
 	for iter := 0; ; iter++ {
 		if ctx.Err() != nil {
 			d.drain(a, touched)
@@ -223,6 +255,7 @@ func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *at
 				j.q.Complete(&j.resp)
 				touched[j.q.Index()] = true
 				d.putJob(j)
+				withWorkers--
 				busy = true
 			default:
 				break completions
@@ -249,6 +282,7 @@ func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *at
 				*j = job{q: q, e: e, req: Request{Desc: in[k].Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
 				select {
 				case d.work <- j:
+					withWorkers++
 				default: // every worker busy and the queue full: push back
 					resp.Status = wire.StatusBusy
 					q.Complete(&resp)
@@ -269,13 +303,23 @@ func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *at
 				last = now
 			}
 		}
-		if busy {
+		switch {
+		case busy:
 			w.Reset()
-		} else {
+		case d.doorbell && withWorkers >= busyWorkersToSleep:
+			// Workers hold the cores: spinning here would steal from
+			// them. Sleep until a worker or a host rings.
+			w.SkipToSleep()
+			w.Wait()
+		default:
 			w.Wait()
 		}
 	}
 }
+
+// busyWorkersToSleep is the number of jobs with workers at which the poller
+// stops spinning: enough to keep every other core busy.
+var busyWorkersToSleep = max(1, runtime.NumCPU()-1)
 
 func (d *Dispatcher) putJob(j *job) {
 	*j = job{}

@@ -38,6 +38,7 @@ func run(args []string) error {
 		entries    = fs.Int("ring-entries", 256, "descriptors per ring (power of two)")
 		workers    = fs.Int("workers", 0, "handler worker goroutines (default GOMAXPROCS)")
 		checkPIDs  = fs.Bool("check-pids", true, "fence queue pairs whose holder pid is gone (local emulation only)")
+		doorbell   = fs.Bool("doorbell", true, "sleep on a futex doorbell hosts ring when idle (hosts share this kernel)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
 	)
@@ -88,6 +89,8 @@ func run(args []string) error {
 			cfg.Workers = *workers
 		case "check-pids":
 			cfg.CheckPIDs = checkPIDs
+		case "doorbell":
+			cfg.Doorbell = doorbell
 		}
 	})
 	agent, err := dpu.New(cfg, log)
