@@ -95,6 +95,9 @@ type transport interface {
 	wait(ctx context.Context, c *Call) error
 	close() error
 	window() int // the largest span one op may name
+	// inWindow reports whether b is handed over without a copy (in the
+	// shared window); such buffers need no chunking.
+	inWindow(b []byte) bool
 	String() string
 }
 
@@ -240,12 +243,12 @@ func (c *Client) Ping(ctx context.Context) error {
 }
 
 // Checksum returns the CRC-32C (Castagnoli) of b computed by the agent. A
-// buffer from Alloc is read in place; other memory is copied into the
-// window in chunks. Buffers over the chunk size are split into chunks
-// checksummed concurrently and combined exactly.
+// buffer from Alloc is read in place, in one op. Other memory is copied
+// into the window (or sent, over TCP) in chunks that the agent checksums
+// concurrently; the partial CRCs are combined exactly.
 func (c *Client) Checksum(ctx context.Context, b []byte) (uint32, error) {
 	chunk := max(min(c.opts.chunk, c.t.window()/4), 4096)
-	if len(b) <= chunk {
+	if len(b) <= chunk || c.t.inWindow(b) {
 		r, err := c.Do(ctx, Request{Op: wire.OpChecksum, In: [][]byte{b}})
 		return uint32(r.Arg0), err
 	}

@@ -160,6 +160,13 @@ func (t *shmTransport) offset(b []byte) (uint64, bool) {
 	return uint64(p - base), true
 }
 
+func (t *shmTransport) inWindow(b []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.offset(b)
+	return ok
+}
+
 func (t *shmTransport) alloc(n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -55,6 +55,8 @@ func (t *tcpTransport) dial(ctx context.Context) error {
 func (t *tcpTransport) String() string { return "tcp://" + t.addr }
 func (t *tcpTransport) window() int    { return maxTCPOp }
 
+func (t *tcpTransport) inWindow([]byte) bool { return false }
+
 func (t *tcpTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
 func (t *tcpTransport) free([]byte) error           { return nil }
 
