@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -410,10 +411,16 @@ func (q *AgentQP) Complete(d *wire.Desc) {
 	q.cqTail++
 }
 
-// Publish makes completions written since the last Publish visible.
+// Publish makes completions written since the last Publish visible, and
+// rings the holder's completion bell if it sleeps on it.
 func (q *AgentQP) Publish() {
 	if q.pending && q.state == QPActive {
 		q.set(qCQTail, q.cqTail)
+		if q.w(qSleeping) != 0 {
+			bell := q.a.r.word(q.block + qBell)
+			bell.Add(1)
+			futexWake((*uint64)(unsafe.Pointer(bell)))
+		}
 	}
 	q.pending = false
 }

@@ -6,7 +6,7 @@
 //
 //	[0, 4096)            header: magic, version, geometry, then on their own
 //	                     cache lines the agent's generation, heartbeat, state
-//	[qpTable, +n*1024)   one control block per queue pair, every word on its
+//	[qpTable, +n*2048)   one control block per queue pair, every word on its
 //	                     own 128-byte line (two 64-byte lines: x86's adjacent-
 //	                     line prefetcher pairs them)
 //	[rings, ...)         per queue pair: submission ring, completion ring,

@@ -68,3 +68,17 @@ func (q *HostQP) ringDoorbell() {
 		futexWake((*uint64)(unsafe.Pointer(q.h.r.word(hDoorbell))))
 	}
 }
+
+// SleepForCompletion sleeps for at most d unless the agent publishes a
+// completion on this pair first (it rings the pair's bell when it sees the
+// holder sleeping). Like the agent's doorbell it needs a shared kernel; in a
+// VM the timeout bounds the wait.
+func (q *HostQP) SleepForCompletion(d time.Duration) {
+	bell := q.word(qBell)
+	seq := uint32(bell.Load())
+	q.word(qSleeping).Store(1)
+	if q.word(qCQTail).Load() == q.word(qCQHead).Load() { // nothing to poll: sleep
+		futexWait((*uint64)(unsafe.Pointer(q.h.r.word(q.block+qBell))), seq, d)
+	}
+	q.word(qSleeping).Store(0)
+}

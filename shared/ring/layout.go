@@ -15,7 +15,7 @@ const Magic uint64 = 0x3130_4e47_5243_4548
 const (
 	pageSize    = 4096
 	headerSize  = pageSize
-	qpBlockSize = 1024
+	qpBlockSize = 2048
 	wordStride  = 128 // distance between single-writer words
 	descSize    = 64
 
@@ -65,6 +65,8 @@ const (
 	qState     = 5 * wordStride // agent: gen<<32 | resetAck<<16 | state
 	qSQHead    = 6 * wordStride // agent
 	qCQTail    = 7 * wordStride // agent
+	qSleeping  = 8 * wordStride // host: 1 while it sleeps on its completion bell
+	qBell      = 9 * wordStride // agent: adds 1 and futex-wakes when the host sleeps
 )
 
 // QPState is the agent's view of a queue pair, published in its state word.

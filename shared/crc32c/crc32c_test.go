@@ -1,4 +1,4 @@
-package host
+package crc32c
 
 import (
 	"hash/crc32"
@@ -14,8 +14,8 @@ func TestCRC32CCombine(t *testing.T) {
 	}
 	for _, split := range []int{0, 1, 7, 4096, 65535, 65536} {
 		a, b := data[:split], data[split:]
-		got := crc32cCombine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), int64(len(b)))
-		if want := crc32.Checksum(data, castagnoli); got != want {
+		got := Combine(crc32.Checksum(a, Table), crc32.Checksum(b, Table), int64(len(b)))
+		if want := crc32.Checksum(data, Table); got != want {
 			t.Errorf("split %d: %#x want %#x", split, got, want)
 		}
 	}

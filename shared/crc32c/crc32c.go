@@ -1,13 +1,20 @@
-package host
+package crc32c
 
 import "hash/crc32"
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// Table is the Castagnoli table (hardware-accelerated where the CPU has it).
+var Table = crc32.MakeTable(crc32.Castagnoli)
 
-// crc32cCombine returns the CRC-32C of A‖B given crc1 = CRC(A), crc2 = CRC(B)
+// Checksum returns the CRC-32C of b.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, Table) }
+
+// Update continues crc over b.
+func Update(crc uint32, b []byte) uint32 { return crc32.Update(crc, Table, b) }
+
+// Combine returns the CRC-32C of A‖B given crc1 = CRC(A), crc2 = CRC(B)
 // and len2 = len(B), by the zlib method (multiplying by x^(8·len2) in GF(2)
 // with squared operator matrices): O(log len2), no data touched.
-func crc32cCombine(crc1, crc2 uint32, len2 int64) uint32 {
+func Combine(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {
 		return crc1
 	}
@@ -56,7 +63,3 @@ func gf2Square(square, mat *[32]uint32) {
 		square[n] = gf2Times(mat, mat[n])
 	}
 }
-
-// CombineCRC32C returns the CRC-32C of A‖B from crc1 = CRC-32C(A),
-// crc2 = CRC-32C(B) and len2 = len(B), without touching the data.
-func CombineCRC32C(crc1, crc2 uint32, len2 int64) uint32 { return crc32cCombine(crc1, crc2, len2) }
