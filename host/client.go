@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -263,7 +264,7 @@ func (c *Client) Checksum(ctx context.Context, b []byte) (uint32, error) {
 		if err != nil {
 			return err
 		}
-		crc = crc32cCombine(crc, uint32(r.Arg0), int64(p.n))
+		crc = crc32c.Combine(crc, uint32(r.Arg0), int64(p.n))
 		return nil
 	}
 	for off := 0; off < len(b); off += chunk {

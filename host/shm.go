@@ -361,6 +361,15 @@ func (t *shmTransport) fail(err error) {
 
 func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	var w ring.Waiter
+	// Past the spin and yield phases, sleep on the pair's completion bell:
+	// the agent wakes us when it publishes. Bounded, for agents that
+	// cannot reach this kernel (a VM) and for cancellation.
+	t.mu.Lock()
+	qp := t.qp
+	t.mu.Unlock()
+	if qp != nil {
+		w.Sleep = qp.SleepForCompletion
+	}
 	for !c.done.Load() {
 		if t.mu.TryLock() {
 			t.reap()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/crc32c"
 )
 
 const usage = `usage: hecctl COMMAND [flags]
@@ -251,9 +251,9 @@ func checksum(ctx context.Context, c common, path string, verify bool, out io.Wr
 			if err != nil {
 				return err
 			}
-			crc = combine(crc, part, int64(n))
+			crc = crc32c.Combine(crc, part, int64(n))
 			if verify {
-				local = crc32.Update(local, crc32.MakeTable(crc32.Castagnoli), buf[:n])
+				local = crc32c.Update(local, buf[:n])
 			}
 			total += int64(n)
 		}
@@ -274,9 +274,6 @@ func checksum(ctx context.Context, c common, path string, verify bool, out io.Wr
 	}
 	return nil
 }
-
-// combine is crc(A‖B) from crc(A), crc(B) and len(B).
-func combine(a, b uint32, lenB int64) uint32 { return host.CombineCRC32C(a, b, lenB) }
 
 func metrics(ctx context.Context, c common, out io.Writer) error {
 	resp, err := get(ctx, c.mgmt, "/metrics")
