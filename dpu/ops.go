@@ -3,15 +3,21 @@ package dpu
 import (
 	"context"
 	"hash/crc32"
+	"sync"
 
+	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var castagnoli = crc32c.Table
 
 // checksumChunk bounds one staged read when the memory is not mapped.
 const checksumChunk = 1 << 20
+
+// parallelChecksum is the size from which a mapped span is checksummed by
+// several cores at once (the DPU has many; one CRC stream uses one).
+const parallelChecksum = 8 << 20
 
 // registerAgentOps registers the ops the agent serves itself.
 func registerAgentOps(d *Dispatcher) {
@@ -23,10 +29,33 @@ func registerAgentOps(d *Dispatcher) {
 	// CHECKSUM returns in Arg0 the CRC-32C of Spans[0] (or of the
 	// concatenation of an SGL's spans), continuing from the request's Arg0.
 	// Proof that the agent read host memory.
-	d.Handle(wire.OpChecksum, Handler{Serve: serveChecksum})
+	d.Handle(wire.OpChecksum, Handler{Serve: func(ctx context.Context, req *Request, resp *wire.Desc) {
+		serveChecksum(ctx, req, resp, d.workers)
+	}})
 }
 
-func serveChecksum(_ context.Context, req *Request, resp *wire.Desc) {
+// parallelCRC checksums b in ways pieces on as many goroutines and
+// combines the partial CRCs exactly.
+func parallelCRC(crc uint32, b []byte, ways int) uint32 {
+	part := (len(b) + ways - 1) / ways
+	parts := make([]uint32, ways)
+	var wg sync.WaitGroup
+	for i := 1; i < ways; i++ {
+		lo, hi := min(i*part, len(b)), min((i+1)*part, len(b))
+		wg.Add(1)
+		go func() { defer wg.Done(); parts[i] = crc32c.Checksum(b[lo:hi]) }()
+	}
+	parts[0] = crc32c.Update(crc, b[:min(part, len(b))])
+	wg.Wait()
+	crc = parts[0]
+	for i := 1; i < ways; i++ {
+		lo, hi := min(i*part, len(b)), min((i+1)*part, len(b))
+		crc = crc32c.Combine(crc, parts[i], int64(hi-lo))
+	}
+	return crc
+}
+
+func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) {
 	if req.NSpan != 1 {
 		resp.Status = wire.StatusBadArg
 		return
@@ -47,7 +76,11 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc) {
 	var scratch []byte
 	for _, s := range spans {
 		if b, ok := req.Mem.View(s); ok {
-			crc = crc32.Update(crc, castagnoli, b)
+			if len(b) >= parallelChecksum && cores > 1 {
+				crc = parallelCRC(crc, b, cores)
+			} else {
+				crc = crc32.Update(crc, castagnoli, b)
+			}
 			continue
 		}
 		// Staged: read in chunks, as DMA would move them.
