@@ -24,7 +24,6 @@ import (
 // an idle client use after a burst.
 
 func init() {
-	scenarios = append(scenarios, scenario{"agent", benchAgent})
 	children["agent-client"] = childAgentClient
 }
 

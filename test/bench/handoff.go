@@ -21,7 +21,6 @@ import (
 // floor) and a Unix-domain socket, and batched descriptors per second.
 
 func init() {
-	scenarios = append(scenarios, scenario{"handoff", benchHandoff})
 	children["floor"] = childFloor
 	children["ring-rtt"] = childRingRTT
 	children["ring-batch"] = childRingBatch

@@ -60,8 +60,12 @@ type scenario struct {
 	run  func(ctx context.Context, r *Report, quick bool) error
 }
 
-// scenarios in the order they run; later issues append theirs.
-var scenarios []scenario
+// scenarios in the order they run: later ones use figures of earlier ones
+// (the floor, the Unix socket) from the same run. Later issues append theirs.
+var scenarios = []scenario{
+	{"handoff", benchHandoff},
+	{"agent", benchAgent},
+}
 
 // children are the second-process halves of scenarios, by name.
 var children = map[string]func(args []string) error{}

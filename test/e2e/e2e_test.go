@@ -337,3 +337,39 @@ func TestMillionHostileDescriptors(t *testing.T) {
 	}
 	_ = a
 }
+
+// TestOneClientManyGoroutines: one Client shared by goroutines mixing sync
+// and batched calls, over both transports.
+func TestOneClientManyGoroutines(t *testing.T) {
+	a := startAgent(t, agentConfig(t))
+	for _, target := range []string{"shm://" + a.cfg.Shm, "tcp://" + a.Addr("tcp")} {
+		c := dial(t, target)
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				n, err := hammerFor(c, seed, time.Second)
+				if err == nil && n == 0 {
+					err = errors.New("no progress")
+				}
+				if err != nil {
+					errs <- err
+				}
+			}(uint64(g))
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: %v", target, err)
+		}
+	}
+}
+
+// hammerFor is hammer for a while.
+func hammerFor(c *host.Client, seed uint64, d time.Duration) (int, error) {
+	stop := make(chan struct{})
+	time.AfterFunc(d, func() { close(stop) })
+	return hammer(context.Background(), c, stop, seed)
+}
