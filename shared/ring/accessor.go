@@ -99,29 +99,18 @@ func (s *StagedWindow) chunk() int {
 	return s.Chunk
 }
 
-func (s *StagedWindow) ReadAt(p []byte, off uint64) error {
-	if err := checkRange(off, uint64(len(p)), s.Len()); err != nil {
-		return err
-	}
-	for len(p) > 0 {
-		n := min(len(p), s.chunk())
-		if err := s.Under.ReadAt(p[:n], off); err != nil {
-			return err
-		}
-		s.Transfers++
-		s.Bytes += uint64(n)
-		p, off = p[n:], off+uint64(n)
-	}
-	return nil
-}
+func (s *StagedWindow) ReadAt(p []byte, off uint64) error { return s.stage(p, off, s.Under.ReadAt) }
 
-func (s *StagedWindow) WriteAt(p []byte, off uint64) error {
+func (s *StagedWindow) WriteAt(p []byte, off uint64) error { return s.stage(p, off, s.Under.WriteAt) }
+
+// stage moves p in chunks of at most Chunk bytes with move, counting them.
+func (s *StagedWindow) stage(p []byte, off uint64, move func([]byte, uint64) error) error {
 	if err := checkRange(off, uint64(len(p)), s.Len()); err != nil {
 		return err
 	}
 	for len(p) > 0 {
 		n := min(len(p), s.chunk())
-		if err := s.Under.WriteAt(p[:n], off); err != nil {
+		if err := move(p[:n], off); err != nil {
 			return err
 		}
 		s.Transfers++
