@@ -1,0 +1,294 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+)
+
+// Targets an image can be built for: the hardware generation it fits.
+var Targets = []string{"qemu", "bf2", "bf3"}
+
+// Modules the agent loads itself, in the order their dependencies allow:
+// virtio PCI and network, the state disk, its file system (which asks the
+// crypto API for crc32c when it mounts).
+var Modules = []string{"failover", "net_failover", "virtio_pci", "virtio_net", "virtio_blk", "crc32c_generic", "ext4"}
+
+// Manifest describes a bundle; its signature covers its exact bytes.
+type Manifest struct {
+	Version       string          `json:"version"`
+	Target        string          `json:"target"`
+	KernelPackage string          `json:"kernel_package"`
+	KernelVersion string          `json:"kernel_version"`
+	KernelRelease string          `json:"kernel_release"`
+	Parts         map[string]Part `json:"parts"`
+	Build         BuildInfo       `json:"build"`
+}
+
+// Part is one file of the bundle.
+type Part struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// BuildInfo records how the bundle was made.
+type BuildInfo struct {
+	Go       string   `json:"go"`
+	Revision string   `json:"revision,omitempty"`
+	Modules  []string `json:"modules"`
+}
+
+// BuildOptions are the inputs of Build.
+type BuildOptions struct {
+	Agent   string // path of the linux/arm64 hecd binary: becomes /init
+	Kernel  Kernel
+	Target  string // one of Targets
+	Out     string // the bundle directory
+	KeyPath string // ed25519 private key (seed, hex); created if missing
+	Version string
+}
+
+// Initramfs returns the initramfs bytes for agent and the kernel's modules.
+func Initramfs(agent []byte, k Kernel) ([]byte, []string, error) {
+	mods, err := ScanModules(k.ModulesDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	order, err := LoadOrder(mods, k.Builtin, Modules)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := []File{{Path: "init", Mode: 0o755, Data: agent}}
+	var list []string
+	for _, m := range order {
+		rel, err := filepath.Rel(k.ModulesDir, m.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		data, err := os.ReadFile(m.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		p := filepath.Join("lib/modules", k.Release, rel)
+		files = append(files, File{Path: p, Mode: 0o644, Data: data})
+		list = append(list, "/"+p)
+	}
+	files = append(files,
+		File{Path: "etc/hec/modules", Mode: 0o644, Data: []byte(strings.Join(list, "\n") + "\n")},
+		File{Path: "etc/hec/target", Mode: 0o644, Data: nil},
+		File{Path: "var/lib/hec", Dir: true, Mode: 0o755},
+	)
+	var buf bytes.Buffer
+	if err := WriteCPIO(&buf, files); err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), list, nil
+}
+
+// Build writes a bundle: Image, initramfs.cpio, manifest.json and
+// manifest.sig (ed25519 over manifest.json), plus manifest.pub.
+func Build(o BuildOptions) (Manifest, error) {
+	var m Manifest
+	if !validTarget(o.Target) {
+		return m, fmt.Errorf("target %q: want one of %v", o.Target, Targets)
+	}
+	agent, err := os.ReadFile(o.Agent)
+	if err != nil {
+		return m, fmt.Errorf("agent binary: %w", err)
+	}
+	initrd, list, err := Initramfs(agent, o.Kernel)
+	if err != nil {
+		return m, err
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return m, err
+	}
+	if err := os.WriteFile(filepath.Join(o.Out, "initramfs.cpio"), initrd, 0o644); err != nil {
+		return m, err
+	}
+	if err := copyFile(o.Kernel.Image, filepath.Join(o.Out, "Image")); err != nil {
+		return m, err
+	}
+	m = Manifest{Version: o.Version, Target: o.Target, KernelPackage: o.Kernel.Package,
+		KernelVersion: o.Kernel.Version, KernelRelease: o.Kernel.Release, Parts: map[string]Part{},
+		Build: BuildInfo{Go: runtime.Version(), Revision: revision(), Modules: list}}
+	for _, name := range []string{"Image", "initramfs.cpio"} {
+		p, err := hashFile(filepath.Join(o.Out, name))
+		if err != nil {
+			return m, err
+		}
+		m.Parts[name] = p
+	}
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return m, err
+	}
+	key, err := loadOrCreateKey(o.KeyPath)
+	if err != nil {
+		return m, err
+	}
+	sig := ed25519.Sign(key, body)
+	for name, data := range map[string][]byte{
+		"manifest.json": body,
+		"manifest.sig":  []byte(hex.EncodeToString(sig) + "\n"),
+		"manifest.pub":  []byte(hex.EncodeToString(key.Public().(ed25519.PublicKey)) + "\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(o.Out, name), data, 0o644); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// Verify checks a bundle's signature with the public key beside it (or
+// pub, when given) and every part's hash.
+func Verify(dir string, pub ed25519.PublicKey) (Manifest, error) {
+	var m Manifest
+	body, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return m, err
+	}
+	sigHex, err := os.ReadFile(filepath.Join(dir, "manifest.sig"))
+	if err != nil {
+		return m, err
+	}
+	sig, err := hex.DecodeString(strings.TrimSpace(string(sigHex)))
+	if err != nil {
+		return m, fmt.Errorf("manifest.sig: %w", err)
+	}
+	if pub == nil {
+		b, err := os.ReadFile(filepath.Join(dir, "manifest.pub"))
+		if err != nil {
+			return m, err
+		}
+		if pub, err = hex.DecodeString(strings.TrimSpace(string(b))); err != nil || len(pub) != ed25519.PublicKeySize {
+			return m, fmt.Errorf("manifest.pub: bad key")
+		}
+	}
+	if !ed25519.Verify(pub, body, sig) {
+		return m, errors.New("images: manifest signature does not verify")
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return m, err
+	}
+	for name, want := range m.Parts {
+		got, err := hashFile(filepath.Join(dir, name))
+		if err != nil {
+			return m, err
+		}
+		if got != want {
+			return m, fmt.Errorf("images: %s does not match the manifest", name)
+		}
+	}
+	return m, nil
+}
+
+func validTarget(t string) bool {
+	for _, x := range Targets {
+		if t == x {
+			return true
+		}
+	}
+	return false
+}
+
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
+}
+
+func hashFile(path string) (Part, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Part{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	return Part{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, err
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// loadOrCreateKey reads an ed25519 seed (hex) from path, creating a new
+// development key there (mode 0600) when the file does not exist.
+func loadOrCreateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		seed := make([]byte, ed25519.SeedSize)
+		if _, err := rand.Read(seed); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(seed)+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		return ed25519.NewKeyFromSeed(seed), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seed, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("key %s: want a %d-byte ed25519 seed in hex", path, ed25519.SeedSize)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// BuildFromSource builds hecd for linux/arm64 from the module at root (go
+// build -trimpath, stripped), fetches the kernel into root/.cache, and
+// writes a "qemu" bundle to out signed with a key kept there. Tests and
+// benchmarks use it to boot the agent they were built with.
+func BuildFromSource(ctx context.Context, root, out, version string) (Manifest, error) {
+	k, err := FetchKernel(ctx, filepath.Join(root, ".cache"))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("fetch the arm64 kernel: %w", err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return Manifest{}, err
+	}
+	agent := filepath.Join(out, "hecd")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agent, "./dpu/cmd/hecd")
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return Manifest{}, fmt.Errorf("build arm64 hecd: %v: %s", err, b)
+	}
+	return Build(BuildOptions{Agent: agent, Kernel: k, Target: "qemu", Out: out, KeyPath: filepath.Join(out, "dev.ed25519"), Version: version})
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hecsys/hec/images"
+)
+
+func main() {
+	agent := flag.String("agent", "bin/linux_arm64/hecd", "linux/arm64 hecd binary (becomes /init)")
+	target := flag.String("target", "qemu", "hardware generation: qemu, bf2 or bf3")
+	cache := flag.String("cache", ".cache", "download cache (kernel, development key)")
+	out := flag.String("out", "", "bundle directory (default CACHE/images/TARGET)")
+	key := flag.String("key", "", "ed25519 signing key, a hex seed (default: a development key in the cache, created on first use)")
+	version := flag.String("version", "dev", "version recorded in the manifest")
+	flag.Parse()
+	if *out == "" {
+		*out = filepath.Join(*cache, "images", *target)
+	}
+	if *key == "" {
+		*key = filepath.Join(*cache, "keys", "dev.ed25519")
+	}
+	k, err := images.FetchKernel(context.Background(), *cache)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkimage: kernel:", err)
+		os.Exit(1)
+	}
+	m, err := images.Build(images.BuildOptions{Agent: *agent, Kernel: k, Target: *target, Out: *out, KeyPath: *key, Version: *version})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkimage:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("bundle %s: target %s, kernel %s (%s), initramfs %d bytes sha256 %s, signed with %s\n",
+		*out, m.Target, m.KernelPackage, m.KernelVersion, m.Parts["initramfs.cpio"].Size, m.Parts["initramfs.cpio"].SHA256[:16], *key)
+}
