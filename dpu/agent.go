@@ -38,6 +38,8 @@ type Agent struct {
 
 	mu       sync.Mutex
 	services []Service
+
+	powerOff func() // set by RunInit: POST /v1/poweroff calls it
 }
 
 // New checks cfg and returns an agent ready to Run. Services register their
@@ -155,15 +157,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	var ra *ring.Agent
 	var region *ring.Region
 	if a.cfg.Shm != Off {
-		g, err := ring.GeometryForSize(a.cfg.RegionSize, a.cfg.QueuePairs, a.cfg.RingEntries)
+		want := a.cfg.RegionSize
+		if a.cfg.MapExisting {
+			if region, err = ring.Map(a.cfg.Shm, 0, false); err != nil {
+				return err
+			}
+			defer region.Close()
+			want = region.Len()
+		}
+		g, err := ring.GeometryForSize(want, a.cfg.QueuePairs, a.cfg.RingEntries)
 		if err != nil {
 			return fmt.Errorf("region geometry: %w", err)
 		}
-		size, _ := g.Size()
-		if region, err = ring.Map(a.cfg.Shm, size, true); err != nil {
-			return err
+		if !a.cfg.MapExisting {
+			size, _ := g.Size()
+			if region, err = ring.Map(a.cfg.Shm, size, true); err != nil {
+				return err
+			}
+			defer region.Close()
 		}
-		defer region.Close()
 		ra, err = ring.Format(region, ring.AgentConfig{Geometry: g, LeaseTimeout: a.cfg.LeaseTimeout.Duration,
 			CheckPIDs: *a.cfg.CheckPIDs, MinGeneration: gen})
 		if err != nil {

@@ -30,6 +30,9 @@ type Config struct {
 	Shm string `toml:"shm"`
 	// RegionSize is the region's size in bytes. Default 64 MiB.
 	RegionSize uint64 `toml:"region_size"`
+	// MapExisting maps Shm whole as it is (an ivshmem BAR's resource file)
+	// instead of creating and sizing a file; RegionSize is then ignored.
+	MapExisting bool `toml:"map_existing"`
 	// QueuePairs is the number of queue pairs (host processes served at
 	// once over shared memory). Default 16.
 	QueuePairs int `toml:"queue_pairs"`

@@ -60,5 +60,13 @@ func (a *Agent) mgmtHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(a.Status())
 	})
+	mux.HandleFunc("POST /v1/poweroff", func(w http.ResponseWriter, r *http.Request) {
+		if a.powerOff == nil {
+			http.Error(w, "poweroff is served only when hecd is process 1", http.StatusNotImplemented)
+			return
+		}
+		w.Write([]byte("powering off\n"))
+		go a.powerOff()
+	})
 	return mux
 }

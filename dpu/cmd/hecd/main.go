@@ -24,6 +24,11 @@ func main() {
 }
 
 func run(args []string) error {
+	if dpu.IsInit() {
+		// Process 1 of a VM or DPU image: configured from the kernel
+		// command line, never returns unless it cannot power off.
+		return dpu.RunInit(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	}
 	fs := flag.NewFlagSet("hecd", flag.ContinueOnError)
 	var (
 		configFile = fs.String("config", "", "TOML configuration file (flags override it)")
