@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/crc32c"
 )
 
@@ -27,6 +28,8 @@ commands:
   ping        round trips through the agent (--n N); prints p50, p90, p99
   checksum    CRC-32C of a file computed by the agent (--verify compares in-process)
   metrics     the agent's hec_* Prometheus series
+  qemu up|down|console|status [--name N]
+              boot the arm64 image in QEMU (make image first), stop it, show its console or state
 
 flags (every command):
   --agent T   shm:///dev/shm/NAME, tcp://HOST:PORT, a path or HOST:PORT (default ` + host.DefaultShm + `)
@@ -87,6 +90,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("checksum: want one FILE")
 		}
 		return checksum(ctx, c, fs.Arg(0), *verify, out)
+	case "qemu":
+		return qemuCmd(ctx, rest, out)
 	case "metrics":
 		fs := flags(cmd, &c)
 		if err := fs.Parse(rest); err != nil {
@@ -288,4 +293,73 @@ func metrics(ctx context.Context, c common, out io.Writer) error {
 		}
 	}
 	return s.Err()
+}
+
+func qemuCmd(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("qemu: want up, down, console or status")
+	}
+	fs := flag.NewFlagSet("hecctl qemu "+args[0], flag.ContinueOnError)
+	name := fs.String("name", "hec-vm", "VM name (state in .cache/qemu/NAME)")
+	bundle := fs.String("bundle", "", "image bundle (default .cache/images/qemu)")
+	follow := fs.Bool("follow", false, "console: keep printing as it grows")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	dir := qemu.StateDirFor(*name)
+	switch args[0] {
+	case "up":
+		vm, err := qemu.Up(ctx, qemu.Options{Name: *name, Bundle: *bundle})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "VM %s up in %v (pid %d); console: %s\n", vm.Name, vm.BootTime.Round(time.Millisecond), vm.PID, vm.Console)
+		fmt.Fprintf(out, "reach it with:  --agent %s --mgmt %s   (tcp://%s for the TCP handoff)\n", vm.Agent, vm.Mgmt, vm.TCP)
+		return nil
+	case "down":
+		vm, err := qemu.Load(dir)
+		if err != nil {
+			return fmt.Errorf("no VM %s: %w", *name, err)
+		}
+		if err := vm.Down(ctx, 20*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "VM %s down\n", vm.Name)
+		return nil
+	case "status":
+		vm, err := qemu.Load(dir)
+		if err != nil {
+			return fmt.Errorf("no VM %s: %w", *name, err)
+		}
+		state := "stopped"
+		if vm.Running() {
+			state = fmt.Sprintf("running (pid %d, booted in %v)", vm.PID, vm.BootTime.Round(time.Millisecond))
+		}
+		fmt.Fprintf(out, "VM %s: %s\n  --agent %s --mgmt %s\n  console %s\n", vm.Name, state, vm.Agent, vm.Mgmt, vm.Console)
+		return nil
+	case "console":
+		vm, err := qemu.Load(dir)
+		if err != nil {
+			return fmt.Errorf("no VM %s: %w", *name, err)
+		}
+		f, err := os.Open(vm.Console)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for {
+			if _, err := io.Copy(out, f); err != nil {
+				return err
+			}
+			if !*follow || !vm.Running() {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return fmt.Errorf("qemu: unknown command %q", args[0])
 }

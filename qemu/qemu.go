@@ -1,0 +1,307 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Options configure a VM. Zero fields take the defaults noted.
+type Options struct {
+	Name     string // default "hec-vm"
+	Bundle   string // directory with Image and initramfs.cpio; default .cache/images/qemu
+	StateDir string // default .cache/qemu/NAME
+	Shm      string // region backing file; default /dev/shm/NAME
+	ShmSize  int64  // default 64 MiB
+	DiskSize int64  // state disk; default 64 MiB
+	MemoryMB int    // default 1024
+	CPUs     int    // default 2
+	// Host loopback ports forwarded to the agent's; defaults 17600
+	// (management), 17610 (TCP handoff), 16380 (RESP), 21311 (UDP GET).
+	MgmtPort, TCPPort, RESPPort, UDPPort int
+	ReadyTimeout                         time.Duration // default 60s
+	// LeaseTimeout for the agent (hec.lease_timeout); default the agent's.
+	LeaseTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = "hec-vm"
+	}
+	if o.Bundle == "" {
+		o.Bundle = filepath.Join(".cache", "images", "qemu")
+	}
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(".cache", "qemu", o.Name)
+	}
+	if o.Shm == "" {
+		o.Shm = "/dev/shm/" + o.Name
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.MemoryMB, 1024)
+	def(&o.CPUs, 2)
+	def(&o.MgmtPort, 17600)
+	def(&o.TCPPort, 17610)
+	def(&o.RESPPort, 16380)
+	def(&o.UDPPort, 21311)
+	if o.ShmSize == 0 {
+		o.ShmSize = 64 << 20
+	}
+	if o.DiskSize == 0 {
+		o.DiskSize = 64 << 20
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	return o
+}
+
+// VM is a running (or recorded) virtual machine.
+type VM struct {
+	Name      string        `json:"name"`
+	PID       int           `json:"pid"`
+	Agent     string        `json:"agent"` // --agent value for hecctl
+	Mgmt      string        `json:"mgmt"`  // --mgmt value for hecctl
+	TCP       string        `json:"tcp"`
+	RESP      string        `json:"resp"`
+	UDP       string        `json:"udp"`
+	Shm       string        `json:"shm"`
+	StateDir  string        `json:"state_dir"`
+	Console   string        `json:"console"`
+	BootTime  time.Duration `json:"boot_time_ns"` // QEMU start to /readyz
+	StartedAt time.Time     `json:"started_at"`
+}
+
+// ErrNotRunning is returned for a VM whose QEMU is gone.
+var ErrNotRunning = errors.New("qemu: VM not running")
+
+// Up boots the bundle and waits until the agent answers /readyz. QEMU runs
+// in its own session, so it outlives the caller (hecctl qemu up); Down or
+// PowerCut end it.
+func Up(ctx context.Context, o Options) (*VM, error) {
+	o = o.withDefaults()
+	bin, err := exec.LookPath("qemu-system-aarch64")
+	if err != nil {
+		return nil, fmt.Errorf("qemu-system-aarch64 not found (apt-get install qemu-system-arm): %w", err)
+	}
+	for _, f := range []string{"Image", "initramfs.cpio"} {
+		if _, err := os.Stat(filepath.Join(o.Bundle, f)); err != nil {
+			return nil, fmt.Errorf("bundle %s: %w (run make image)", o.Bundle, err)
+		}
+	}
+	if vm, err := Load(o.StateDir); err == nil && vm.alive() {
+		return nil, fmt.Errorf("VM %s already running (pid %d)", o.Name, vm.PID)
+	}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, p := range []int{o.MgmtPort, o.TCPPort, o.RESPPort} {
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err != nil {
+			return nil, fmt.Errorf("host port %d is taken: %w", p, err)
+		} else {
+			ln.Close()
+		}
+	}
+	disk := filepath.Join(o.StateDir, "disk.img")
+	if err := ensureDisk(ctx, disk, o.DiskSize); err != nil {
+		return nil, err
+	}
+	if err := ensureShm(o.Shm, o.ShmSize); err != nil {
+		return nil, err
+	}
+	console := filepath.Join(o.StateDir, "console.log")
+	logf, err := os.Create(console)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	appendArgs := "console=ttyAMA0 quiet hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
+	if o.LeaseTimeout > 0 {
+		appendArgs += " hec.lease_timeout=" + o.LeaseTimeout.String()
+	}
+	fwd := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
+		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
+	args := []string{
+		"-M", "virt", "-cpu", "cortex-a72", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMB),
+		"-nographic", "-no-reboot", "-nic", "none",
+		"-kernel", filepath.Join(o.Bundle, "Image"), "-initrd", filepath.Join(o.Bundle, "initramfs.cpio"),
+		"-append", appendArgs,
+		"-netdev", fwd, "-device", "virtio-net-pci,netdev=n0,romfile=",
+		"-object", fmt.Sprintf("memory-backend-file,id=shm,mem-path=%s,size=%d,share=on", o.Shm, o.ShmSize),
+		"-device", "ivshmem-plain,memdev=shm",
+		"-drive", "file=" + disk + ",if=none,format=raw,id=d0", "-device", "virtio-blk-pci,drive=d0",
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	vm := &VM{Name: o.Name, PID: cmd.Process.Pid, Agent: "shm://" + o.Shm, Mgmt: fmt.Sprintf("127.0.0.1:%d", o.MgmtPort),
+		TCP: fmt.Sprintf("127.0.0.1:%d", o.TCPPort), RESP: fmt.Sprintf("127.0.0.1:%d", o.RESPPort),
+		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, StartedAt: start}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := vm.save(); err != nil {
+		cmd.Process.Kill()
+		return nil, err
+	}
+	if err := waitReady(ctx, vm.Mgmt, o.ReadyTimeout, exited); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		tail, _ := os.ReadFile(console)
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return nil, fmt.Errorf("VM %s not ready: %w\nconsole (%s):\n%s", o.Name, err, console, tail)
+	}
+	vm.BootTime = time.Since(start)
+	// QEMU stays; stop reaping it from here (it was started in its own
+	// session and is reparented when this process exits).
+	go func() { <-exited }()
+	return vm, vm.save()
+}
+
+func waitReady(ctx context.Context, mgmt string, timeout time.Duration, exited <-chan error) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		if resp, err := client.Get("http://" + mgmt + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("qemu exited: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no /readyz within %v", timeout)
+		}
+	}
+}
+
+// ensureDisk creates and formats the state disk once (ext4): the guest has
+// no mkfs, so "first boot" formatting happens here, when the image is made.
+func ensureDisk(ctx context.Context, path string, size int64) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 not found (apt-get install e2fsprogs): %w", err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	if out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", "hec-state", tmp).CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("format state disk: %v: %s", err, out)
+	}
+	return os.Rename(tmp, path)
+}
+
+func ensureShm(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("region file: %w", err)
+	}
+	defer f.Close()
+	return f.Truncate(size)
+}
+
+func (vm *VM) save() error {
+	b, _ := json.MarshalIndent(vm, "", "  ")
+	return os.WriteFile(filepath.Join(vm.StateDir, "vm.json"), b, 0o644)
+}
+
+// Load reads a VM's record from its state directory.
+func Load(stateDir string) (*VM, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, "vm.json"))
+	if err != nil {
+		return nil, err
+	}
+	var vm VM
+	if err := json.Unmarshal(b, &vm); err != nil {
+		return nil, fmt.Errorf("%s/vm.json: %w", stateDir, err)
+	}
+	return &vm, nil
+}
+
+// StateDirFor returns the default state directory of a VM named name.
+func StateDirFor(name string) string { return Options{Name: name}.withDefaults().StateDir }
+
+func (vm *VM) alive() bool {
+	if vm.PID <= 0 {
+		return false
+	}
+	if err := syscall.Kill(vm.PID, 0); err != nil {
+		return false
+	}
+	// A reused pid is not our QEMU.
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", vm.PID))
+	return len(cmd) > 0 && string(cmd[:min(len(cmd), 11)]) == "qemu-system"
+}
+
+// Running reports whether the VM's QEMU still runs.
+func (vm *VM) Running() bool { return vm.alive() }
+
+// Down asks the agent to power off (POST /v1/poweroff) and waits for QEMU
+// to exit; after timeout it kills QEMU. The region file is removed.
+func (vm *VM) Down(ctx context.Context, timeout time.Duration) error {
+	defer os.Remove(vm.Shm)
+	if !vm.alive() {
+		return nil
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	if resp, err := client.Post("http://"+vm.Mgmt+"/v1/poweroff", "text/plain", nil); err == nil {
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(timeout)
+	for vm.alive() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return vm.PowerCut()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// PowerCut kills QEMU at once, like pulling the plug.
+func (vm *VM) PowerCut() error {
+	if !vm.alive() {
+		return ErrNotRunning
+	}
+	if err := syscall.Kill(vm.PID, syscall.SIGKILL); err != nil {
+		return err
+	}
+	for i := 0; i < 100 && vm.alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
