@@ -1,0 +1,324 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/images"
+	"github.com/hecsys/hec/qemu"
+	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("HEC_VM_HELPER") != "" {
+		os.Exit(helper())
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	bundleOnce sync.Once
+	bundleDir  string
+	bundleErr  error
+)
+
+// bundle builds hecd for arm64 and an image around it, once per run.
+func bundle(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
+		t.Skip("qemu-system-aarch64 is not installed (make test installs qemu-system-arm as root)")
+	}
+	bundleOnce.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			bundleErr = err
+			return
+		}
+		if bundleDir, bundleErr = os.MkdirTemp("", "hec-vm-bundle"); bundleErr != nil {
+			return
+		}
+		_, bundleErr = images.BuildFromSource(context.Background(), root, bundleDir, "test")
+	})
+	if bundleErr != nil {
+		if os.Geteuid() != 0 {
+			t.Skipf("cannot build the VM image without root: %v", bundleErr)
+		}
+		t.Fatal(bundleErr)
+	}
+	return bundleDir
+}
+
+func boot(t *testing.T, name string) (*qemu.VM, qemu.Options) {
+	t.Helper()
+	o := qemu.Options{Name: name, Bundle: bundle(t), StateDir: filepath.Join(t.TempDir(), name),
+		Shm: fmt.Sprintf("/dev/shm/hec-test-%s-%d", name, os.Getpid()), LeaseTimeout: time.Second,
+		MgmtPort: freePort(t), TCPPort: freePort(t), RESPPort: freePort(t), UDPPort: freePort(t)}
+	vm, err := qemu.Up(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		vm.PowerCut()
+		os.Remove(o.Shm)
+	})
+	t.Logf("VM %s: boot to ready %v", name, vm.BootTime.Round(time.Millisecond))
+	return vm, o
+}
+
+// freePort hands out host ports derived from the pid, so parallel runs keep
+// apart; Up checks that they are free.
+func freePort(t *testing.T) int {
+	portSeq++
+	return 20000 + (os.Getpid()%500)*20 + portSeq
+}
+
+var portSeq int
+
+func dial(t *testing.T, vm *qemu.VM) *host.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := host.Dial(ctx, vm.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func generation(t *testing.T, vm *qemu.VM) uint32 {
+	t.Helper()
+	resp, err := http.Get("http://" + vm.Mgmt + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, "hec_agent_generation "); ok {
+			g, _ := strconv.ParseFloat(v, 64)
+			return uint32(g)
+		}
+	}
+	t.Fatal("no hec_agent_generation in /metrics")
+	return 0
+}
+
+// TestVM is the arm64 agent in QEMU against the x86 host library over
+// ivshmem: ping, a large checksum, several client processes with one killed
+// mid-batch, a reboot under a running client, and state kept on the disk.
+func TestVM(t *testing.T) {
+	vm, o := boot(t, "e2e")
+	c := dial(t, vm)
+	ctx := context.Background()
+
+	t.Run("ping", func(t *testing.T) {
+		for i := 0; i < 100; i++ {
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("checksum of a large buffer", func(t *testing.T) {
+		b := make([]byte, 24<<20+5)
+		rng := rand.New(rand.NewPCG(1, 1))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		got, err := c.Checksum(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := crc32c.Checksum(b); got != want {
+			t.Fatalf("arm64 agent says %#x, want %#x", got, want)
+		}
+		win, err := c.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(win, b)
+		if got, err := c.Checksum(ctx, win); err != nil || got != crc32c.Checksum(win) {
+			t.Fatalf("zero-copy buffer: %#x %v", got, err)
+		}
+		c.Free(win)
+	})
+	t.Run("client processes, one killed mid-batch", func(t *testing.T) {
+		var procs []*exec.Cmd
+		var outs []*strings.Builder
+		for i := 0; i < 3; i++ {
+			cmd := helperCmd(t, vm.Agent, "2s")
+			var out strings.Builder
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			procs, outs = append(procs, cmd), append(outs, &out)
+		}
+		victim := helperCmd(t, vm.Agent, "1h")
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		victim.Process.Signal(syscall.SIGKILL)
+		victim.Wait()
+		for i, p := range procs {
+			if err := p.Wait(); err != nil {
+				t.Fatalf("client %d: %v", i, err)
+			}
+			if strings.TrimSpace(outs[i].String()) == "0" {
+				t.Fatalf("client %d made no progress", i)
+			}
+		}
+		// The victim's pair is fenced by its stale heartbeat (pids are not
+		// visible across the VM) and comes back: leases succeed again.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var cs []*host.Client
+			ok := true
+			for i := 0; i < 15; i++ { // 16 pairs, one held by c
+				cl, err := host.Dial(ctx, vm.Agent)
+				if err != nil {
+					ok = false
+					break
+				}
+				cs = append(cs, cl)
+			}
+			for _, cl := range cs {
+				cl.Close()
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the killed client's queue pair was not reclaimed")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	t.Run("reboot under a running client and state on the disk", func(t *testing.T) {
+		gen := generation(t, vm)
+		var ok, retryable atomic.Int64
+		var wrong atomic.Value
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b := make([]byte, 4096)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b[0]++
+				got, err := c.Checksum(ctx, b)
+				switch {
+				case err != nil && wire.IsRetryable(err):
+					retryable.Add(1)
+				case err != nil:
+					wrong.Store(err)
+					return
+				case got != crc32c.Checksum(b):
+					wrong.Store(errors.New("wrong checksum"))
+					return
+				default:
+					ok.Add(1)
+				}
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := vm.Down(ctx, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		before := ok.Load()
+		var err error
+		vm, err = qemu.Up(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rebooted: boot to ready %v", vm.BootTime.Round(time.Millisecond))
+		deadline := time.Now().Add(20 * time.Second)
+		for ok.Load() < before+100 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(stop)
+		<-done
+		if e := wrong.Load(); e != nil {
+			t.Fatal(e)
+		}
+		if ok.Load() < before+100 {
+			t.Fatalf("the client did not go on after the reboot: %d ok before, %d after, %d retryable", before, ok.Load()-before, retryable.Load())
+		}
+		t.Logf("client: %d ok before the reboot, %d retryable errors, %d ok after", before, retryable.Load(), ok.Load()-before)
+		// The generation lives on the state disk: it grows across a reboot.
+		if g := generation(t, vm); g != gen+1 {
+			t.Fatalf("generation %d after a reboot from %d: state did not survive", g, gen)
+		}
+	})
+}
+
+func helperCmd(t *testing.T, agent, dur string) *exec.Cmd {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), "HEC_VM_HELPER=1", "HEC_VM_AGENT="+agent, "HEC_VM_FOR="+dur)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// helper is a client process: checked checksums for HEC_VM_FOR.
+func helper() int {
+	ctx := context.Background()
+	c, err := host.Dial(ctx, os.Getenv("HEC_VM_AGENT"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	defer c.Close()
+	d, _ := time.ParseDuration(os.Getenv("HEC_VM_FOR"))
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+	buf, err := c.Alloc(8192)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+		b := buf[:rng.IntN(len(buf))]
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		got, err := c.Checksum(ctx, b)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		if got != crc32c.Checksum(b) {
+			fmt.Fprintln(os.Stderr, "helper: wrong checksum")
+			return 1
+		}
+	}
+	fmt.Println(n)
+	return 0
+}
