@@ -65,6 +65,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"handoff", benchHandoff},
 	{"agent", benchAgent},
+	{"vm", benchVM},
 }
 
 // children are the second-process halves of scenarios, by name.
