@@ -23,17 +23,23 @@ build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (every package for
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hecd ./dpu/cmd/hecd
 	$(GO) build -o $(BIN)/hecctl ./host/cmd/hecctl
-	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
 
 .PHONY: run
 run: build ## start the agent in local emulation and tour every service (stops it at the end)
 	scripts/tour
 
 .PHONY: test
-test: ## vet, then all tests with -race, then shared/ as arm64 binaries under qemu-user
+test: test-deps ## vet, then all tests with -race (the QEMU ones included), then shared/ as arm64 binaries under qemu-user
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-arm64
+
+.PHONY: test-deps
+test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext4, cpio (as root)
+	@scripts/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
+	@scripts/need mkfs.ext4 e2fsprogs || true
+	@scripts/need cpio cpio || true
 
 .PHONY: test-arm64
 test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
@@ -45,8 +51,12 @@ test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-us
 		echo "SKIP arm64 tests: qemu-user-static is not installed and cannot be installed here"; \
 	fi
 
+.PHONY: image
+image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, signed manifest) in .cache/images/qemu
+	$(GO) run ./images/cmd/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION)
+
 .PHONY: bench
-bench: ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
+bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out
