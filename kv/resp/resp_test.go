@@ -1,0 +1,299 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hecsys/hec/kv"
+)
+
+func startServer(t *testing.T, password string) (string, *Server) {
+	t.Helper()
+	st, err := kv.Open(t.TempDir(), kv.WithDurability(kv.Async))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Store: st, Password: password, Limits: Limits{MaxBulk: 1 << 20, MaxRequest: 4 << 20}}
+	done := make(chan struct{})
+	go func() { s.Serve(context.Background(), ln); close(done) }()
+	t.Cleanup(func() { ln.Close(); <-done; s.Close(); st.Close() })
+	return ln.Addr().String(), s
+}
+
+func TestGoRedisClient(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Ping(ctx).Err())
+	if v, err := c.Echo(ctx, "hi").Result(); v != "hi" || err != nil {
+		t.Fatal(v, err)
+	}
+	must(c.Set(ctx, "a", "1", 0).Err())
+	if v, _ := c.Get(ctx, "a").Result(); v != "1" {
+		t.Fatal(v)
+	}
+	if _, err := c.Get(ctx, "missing").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("missing key: %v", err)
+	}
+	if ok, _ := c.SetNX(ctx, "a", "2", 0).Result(); ok {
+		t.Fatal("SET NX on present key")
+	}
+	if ok, _ := c.SetXX(ctx, "nope", "2", 0).Result(); ok {
+		t.Fatal("SET XX on absent key")
+	}
+	must(c.Set(ctx, "e", "x", 10*time.Second).Err())
+	if ttl, _ := c.TTL(ctx, "e").Result(); ttl < 9*time.Second || ttl > 10*time.Second {
+		t.Fatalf("TTL %v", ttl)
+	}
+	must(c.Set(ctx, "p", "x", 1500*time.Millisecond).Err()) // PX, rounded up to 2s
+	if ttl, _ := c.PTTL(ctx, "p").Result(); ttl <= 0 || ttl > 2*time.Second {
+		t.Fatalf("PTTL %v", ttl)
+	}
+	if ok, _ := c.Persist(ctx, "e").Result(); !ok {
+		t.Fatal("PERSIST")
+	}
+	if ttl, _ := c.TTL(ctx, "e").Result(); ttl != -1 {
+		t.Fatalf("TTL after PERSIST %v", ttl)
+	}
+	if ok, _ := c.Expire(ctx, "e", time.Hour).Result(); !ok {
+		t.Fatal("EXPIRE")
+	}
+	if ttl, _ := c.TTL(ctx, "missing").Result(); ttl != -2 {
+		t.Fatalf("TTL of missing %v", ttl)
+	}
+	must(c.MSet(ctx, "m1", "v1", "m2", "v2").Err())
+	if vs, _ := c.MGet(ctx, "m1", "nope", "m2").Result(); vs[0] != "v1" || vs[1] != nil || vs[2] != "v2" {
+		t.Fatal(vs)
+	}
+	if n, _ := c.Exists(ctx, "m1", "m2", "nope").Result(); n != 2 {
+		t.Fatal(n)
+	}
+	if n, _ := c.Incr(ctx, "n").Result(); n != 1 {
+		t.Fatal(n)
+	}
+	if n, _ := c.IncrBy(ctx, "n", 41).Result(); n != 42 {
+		t.Fatal(n)
+	}
+	if n, _ := c.DecrBy(ctx, "n", 2).Result(); n != 40 {
+		t.Fatal(n)
+	}
+	if n, _ := c.Decr(ctx, "n").Result(); n != 39 {
+		t.Fatal(n)
+	}
+	if err := c.Incr(ctx, "a2x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(ctx, "s", "abc", 0)
+	if err := c.Incr(ctx, "s").Err(); err == nil || !strings.Contains(err.Error(), "not an integer") {
+		t.Fatalf("INCR of a string: %v", err)
+	}
+	for i := 0; i < 30; i++ {
+		c.Set(ctx, fmt.Sprintf("scan:%02d", i), i, 0)
+	}
+	var keys []string
+	iter := c.Scan(ctx, 0, "scan:*", 7).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	must(iter.Err())
+	sort.Strings(keys)
+	if len(keys) != 30 || keys[29] != "scan:29" {
+		t.Fatalf("SCAN MATCH found %d", len(keys))
+	}
+	if n, _ := c.DBSize(ctx).Result(); n < 30 {
+		t.Fatalf("DBSIZE %d", n)
+	}
+	if n, _ := c.Del(ctx, "m1", "m2", "nope").Result(); n != 2 {
+		t.Fatal(n)
+	}
+	if info, _ := c.Info(ctx).Result(); !strings.Contains(info, "redis_version") {
+		t.Fatal(info)
+	}
+	if v, _ := c.ConfigGet(ctx, "appendonly").Result(); v["appendonly"] != "no" {
+		t.Fatal(v)
+	}
+	must(c.Do(ctx, "SELECT", "0").Err())
+	if err := c.Do(ctx, "SELECT", "1").Err(); err == nil {
+		t.Fatal("SELECT 1 accepted")
+	}
+	must(c.Do(ctx, "CLIENT", "SETNAME", "me").Err())
+	if err := c.Do(ctx, "NOSUCH", "x").Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command") {
+		t.Fatalf("unknown command: %v", err)
+	}
+	if err := c.Do(ctx, "GET").Err(); err == nil || !strings.Contains(err.Error(), "wrong number of arguments") {
+		t.Fatalf("arity: %v", err)
+	}
+	// Pipelining.
+	pipe := c.Pipeline()
+	for i := 0; i < 100; i++ {
+		pipe.Set(ctx, fmt.Sprintf("pl%d", i), i, 0)
+	}
+	get := pipe.Get(ctx, "pl99")
+	if _, err := pipe.Exec(ctx); err != nil || get.Val() != "99" {
+		t.Fatalf("pipeline: %v %q", err, get.Val())
+	}
+}
+
+func TestAuth(t *testing.T) {
+	addr, _ := startServer(t, "s3cret")
+	ctx := context.Background()
+	bad := redis.NewClient(&redis.Options{Addr: addr, Password: "wrong"})
+	defer bad.Close()
+	if err := bad.Ping(ctx).Err(); err == nil {
+		t.Fatal("wrong password accepted")
+	}
+	none := redis.NewClient(&redis.Options{Addr: addr})
+	defer none.Close()
+	if err := none.Get(ctx, "x").Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("no password: %v", err)
+	}
+	good := redis.NewClient(&redis.Options{Addr: addr, Password: "s3cret"})
+	defer good.Close()
+	if err := good.Set(ctx, "x", "y", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedisCLI drives Debian's redis-cli as a user would.
+func TestRedisCLI(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not installed (make test installs redis-tools as root)")
+	}
+	addr, _ := startServer(t, "")
+	host, port, _ := net.SplitHostPort(addr)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"PING"}, "PONG"},
+		{[]string{"SET", "k", "v", "EX", "100"}, "OK"},
+		{[]string{"GET", "k"}, "v"},
+		{[]string{"SET", "k", "w", "NX"}, ""},
+		{[]string{"SET", "k", "w", "XX", "GET"}, "v"},
+		{[]string{"TTL", "k"}, "-1"},
+		{[]string{"EXPIRE", "k", "50"}, "1"},
+		{[]string{"INCRBY", "n", "5"}, "5"},
+		{[]string{"MSET", "a", "1", "b", "2"}, "OK"},
+		{[]string{"MGET", "a", "b", "c"}, "1\n2"}, // the missing one prints as an empty line
+		{[]string{"EXISTS", "a", "c"}, "1"},
+		{[]string{"DEL", "a", "b"}, "2"},
+		{[]string{"DBSIZE"}, "2"},
+		{[]string{"ECHO", "hello world"}, "hello world"},
+		{[]string{"CONFIG", "GET", "save"}, "save"},
+	} {
+		if got := run(tt.args...); got != tt.want {
+			t.Errorf("redis-cli %v = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+	if got := run("--scan", "--pattern", "*"); !strings.Contains(got, "k") || !strings.Contains(got, "n") {
+		t.Errorf("--scan: %q", got)
+	}
+	if got := run("NOSUCH"); !strings.HasPrefix(got, "ERR unknown command") {
+		t.Errorf("unknown command: %q", got)
+	}
+}
+
+// TestBadClientsDoNotDisturbOthers: garbage, oversize bulks, a slow reader.
+func TestBadClientsDoNotDisturbOthers(t *testing.T) {
+	addr, s := startServer(t, "")
+	ctx := context.Background()
+	good := redis.NewClient(&redis.Options{Addr: addr})
+	defer good.Close()
+	for _, junk := range []string{
+		"*2\r\n$3\r\nGET\r\n$999999999\r\n",  // bulk over the limit
+		"*99999999999\r\n",                  // too many args
+		"*1\r\n+GET\r\n",                    // not a bulk
+		"*1\r\n$3\r\nGETXX",                 // no CRLF after bulk
+		strings.Repeat("A", 100<<10) + "\n", // inline line too long
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(junk))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reply, _ := bufio.NewReader(c).ReadString('\n')
+		if !strings.HasPrefix(reply, "-ERR Protocol error") && !strings.HasPrefix(reply, "-ERR") {
+			// a truncated request just waits: close it ourselves
+			if !errors.Is(err, io.EOF) && reply != "" {
+				t.Errorf("junk %q: reply %q", junk[:min(len(junk), 20)], reply)
+			}
+		}
+		c.Close()
+		if err := good.Set(ctx, "still", "fine", 0).Err(); err != nil {
+			t.Fatalf("good client after junk %q: %v", junk[:min(len(junk), 20)], err)
+		}
+	}
+	if s.rejected.Load() < 3 {
+		t.Fatalf("only %d protocol errors counted", s.rejected.Load())
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"))
+	f.Add([]byte("PING\r\n"))
+	f.Add([]byte("*1\r\n$-1\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := NewReader(bytes.NewReader(in), Limits{MaxArgs: 64, MaxBulk: 1024, MaxRequest: 4096, MaxInline: 256})
+		for i := 0; i < 16; i++ {
+			args, err := r.ReadCommand()
+			if err != nil {
+				return
+			}
+			total := 0
+			for _, a := range args {
+				total += len(a)
+			}
+			if len(args) > 64 || total > 4096 {
+				t.Fatalf("limits broken: %d args, %d bytes", len(args), total)
+			}
+		}
+	})
+}
+
+func TestGlob(t *testing.T) {
+	for _, tt := range []struct {
+		p, s string
+		ok   bool
+	}{
+		{"*", "anything", true}, {"user:*", "user:1", true}, {"user:*", "usr:1", false},
+		{"h?llo", "hello", true}, {"h[ae]llo", "hallo", true}, {"h[^e]llo", "hello", false},
+		{"h[a-b]llo", "hbllo", true}, {"a\\*b", "a*b", true}, {"a\\*b", "axb", false}, {"**x", "yyx", true},
+	} {
+		if got := globMatch([]byte(tt.p), []byte(tt.s)); got != tt.ok {
+			t.Errorf("globMatch(%q, %q) = %v", tt.p, tt.s, got)
+		}
+	}
+}

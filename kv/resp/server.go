@@ -1,0 +1,798 @@
+package resp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hecsys/hec/kv"
+)
+
+// Server serves a store over RESP.
+type Server struct {
+	Store    *kv.Store
+	Password string // AUTH required when set
+	Limits   Limits
+	Log      *slog.Logger
+	// WriteTimeout drops a client that does not read its replies (default 30s).
+	WriteTimeout time.Duration
+	// Version is reported by INFO.
+	Version string
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+	started time.Time
+	ids     atomic.Int64
+
+	connected, total, commands, rejected atomic.Int64
+}
+
+// Serve accepts clients on ln until it is closed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	s.conns = map[net.Conn]struct{}{}
+	s.started = time.Now()
+	s.mu.Unlock()
+	s.Limits = s.Limits.withDefaults()
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = 30 * time.Second
+	}
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("resp accept: %w", err)
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(ctx, c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close disconnects every client and waits for their goroutines.
+func (s *Server) Close() {
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Clients returns the number of connected clients.
+func (s *Server) Clients() int64 { return s.connected.Load() }
+
+type client struct {
+	s       *Server
+	conn    net.Conn
+	w       *Writer
+	id      int64
+	name    string
+	authed  bool
+	cursors map[uint64][]byte
+	nextCur uint64
+	quit    bool
+}
+
+func (s *Server) handle(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	s.connected.Add(1)
+	s.total.Add(1)
+	defer s.connected.Add(-1)
+	r := NewReader(conn, s.Limits)
+	c := &client{s: s, conn: conn, w: NewWriter(deadlineWriter{conn, s.WriteTimeout}, s.Limits.ReplyBuffer),
+		id: s.ids.Add(1), authed: s.Password == ""}
+	for {
+		args, err := r.ReadCommand()
+		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				s.rejected.Add(1)
+				c.w.Error("ERR " + err.Error())
+				c.w.Flush()
+				s.Log.Warn("resp: closing client", "remote", conn.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		s.commands.Add(1)
+		c.exec(ctx, args)
+		if c.quit {
+			c.w.Flush()
+			return
+		}
+		// Pipelining: flush only when no further request is buffered.
+		if r.Buffered() == 0 {
+			if err := c.w.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// deadlineWriter sets a write deadline before each write, so a client that
+// stops reading is dropped instead of holding a goroutine forever.
+type deadlineWriter struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.c.SetWriteDeadline(time.Now().Add(w.d))
+	return w.c.Write(p)
+}
+
+func eq(b []byte, s string) bool { return strings.EqualFold(string(b), s) }
+
+func (c *client) wrongArgs(cmd string) {
+	c.w.Error("ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command")
+}
+
+func (c *client) storeErr(err error) {
+	switch {
+	case errors.Is(err, kv.ErrNotNumber):
+		c.w.Error("ERR value is not an integer or out of range")
+	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrValueSize):
+		c.w.Error("ERR " + err.Error())
+	default:
+		c.s.Log.Error("resp: store", "err", err)
+		c.w.Error("ERR internal error: " + err.Error())
+	}
+}
+
+func parseInt(b []byte) (int64, bool) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
+}
+
+// exec runs one command.
+func (c *client) exec(ctx context.Context, args [][]byte) {
+	cmd := strings.ToUpper(string(args[0]))
+	if !c.authed && cmd != "AUTH" && cmd != "HELLO" && cmd != "QUIT" {
+		c.w.Error("NOAUTH Authentication required.")
+		return
+	}
+	st := c.s.Store
+	switch cmd {
+	case "PING":
+		switch len(args) {
+		case 1:
+			c.w.Simple("PONG")
+		case 2:
+			c.w.Bulk(args[1])
+		default:
+			c.wrongArgs(cmd)
+		}
+	case "ECHO":
+		if len(args) != 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		c.w.Bulk(args[1])
+	case "GET":
+		if len(args) != 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		e, err := st.Get(args[1], nil)
+		switch {
+		case errors.Is(err, kv.ErrNotFound):
+			c.w.NullBulk()
+		case err != nil:
+			c.storeErr(err)
+		default:
+			c.w.Bulk(e.Value)
+		}
+	case "SET":
+		c.set(args)
+	case "DEL", "UNLINK":
+		if len(args) < 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		n, err := st.Delete(args[1:]...)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(int64(n))
+	case "EXISTS":
+		if len(args) < 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		n := 0
+		for _, k := range args[1:] {
+			if _, err := st.Get(k, nil); err == nil {
+				n++
+			} else if !errors.Is(err, kv.ErrNotFound) {
+				c.storeErr(err)
+				return
+			}
+		}
+		c.w.Int(int64(n))
+	case "MGET":
+		if len(args) < 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		c.w.Array(len(args) - 1)
+		for _, k := range args[1:] {
+			if e, err := st.Get(k, nil); err == nil {
+				c.w.Bulk(e.Value)
+			} else {
+				c.w.NullBulk()
+			}
+		}
+	case "MSET":
+		if len(args) < 3 || len(args)%2 != 1 {
+			c.wrongArgs(cmd)
+			return
+		}
+		ops := make([]kv.Op, 0, len(args)/2)
+		for i := 1; i < len(args); i += 2 {
+			ops = append(ops, kv.Op{Key: args[i], Value: args[i+1]})
+		}
+		if err := st.Batch(ops); err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.OK()
+	case "INCR", "DECR", "INCRBY", "DECRBY":
+		delta := int64(1)
+		switch cmd {
+		case "INCR", "DECR":
+			if len(args) != 2 {
+				c.wrongArgs(cmd)
+				return
+			}
+		default:
+			if len(args) != 3 {
+				c.wrongArgs(cmd)
+				return
+			}
+			var ok bool
+			if delta, ok = parseInt(args[2]); !ok {
+				c.w.Error("ERR value is not an integer or out of range")
+				return
+			}
+		}
+		if cmd[0] == 'D' {
+			if delta == -1<<63 {
+				c.w.Error("ERR decrement would overflow")
+				return
+			}
+			delta = -delta
+		}
+		n, err := st.IncrBy(args[1], delta)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(n)
+	case "EXPIRE", "PEXPIRE":
+		if len(args) != 3 {
+			c.wrongArgs(cmd)
+			return
+		}
+		n, ok := parseInt(args[2])
+		if !ok {
+			c.w.Error("ERR value is not an integer or out of range")
+			return
+		}
+		d := time.Duration(n) * time.Second
+		if cmd == "PEXPIRE" {
+			d = time.Duration(n) * time.Millisecond
+		}
+		if n <= 0 {
+			cnt, err := st.Delete(args[1])
+			if err != nil {
+				c.storeErr(err)
+				return
+			}
+			c.w.Int(int64(cnt))
+			return
+		}
+		found, err := st.Expire(args[1], d)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(b2i(found))
+	case "PERSIST":
+		if len(args) != 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		e, err := st.Get(args[1], nil)
+		if err != nil || e.ExpiresAt.IsZero() {
+			c.w.Int(0)
+			return
+		}
+		found, err := st.Expire(args[1], 0)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(b2i(found))
+	case "TTL", "PTTL":
+		if len(args) != 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		e, err := st.Get(args[1], nil)
+		switch {
+		case errors.Is(err, kv.ErrNotFound):
+			c.w.Int(-2)
+		case err != nil:
+			c.storeErr(err)
+		case e.ExpiresAt.IsZero():
+			c.w.Int(-1)
+		case cmd == "TTL":
+			c.w.Int(int64((time.Until(e.ExpiresAt) + time.Second/2) / time.Second))
+		default:
+			c.w.Int(time.Until(e.ExpiresAt).Milliseconds())
+		}
+	case "SCAN":
+		c.scan(args)
+	case "DBSIZE":
+		n, err := st.Count()
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(int64(n))
+	case "INFO":
+		c.w.BulkString(c.s.info())
+	case "AUTH":
+		pass := args[len(args)-1]
+		switch {
+		case len(args) < 2 || len(args) > 3:
+			c.wrongArgs(cmd)
+		case c.s.Password == "":
+			c.w.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		case string(pass) == c.s.Password && (len(args) == 2 || string(args[1]) == "default"):
+			c.authed = true
+			c.w.OK()
+		default:
+			c.w.Error("WRONGPASS invalid username-password pair or user is disabled.")
+		}
+	case "SELECT":
+		if len(args) != 2 {
+			c.wrongArgs(cmd)
+			return
+		}
+		if string(args[1]) != "0" {
+			c.w.Error("ERR DB index is out of range")
+			return
+		}
+		c.w.OK()
+	case "HELLO":
+		c.hello(args)
+	case "COMMAND":
+		if len(args) > 1 && eq(args[1], "COUNT") {
+			c.w.Int(int64(len(commandNames)))
+			return
+		}
+		c.w.Array(0) // no command docs: clients fall back to their own tables
+	case "CONFIG":
+		c.config(args)
+	case "CLIENT":
+		c.clientCmd(args)
+	case "QUIT":
+		c.w.OK()
+		c.quit = true
+	default:
+		var b strings.Builder
+		for _, a := range args[1:min(len(args), 4)] {
+			fmt.Fprintf(&b, "'%s' ", a)
+		}
+		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0], b.String()))
+	}
+}
+
+var commandNames = []string{"ping", "echo", "get", "set", "del", "unlink", "exists", "mget", "mset", "incr", "incrby",
+	"decr", "decrby", "expire", "pexpire", "ttl", "pttl", "persist", "scan", "dbsize", "info", "auth", "select",
+	"hello", "command", "config", "client", "quit"}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *client) set(args [][]byte) {
+	if len(args) < 3 {
+		c.wrongArgs("SET")
+		return
+	}
+	var o kv.PutOptions
+	wantGet := false
+	for i := 3; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch opt {
+		case "NX":
+			o.IfAbsent = true
+		case "XX":
+			o.IfPresent = true
+		case "KEEPTTL":
+			o.KeepTTL = true
+		case "GET":
+			wantGet, o.ReturnPrior = true, true
+		case "EX", "PX", "EXAT", "PXAT":
+			if i+1 >= len(args) || o.TTL != 0 {
+				c.w.Error("ERR syntax error")
+				return
+			}
+			n, ok := parseInt(args[i+1])
+			i++
+			if !ok || n <= 0 {
+				c.w.Error("ERR invalid expire time in 'set' command")
+				return
+			}
+			switch opt {
+			case "EX":
+				o.TTL = time.Duration(n) * time.Second
+			case "PX":
+				o.TTL = time.Duration(n) * time.Millisecond
+			case "EXAT":
+				o.TTL = time.Until(time.Unix(n, 0))
+			case "PXAT":
+				o.TTL = time.Until(time.UnixMilli(n))
+			}
+			if o.TTL <= 0 {
+				o.TTL = time.Millisecond // already past: expires at once
+			}
+		default:
+			c.w.Error("ERR syntax error")
+			return
+		}
+	}
+	if (o.IfAbsent && o.IfPresent) || (o.KeepTTL && o.TTL != 0) {
+		c.w.Error("ERR syntax error")
+		return
+	}
+	prior, err := c.s.Store.Put(args[1], args[2], o)
+	switch {
+	case errors.Is(err, kv.ErrExists), errors.Is(err, kv.ErrNotFound):
+		if wantGet && errors.Is(err, kv.ErrExists) {
+			e, _ := c.s.Store.Get(args[1], nil)
+			c.w.Bulk(e.Value)
+			return
+		}
+		c.w.NullBulk()
+	case err != nil:
+		c.storeErr(err)
+	case wantGet:
+		if prior == nil {
+			c.w.NullBulk()
+		} else {
+			c.w.Bulk(prior)
+		}
+	default:
+		c.w.OK()
+	}
+}
+
+// scan: cursors are small integers naming the next key, kept per client
+// (a bounded table): Redis clients parse the cursor as a number.
+func (c *client) scan(args [][]byte) {
+	if len(args) < 2 {
+		c.wrongArgs("SCAN")
+		return
+	}
+	id, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil {
+		c.w.Error("ERR invalid cursor")
+		return
+	}
+	var pattern []byte
+	count := 10
+	for i := 2; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			c.w.Error("ERR syntax error")
+			return
+		}
+		switch strings.ToUpper(string(args[i])) {
+		case "MATCH":
+			pattern = args[i+1]
+		case "COUNT":
+			n, ok := parseInt(args[i+1])
+			if !ok || n < 1 {
+				c.w.Error("ERR value is not an integer or out of range")
+				return
+			}
+			count = int(min(n, 100000))
+		case "TYPE":
+			// every key is a string
+		default:
+			c.w.Error("ERR syntax error")
+			return
+		}
+	}
+	var from []byte
+	if id != 0 {
+		var ok bool
+		if from, ok = c.cursors[id]; !ok {
+			c.w.Error("ERR invalid cursor")
+			return
+		}
+		delete(c.cursors, id)
+	}
+	prefix := literalPrefix(pattern)
+	page, next, err := c.s.Store.Scan(prefix, from, count, true)
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	var keys [][]byte
+	for _, kv := range page {
+		if pattern == nil || globMatch(pattern, kv.Key) {
+			keys = append(keys, kv.Key)
+		}
+	}
+	var nextID uint64
+	if next != nil {
+		if c.cursors == nil {
+			c.cursors = map[uint64][]byte{}
+		}
+		if len(c.cursors) >= 64 { // bounded: forget one cursor to make room
+			for k := range c.cursors {
+				delete(c.cursors, k)
+				break
+			}
+		}
+		c.nextCur++
+		nextID = c.nextCur
+		c.cursors[nextID] = next
+	}
+	c.w.Array(2)
+	c.w.BulkString(strconv.FormatUint(nextID, 10))
+	c.w.Array(len(keys))
+	for _, k := range keys {
+		c.w.Bulk(k)
+	}
+}
+
+// literalPrefix returns the part of a glob before its first special char.
+func literalPrefix(p []byte) []byte {
+	if i := bytes.IndexAny(p, "*?[\\"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// globMatch is Redis' stringmatch: * ? [abc] [^a-z] and \ escapes.
+func globMatch(p, s []byte) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case '*':
+			for len(p) > 1 && p[1] == '*' {
+				p = p[1:]
+			}
+			if len(p) == 1 {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if globMatch(p[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if len(s) == 0 {
+				return false
+			}
+			s = s[1:]
+			p = p[1:]
+		case '[':
+			if len(s) == 0 {
+				return false
+			}
+			end := bytes.IndexByte(p[1:], ']')
+			if end < 0 {
+				return false
+			}
+			class := p[1 : 1+end]
+			neg := len(class) > 0 && class[0] == '^'
+			if neg {
+				class = class[1:]
+			}
+			match := false
+			for i := 0; i < len(class); i++ {
+				if i+2 < len(class) && class[i+1] == '-' {
+					if s[0] >= class[i] && s[0] <= class[i+2] {
+						match = true
+					}
+					i += 2
+				} else if class[i] == s[0] {
+					match = true
+				}
+			}
+			if match == neg {
+				return false
+			}
+			s = s[1:]
+			p = p[2+end:]
+		case '\\':
+			if len(p) > 1 {
+				p = p[1:]
+			}
+			fallthrough
+		default:
+			if len(s) == 0 || s[0] != p[0] {
+				return false
+			}
+			s, p = s[1:], p[1:]
+		}
+	}
+	return len(s) == 0
+}
+
+func (c *client) hello(args [][]byte) {
+	if len(args) > 1 {
+		v, ok := parseInt(args[1])
+		if !ok || v != 2 {
+			c.w.Error("NOPROTO sorry, this protocol version is not supported")
+			return
+		}
+		for i := 2; i < len(args); i++ {
+			switch strings.ToUpper(string(args[i])) {
+			case "AUTH":
+				if i+2 >= len(args) || c.s.Password == "" || string(args[i+2]) != c.s.Password {
+					c.w.Error("WRONGPASS invalid username-password pair or user is disabled.")
+					return
+				}
+				c.authed = true
+				i += 2
+			case "SETNAME":
+				if i+1 >= len(args) {
+					c.w.Error("ERR syntax error")
+					return
+				}
+				c.name = string(args[i+1])
+				i++
+			default:
+				c.w.Error("ERR syntax error")
+				return
+			}
+		}
+	}
+	if !c.authed {
+		c.w.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	c.w.Array(14)
+	c.w.BulkString("server")
+	c.w.BulkString("redis")
+	c.w.BulkString("version")
+	c.w.BulkString("7.0.0")
+	c.w.BulkString("proto")
+	c.w.Int(2)
+	c.w.BulkString("id")
+	c.w.Int(c.id)
+	c.w.BulkString("mode")
+	c.w.BulkString("standalone")
+	c.w.BulkString("role")
+	c.w.BulkString("master")
+	c.w.BulkString("modules")
+	c.w.Array(0)
+}
+
+// configValues answers CONFIG GET for what clients and redis-benchmark ask.
+func (s *Server) configValues() map[string]string {
+	app := "no"
+	save := ""
+	if s.Store.Durability() == kv.Sync {
+		app = "yes"
+	}
+	return map[string]string{"save": save, "appendonly": app, "appendfsync": map[bool]string{true: "always", false: "no"}[app == "yes"],
+		"databases": "1", "maxmemory": strconv.FormatInt(s.Store.MemoryBudget(), 10), "timeout": "0",
+		"proto-max-bulk-len": strconv.Itoa(s.Limits.MaxBulk)}
+}
+
+func (c *client) config(args [][]byte) {
+	if len(args) < 2 {
+		c.wrongArgs("CONFIG")
+		return
+	}
+	switch strings.ToUpper(string(args[1])) {
+	case "GET":
+		if len(args) < 3 {
+			c.wrongArgs("CONFIG|GET")
+			return
+		}
+		vals := c.s.configValues()
+		var out []string
+		for _, pat := range args[2:] {
+			for k, v := range vals {
+				if globMatch(bytes.ToLower(pat), []byte(k)) {
+					out = append(out, k, v)
+				}
+			}
+		}
+		c.w.Array(len(out))
+		for _, s := range out {
+			c.w.BulkString(s)
+		}
+	case "SET", "RESETSTAT", "REWRITE":
+		c.w.Error("ERR CONFIG " + strings.ToUpper(string(args[1])) + " is not supported by hecd; configure the agent instead")
+	default:
+		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CONFIG HELP.")
+	}
+}
+
+func (c *client) clientCmd(args [][]byte) {
+	if len(args) < 2 {
+		c.wrongArgs("CLIENT")
+		return
+	}
+	switch strings.ToUpper(string(args[1])) {
+	case "SETNAME":
+		if len(args) != 3 {
+			c.wrongArgs("CLIENT|SETNAME")
+			return
+		}
+		if bytes.ContainsAny(args[2], " \n") {
+			c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.")
+			return
+		}
+		c.name = string(args[2])
+		c.w.OK()
+	case "GETNAME":
+		if c.name == "" {
+			c.w.NullBulk()
+		} else {
+			c.w.BulkString(c.name)
+		}
+	case "SETINFO":
+		c.w.OK()
+	case "ID":
+		c.w.Int(c.id)
+	default:
+		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CLIENT HELP.")
+	}
+}
+
+func (s *Server) info() string {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st := s.Store.Stats()
+	n, _ := s.Store.Count()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Server\r\nredis_version:7.0.0\r\nhec_version:%s\r\nredis_mode:standalone\r\nprocess_id:%d\r\nuptime_in_seconds:%d\r\n\r\n",
+		s.Version, pid(), int(time.Since(s.started).Seconds()))
+	fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\n\r\n", s.connected.Load())
+	fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nused_memory_rss:%d\r\nmaxmemory:%d\r\n\r\n", ms.HeapAlloc, ms.Sys, st.MemoryBudget)
+	fmt.Fprintf(&b, "# Persistence\r\naof_enabled:%d\r\nhec_durability:%s\r\nhec_lsm_bytes:%d\r\nhec_vlog_bytes:%d\r\n\r\n",
+		b2i(st.Durability == "sync"), st.Durability, st.LSMBytes, st.VlogBytes)
+	fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\nrejected_connections:%d\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n\r\n",
+		s.total.Load(), s.commands.Load(), s.rejected.Load(), st.Gets-st.Misses, st.Misses)
+	fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", n)
+	return b.String()
+}
+
+func pid() int { return os.Getpid() }

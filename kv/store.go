@@ -1,0 +1,533 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	ErrNotFound  = errors.New("kv: key not found")
+	ErrExists    = errors.New("kv: key exists")
+	ErrMismatch  = errors.New("kv: value mismatch")
+	ErrNotNumber = errors.New("kv: value is not an integer or out of range")
+	ErrKeySize   = errors.New("kv: key empty or too large")
+	ErrValueSize = errors.New("kv: value too large")
+	ErrClosed    = errors.New("kv: store closed")
+)
+
+// Limits on what a client may store.
+const (
+	MaxKeySize   = 64 << 10
+	MaxValueSize = 32 << 20
+)
+
+// Durability says when a write is acknowledged.
+type Durability int
+
+const (
+	// Sync: acknowledged once on disk (fsync), commits grouped.
+	Sync Durability = iota
+	// Async: acknowledged once in memory; a crash may lose recent writes.
+	Async
+)
+
+func (d Durability) String() string {
+	if d == Async {
+		return "async"
+	}
+	return "sync"
+}
+
+// ParseDurability reads "sync" or "async".
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "sync", "":
+		return Sync, nil
+	case "async":
+		return Async, nil
+	}
+	return Sync, fmt.Errorf("kv: durability %q: want sync or async", s)
+}
+
+// Option configures Open (reedsolomon style: documented defaults).
+type Option func(*config)
+
+type config struct {
+	durability  Durability
+	memtable    int64
+	memtables   int
+	blockCache  int64
+	indexCache  int64
+	valueThresh int64
+	inMemory    bool
+	log         *slog.Logger
+}
+
+// WithDurability sets when writes are acknowledged (default Sync).
+func WithDurability(d Durability) Option { return func(c *config) { c.durability = d } }
+
+// WithMemory sets the memtable size and the block and index cache sizes
+// (defaults 16 MiB, 16 MiB, 8 MiB; two memtables).
+func WithMemory(memtable, blockCache, indexCache int64) Option {
+	return func(c *config) { c.memtable, c.blockCache, c.indexCache = memtable, blockCache, indexCache }
+}
+
+// WithInMemory keeps everything in memory (tests).
+func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
+
+// WithLogger sends Badger's warnings and errors to log.
+func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
+
+// Store is a Badger-backed key-value store. It is safe for concurrent use.
+type Store struct {
+	db     *badger.DB
+	cfg    config
+	closed atomic.Bool
+
+	gets, puts, dels, scans, misses atomic.Uint64
+}
+
+// Open opens (creating) the store in dir.
+func Open(dir string, opts ...Option) (*Store, error) {
+	cfg := config{durability: Sync, memtable: 16 << 20, memtables: 2, blockCache: 16 << 20, indexCache: 8 << 20, valueThresh: 1 << 10}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	bo := badger.DefaultOptions(dir).
+		WithSyncWrites(cfg.durability == Sync).
+		WithMemTableSize(cfg.memtable).
+		WithNumMemtables(cfg.memtables).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(cfg.blockCache).
+		WithIndexCacheSize(cfg.indexCache).
+		WithValueThreshold(cfg.valueThresh).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithCompression(options.None).
+		WithDetectConflicts(true).
+		WithLogger(badgerLogger{cfg.log})
+	if cfg.inMemory {
+		bo = bo.WithInMemory(true).WithDir("").WithValueDir("")
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	return &Store{db: db, cfg: cfg}, nil
+}
+
+// MemoryBudget is the memory the store is configured to hold at most in
+// memtables and caches (Badger adds its goroutines and some buffers).
+func (s *Store) MemoryBudget() int64 {
+	return s.cfg.memtable*int64(s.cfg.memtables) + s.cfg.blockCache + s.cfg.indexCache
+}
+
+// Durability returns how writes are acknowledged.
+func (s *Store) Durability() Durability { return s.cfg.durability }
+
+// Close flushes and closes the store.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// Entry is a stored value with what a cache needs to know about it.
+type Entry struct {
+	Value     []byte
+	Version   uint64    // grows with every write of the key
+	ExpiresAt time.Time // zero: never
+}
+
+func checkKey(k []byte) error {
+	if len(k) == 0 || len(k) > MaxKeySize {
+		return fmt.Errorf("key of %d bytes: %w", len(k), ErrKeySize)
+	}
+	return nil
+}
+
+func (s *Store) view(f func(txn *badger.Txn) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.db.View(f)
+}
+
+// update runs f in a read-write transaction, retrying on conflicts (other
+// writers of the same keys), so read-modify-write ops are atomic.
+func (s *Store) update(f func(txn *badger.Txn) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	for i := 0; ; i++ {
+		err := s.db.Update(f)
+		if errors.Is(err, badger.ErrConflict) && i < 100 {
+			continue
+		}
+		return err
+	}
+}
+
+func entryOf(item *badger.Item, dst []byte) (Entry, error) {
+	v, err := item.ValueCopy(dst[:0])
+	if err != nil {
+		return Entry{}, err
+	}
+	e := Entry{Value: v, Version: item.Version()}
+	if exp := item.ExpiresAt(); exp != 0 {
+		e.ExpiresAt = time.Unix(int64(exp), 0)
+	}
+	return e, nil
+}
+
+// Get returns the entry of key, or ErrNotFound. The value is appended to
+// dst[:0] (pass nil to allocate).
+func (s *Store) Get(key, dst []byte) (Entry, error) {
+	if err := checkKey(key); err != nil {
+		return Entry{}, err
+	}
+	s.gets.Add(1)
+	var e Entry
+	err := s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if err != nil {
+			return err
+		}
+		e, err = entryOf(item, dst)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		s.misses.Add(1)
+		return Entry{}, ErrNotFound
+	}
+	return e, err
+}
+
+// PutOptions qualify a Put.
+type PutOptions struct {
+	TTL         time.Duration // 0: no expiry. Badger's expiry has 1-second resolution (rounded up).
+	IfAbsent    bool          // NX
+	IfPresent   bool          // XX
+	KeepTTL     bool          // keep the key's current expiry
+	ReturnPrior bool          // fill the prior value in Put's result
+}
+
+// Put stores value under key. With IfAbsent/IfPresent it fails with
+// ErrExists/ErrNotFound when the condition does not hold.
+func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if len(value) > MaxValueSize {
+		return nil, fmt.Errorf("value of %d bytes: %w", len(value), ErrValueSize)
+	}
+	s.puts.Add(1)
+	err = s.update(func(txn *badger.Txn) error {
+		var exp uint64
+		if o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior {
+			item, err := txn.Get(key)
+			switch {
+			case errors.Is(err, badger.ErrKeyNotFound):
+				if o.IfPresent {
+					return ErrNotFound
+				}
+			case err != nil:
+				return err
+			default:
+				if o.IfAbsent {
+					return ErrExists
+				}
+				exp = item.ExpiresAt()
+				if o.ReturnPrior {
+					if prior, err = item.ValueCopy(nil); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		e := badger.NewEntry(key, value)
+		switch {
+		case o.TTL > 0:
+			e = e.WithTTL(roundTTL(o.TTL))
+		case o.KeepTTL && exp != 0:
+			e.ExpiresAt = exp
+		}
+		return txn.SetEntry(e)
+	})
+	return prior, err
+}
+
+// roundTTL rounds up to whole seconds (Badger's resolution), at least 1s.
+func roundTTL(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// Delete removes keys and returns how many existed.
+func (s *Store) Delete(keys ...[]byte) (int, error) {
+	n := 0
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return 0, err
+		}
+	}
+	s.dels.Add(uint64(len(keys)))
+	err := s.update(func(txn *badger.Txn) error {
+		n = 0
+		for _, k := range keys {
+			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			n++
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Expire sets (ttl > 0) or removes (ttl == 0, PERSIST) a key's expiry. It
+// reports whether the key exists.
+func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	found := false
+	err := s.update(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			found = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		e := badger.NewEntry(key, v)
+		if ttl > 0 {
+			e = e.WithTTL(roundTTL(ttl))
+		}
+		return txn.SetEntry(e)
+	})
+	return found, err
+}
+
+// IncrBy adds delta to the integer stored at key (0 when absent), keeping
+// its expiry, and returns the new value.
+func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.update(func(txn *badger.Txn) error {
+		var cur int64
+		var exp uint64
+		item, err := txn.Get(key)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if cur, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+				return ErrNotNumber
+			}
+			exp = item.ExpiresAt()
+		}
+		if (delta > 0 && cur > (1<<63-1)-delta) || (delta < 0 && cur < -(1<<63)-delta) {
+			return ErrNotNumber
+		}
+		n = cur + delta
+		e := badger.NewEntry(key, strconv.AppendInt(nil, n, 10))
+		e.ExpiresAt = exp
+		return txn.SetEntry(e)
+	})
+	s.puts.Add(1)
+	return n, err
+}
+
+// CompareAndSwap replaces key's value with new if it is old (old == nil:
+// the key must be absent). It fails with ErrMismatch otherwise.
+func (s *Store) CompareAndSwap(key, old, new []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	s.puts.Add(1)
+	return s.update(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			if old != nil {
+				return ErrMismatch
+			}
+		case err != nil:
+			return err
+		default:
+			if old == nil {
+				return ErrMismatch
+			}
+			eq := false
+			if err := item.Value(func(v []byte) error { eq = bytes.Equal(v, old); return nil }); err != nil {
+				return err
+			}
+			if !eq {
+				return ErrMismatch
+			}
+		}
+		return txn.Set(key, new)
+	})
+}
+
+// Op is one write of a Batch.
+type Op struct {
+	Delete bool
+	Key    []byte
+	Value  []byte
+	TTL    time.Duration
+}
+
+// Batch applies ops atomically: all or none.
+func (s *Store) Batch(ops []Op) error {
+	for _, o := range ops {
+		if err := checkKey(o.Key); err != nil {
+			return err
+		}
+		if len(o.Value) > MaxValueSize {
+			return ErrValueSize
+		}
+	}
+	s.puts.Add(uint64(len(ops)))
+	return s.update(func(txn *badger.Txn) error {
+		for _, o := range ops {
+			var err error
+			if o.Delete {
+				err = txn.Delete(o.Key)
+			} else {
+				e := badger.NewEntry(o.Key, o.Value)
+				if o.TTL > 0 {
+					e = e.WithTTL(roundTTL(o.TTL))
+				}
+				err = txn.SetEntry(e)
+			}
+			if err != nil {
+				return err // ErrTxnTooBig included: nothing is applied
+			}
+		}
+		return nil
+	})
+}
+
+// KV is a key and its value, from Scan.
+type KV struct {
+	Key, Value []byte
+}
+
+// Scan returns up to limit pairs whose keys start with prefix, from the
+// first key ≥ cursor (nil: the start), in key order, and the cursor for the
+// next call (nil when done). Keys only when keysOnly.
+func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []byte, error) {
+	if limit <= 0 {
+		limit = 10
+	}
+	s.scans.Add(1)
+	var out []KV
+	var next []byte
+	err := s.view(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Prefix = prefix
+		o.PrefetchValues = !keysOnly
+		it := txn.NewIterator(o)
+		defer it.Close()
+		start := prefix
+		if bytes.Compare(cursor, prefix) > 0 {
+			start = cursor
+		}
+		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
+			item := it.Item()
+			if len(out) == limit {
+				next = item.KeyCopy(nil)
+				return nil
+			}
+			kv := KV{Key: item.KeyCopy(nil)}
+			if !keysOnly {
+				v, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				kv.Value = v
+			}
+			out = append(out, kv)
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// Count returns the number of live keys (DBSIZE). It iterates keys.
+func (s *Store) Count() (int, error) {
+	n := 0
+	err := s.view(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.PrefetchValues = false
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Stats are the store's counters.
+type Stats struct {
+	Gets, Puts, Deletes, Scans, Misses uint64
+	LSMBytes, VlogBytes                int64
+	MemoryBudget                       int64
+	Durability                         string
+}
+
+// Stats returns counters and on-disk sizes.
+func (s *Store) Stats() Stats {
+	lsm, vlog := s.db.Size()
+	return Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
+		Misses: s.misses.Load(), LSMBytes: lsm, VlogBytes: vlog, MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String()}
+}
+
+// badgerLogger passes Badger's warnings and errors to slog and drops its
+// info and debug chatter.
+type badgerLogger struct{ log *slog.Logger }
+
+func (l badgerLogger) Errorf(f string, a ...any) {
+	if l.log != nil {
+		l.log.Error("badger: " + fmt.Sprintf(f, a...))
+	}
+}
+func (l badgerLogger) Warningf(f string, a ...any) {
+	if l.log != nil {
+		l.log.Warn("badger: " + fmt.Sprintf(f, a...))
+	}
+}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}
