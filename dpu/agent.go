@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/kv"
+	"github.com/hecsys/hec/kv/resp"
+	"github.com/hecsys/hec/kv/udp"
 	"github.com/hecsys/hec/shared/ring"
 )
 
@@ -40,7 +43,14 @@ type Agent struct {
 	services []Service
 
 	powerOff func() // set by RunInit: POST /v1/poweroff calls it
+
+	store *kv.Store
+	resp  *resp.Server
+	udp   *udp.Server
 }
+
+// Store returns the kv store while the agent runs.
+func (a *Agent) Store() *kv.Store { return a.store }
 
 // New checks cfg and returns an agent ready to Run. Services register their
 // ops on Dispatcher() before Run.
@@ -150,8 +160,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dur, _ := kv.ParseDurability(a.cfg.KVDurability)
+	if a.store, err = kv.Open(filepath.Join(a.cfg.StateDir, "kv"), kv.WithDurability(dur), kv.WithLogger(a.log)); err != nil {
+		return err
+	}
+	defer a.store.Close()
+	registerKVOps(a.disp, a.store)
 
 	var wg sync.WaitGroup
+	var closers []func() // listeners to close at shutdown, before waiting
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	var ra *ring.Agent
@@ -222,13 +244,29 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); hs.Serve(ln) }()
 	}
-	for _, s := range []Service{{Name: "resp", Addr: a.cfg.RESP}, {Name: "udp", Addr: a.cfg.UDP}} {
-		if s.Addr == Off {
-			continue
+	if a.cfg.RESP != Off {
+		ln, err := net.Listen("tcp", a.cfg.RESP)
+		if err != nil {
+			return fmt.Errorf("resp listener: %w", err)
 		}
-		s.Note = "not served: the kv service is not built into this agent yet"
-		a.log.Warn("service configured but not served", "service", s.Name, "addr", s.Addr, "why", s.Note)
-		a.addService(s)
+		rs := &resp.Server{Store: a.store, Password: a.cfg.RESPPassword, Log: a.log, Version: Version}
+		a.resp = rs
+		a.addService(Service{Name: "resp", Addr: ln.Addr().String(), Served: true, Note: "kv, " + a.store.Durability().String()})
+		wg.Add(1)
+		go func() { defer wg.Done(); rs.Serve(pollCtx, ln) }()
+		closers = append(closers, func() { ln.Close(); rs.Close() })
+	}
+	if a.cfg.UDP != Off {
+		pc, err := net.ListenPacket("udp", a.cfg.UDP)
+		if err != nil {
+			return fmt.Errorf("udp listener: %w", err)
+		}
+		us := &udp.Server{Store: a.store, Log: a.log}
+		a.udp = us
+		a.addService(Service{Name: "udp", Addr: pc.LocalAddr().String(), Served: true, Note: "memcached-style GET"})
+		wg.Add(1)
+		go func() { defer wg.Done(); us.Serve(pollCtx, pc) }()
+		closers = append(closers, func() { pc.Close() })
 	}
 	a.ready.Store(true)
 	close(a.readyCh)
@@ -240,6 +278,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if tcp != nil {
 		tcp.close()
 	}
+	for _, c := range closers {
+		c()
+	}
+	closers = nil
 	stopPoll()
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -50,6 +50,12 @@ type Config struct {
 	// UDP is the address of the kv service's UDP GET path. Default
 	// 127.0.0.1:11311. Not served by this build: reported as such.
 	UDP string `toml:"udp"`
+	// KVDurability is "sync" (default: a write is acknowledged once on
+	// disk, concurrent writes sharing fsyncs) or "async" (acknowledged in
+	// memory; a crash may lose the last writes).
+	KVDurability string `toml:"kv_durability"`
+	// RESPPassword, when set, makes RESP clients AUTH first.
+	RESPPassword string `toml:"resp_password"`
 	// StateDir keeps what outlives a restart (the generation counter, later
 	// the kv data). Default $XDG_STATE_HOME/hec or ~/.local/state/hec.
 	StateDir string `toml:"state_dir"`
@@ -159,6 +165,9 @@ func (c Config) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("--%s %q: %v: %w", name, addr, err, ErrConfig)
 		}
+	}
+	if c.KVDurability != "" && c.KVDurability != "sync" && c.KVDurability != "async" {
+		return fmt.Errorf("kv_durability %q: want sync or async: %w", c.KVDurability, ErrConfig)
 	}
 	if c.QueuePairs < 1 || c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
 		return fmt.Errorf("queue_pairs %d, ring_entries %d (a power of two): %w", c.QueuePairs, c.RingEntries, ErrConfig)

@@ -64,11 +64,10 @@ func (s *tcpServer) handle(ctx context.Context, c net.Conn) {
 		}
 		var resp wire.Desc
 		s.a.disp.ServeFrame(ctx, &req, payload, &resp)
-		// Output spans (if a handler set any) travel back inline, renumbered
-		// relative to the response payload.
+		// Output spans (if a handler set any) keep the offsets of the
+		// request's memory; their bytes follow one another in the payload.
 		var out [wire.MaxSpans][]byte
 		n := 0
-		off := uint32(0)
 		for i, sp := range resp.SpanList() {
 			if !sp.Within(uint64(len(payload))) {
 				resp.Status, resp.NSpan = wire.StatusInternal, 0
@@ -76,8 +75,6 @@ func (s *tcpServer) handle(ctx context.Context, c net.Conn) {
 				break
 			}
 			out[i] = payload[sp.Off:sp.End()]
-			resp.Spans[i] = wire.Span{Off: off, Len: sp.Len}
-			off += sp.Len
 			n++
 		}
 		if err := wire.WriteFrame(c, &resp, out[:n]...); err != nil {

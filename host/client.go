@@ -28,19 +28,24 @@ var ErrClosed = errors.New("host: client closed")
 // ErrTarget is returned by Dial for a target it cannot parse.
 var ErrTarget = errors.New("host: bad target")
 
-// Request is one op: its code, two arguments, and up to wire.MaxSpans input
-// buffers handed to the agent.
+// Request is one op: its code, two arguments, the buffers handed to the
+// agent (In) and the buffers it may write into (Out), at most
+// wire.MaxSpans in all. Buffers from Alloc are used in place; others are
+// copied (In before, Out after).
 type Request struct {
 	Op         wire.Op
 	Flags      uint16
 	Arg0, Arg1 uint64
 	In         [][]byte
+	Out        [][]byte
 }
 
-// Result is what the agent answered.
+// Result is what the agent answered. Out holds the parts of the request's
+// Out buffers the agent wrote, in the order its completion named them.
 type Result struct {
 	Status     wire.Status
 	Arg0, Arg1 uint64
+	Out        [][]byte
 }
 
 // Call is an op in flight. Wait for it; do not touch its input buffers
@@ -54,6 +59,31 @@ type Call struct {
 
 	tag    uint64
 	staged []uint64 // window offsets to free on completion (shm)
+	// outSpans are the Out buffers' spans in the transport's address space
+	// (the window, or the request payload plus its reserve).
+	outSpans [wire.MaxSpans]wire.Span
+}
+
+// placeOutputs copies what the agent wrote (the completion's spans, whose
+// bytes read returns) into the call's Out buffers and records them in res.
+// Spans outside every Out buffer are ignored: the agent is not trusted to
+// name memory the op did not give it.
+func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span) []byte) {
+	for _, sp := range spans {
+		src := read(sp) // always: a stream transport consumes its bytes in order
+		if src == nil {
+			continue
+		}
+		for j, o := range c.outSpans[:len(c.Req.Out)] {
+			if sp.Off < o.Off || sp.End() > o.End() {
+				continue
+			}
+			dst := c.Req.Out[j][sp.Off-o.Off : sp.End()-uint64(o.Off)]
+			copy(dst, src)
+			res.Out = append(res.Out, dst)
+			break
+		}
+	}
 }
 
 func newCall(req Request) *Call { return &Call{Req: req, ch: make(chan struct{})} }
@@ -192,10 +222,10 @@ func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
 		return nil, ErrClosed
 	}
 	for _, r := range reqs {
-		if len(r.In) > wire.MaxSpans {
-			return nil, fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In), wire.MaxSpans, wire.StatusBadArg)
+		if len(r.In)+len(r.Out) > wire.MaxSpans {
+			return nil, fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In)+len(r.Out), wire.MaxSpans, wire.StatusBadArg)
 		}
-		for _, b := range r.In {
+		for _, b := range append(r.In[:len(r.In):len(r.In)], r.Out...) {
 			if len(b) > c.t.window() {
 				return nil, fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), c.t.window(), wire.StatusTooLarge)
 			}

@@ -287,9 +287,10 @@ func (t *shmTransport) inflight() int {
 // prepare assigns a slot and builds the descriptor; inputs outside the
 // window are copied into staging buffers in it.
 func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
-	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(len(c.Req.In))}
+	nIn := len(c.Req.In)
+	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
 	c.staged = c.staged[:0]
-	for i, b := range c.Req.In {
+	for i, b := range append(c.Req.In[:nIn:nIn], c.Req.Out...) {
 		off, ok := t.offset(b)
 		if !ok {
 			so, err := t.arena.Alloc(uint64(len(b)))
@@ -297,11 +298,16 @@ func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
 				t.unstage(c)
 				return d, fmt.Errorf("stage %d bytes for %s: %w", len(b), c.Req.Op, err)
 			}
-			copy(t.win[so:], b)
+			if i < nIn {
+				copy(t.win[so:], b)
+			}
 			c.staged = append(c.staged, so)
 			off = so
 		}
 		d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
+		if i >= nIn {
+			c.outSpans[i-nIn] = d.Spans[i]
+		}
 	}
 	slot := t.slots[len(t.slots)-1]
 	t.slots = t.slots[:len(t.slots)-1]
@@ -333,8 +339,17 @@ func (t *shmTransport) reap() {
 		c := t.pending[slot]
 		t.pending[slot] = nil
 		t.slots = append(t.slots, uint16(slot))
+		res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
+		if len(c.Req.Out) > 0 && d.Status == wire.StatusOK {
+			c.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
+				if !sp.Within(uint64(len(t.win))) {
+					return nil
+				}
+				return t.win[sp.Off:sp.End()]
+			})
+		}
 		t.unstage(c)
-		c.complete(Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}, nil)
+		c.complete(res, nil)
 	}
 	if err != nil {
 		t.fail(err)

@@ -72,11 +72,18 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 		}
 	}
 	for _, c := range calls {
-		d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(len(c.Req.In))}
-		off := 0
+		nIn := len(c.Req.In)
+		d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
+		off, reserve := 0, 0
 		for i, b := range c.Req.In {
 			d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
 			off += len(b)
+		}
+		for j, b := range c.Req.Out { // room the agent appends to the payload
+			d.Spans[nIn+j] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
+			c.outSpans[j] = d.Spans[nIn+j]
+			off += len(b)
+			reserve += len(b)
 		}
 		t.pmu.Lock()
 		t.seq++
@@ -84,7 +91,7 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 		t.pending[c.tag] = c
 		t.pmu.Unlock()
 		d.Tag = c.tag
-		if err := wire.WriteFrame(t.conn, &d, c.Req.In...); err != nil {
+		if err := wire.WriteFrameReserve(t.conn, &d, reserve, c.Req.In...); err != nil {
 			t.conn.Close()
 			t.conn = nil
 			t.failAll(fmt.Errorf("host: send to %s: %v: %w", t.addr, err, wire.StatusUnavailable))
@@ -100,7 +107,7 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 func (t *tcpTransport) read(c net.Conn) {
 	fr := wire.NewFrameReader(c, maxTCPOp)
 	for {
-		d, _, err := fr.Next()
+		d, payload, err := fr.Next()
 		if err != nil {
 			t.wmu.Lock()
 			if t.conn == c {
@@ -116,7 +123,19 @@ func (t *tcpTransport) read(c net.Conn) {
 		delete(t.pending, d.Tag)
 		t.pmu.Unlock()
 		if call != nil {
-			call.complete(Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}, nil)
+			res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
+			if len(call.Req.Out) > 0 && d.Status == wire.StatusOK {
+				pos := 0
+				call.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
+					if pos+int(sp.Len) > len(payload) {
+						return nil
+					}
+					b := payload[pos : pos+int(sp.Len)]
+					pos += int(sp.Len)
+					return b
+				})
+			}
+			call.complete(res, nil)
 		}
 	}
 }

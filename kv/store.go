@@ -216,7 +216,7 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 
 // PutOptions qualify a Put.
 type PutOptions struct {
-	TTL         time.Duration // 0: no expiry. Badger's expiry has 1-second resolution (rounded up).
+	TTL         time.Duration // 0: no expiry. Expiry has 1-second resolution: rounded up.
 	IfAbsent    bool          // NX
 	IfPresent   bool          // XX
 	KeepTTL     bool          // keep the key's current expiry
@@ -259,7 +259,7 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 		e := badger.NewEntry(key, value)
 		switch {
 		case o.TTL > 0:
-			e = e.WithTTL(roundTTL(o.TTL))
+			e.ExpiresAt = expiresAt(o.TTL)
 		case o.KeepTTL && exp != 0:
 			e.ExpiresAt = exp
 		}
@@ -268,9 +268,12 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 	return prior, err
 }
 
-// roundTTL rounds up to whole seconds (Badger's resolution), at least 1s.
-func roundTTL(d time.Duration) time.Duration {
-	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+// expiresAt returns the expiry (Unix seconds, Badger's resolution) of a key
+// written now with ttl, rounded up: the key lives at least ttl, at most a
+// second more.
+func expiresAt(ttl time.Duration) uint64 {
+	const s = int64(time.Second)
+	return uint64((time.Now().Add(ttl).UnixNano() + s - 1) / s)
 }
 
 // Delete removes keys and returns how many existed.
@@ -323,7 +326,7 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 		}
 		e := badger.NewEntry(key, v)
 		if ttl > 0 {
-			e = e.WithTTL(roundTTL(ttl))
+			e.ExpiresAt = expiresAt(ttl)
 		}
 		return txn.SetEntry(e)
 	})
@@ -426,7 +429,7 @@ func (s *Store) Batch(ops []Op) error {
 			} else {
 				e := badger.NewEntry(o.Key, o.Value)
 				if o.TTL > 0 {
-					e = e.WithTTL(roundTTL(o.TTL))
+					e.ExpiresAt = expiresAt(o.TTL)
 				}
 				err = txn.SetEntry(e)
 			}

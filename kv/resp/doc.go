@@ -7,7 +7,7 @@
 // COUNT) DBSIZE INFO AUTH SELECT(0) HELLO(2) COMMAND CONFIG GET CLIENT
 // (SETNAME GETNAME SETINFO ID) QUIT. Errors are Redis' own ("ERR ...",
 // "NOAUTH ...", "NOPROTO ..."). Expiry has the store's one-second resolution:
-// PX and PEXPIRE round up to whole seconds.
+// a key lives at least its TTL and at most a second more.
 //
 // Every request is read with limits (arguments per command, bytes per
 // argument, bytes per request); a client that breaks them gets an error and

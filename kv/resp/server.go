@@ -351,7 +351,7 @@ func (c *client) exec(ctx context.Context, args [][]byte) {
 		case e.ExpiresAt.IsZero():
 			c.w.Int(-1)
 		case cmd == "TTL":
-			c.w.Int(int64((time.Until(e.ExpiresAt) + time.Second/2) / time.Second))
+			c.w.Int(int64(time.Until(e.ExpiresAt) / time.Second))
 		default:
 			c.w.Int(time.Until(e.ExpiresAt).Milliseconds())
 		}

@@ -11,12 +11,17 @@ import (
 // Stream framing (the TCP transport). A frame is
 //
 //	u32 little-endian n = DescSize + payload length
+//	u32 little-endian reserve: zeroed bytes the receiver appends to the payload
 //	descriptor (DescSize bytes)
 //	payload (n - DescSize bytes)
 //
-// The descriptor's spans are relative to the payload. Requests carry their
-// input data inline; responses carry their output data inline.
-const FrameHeaderSize = 4
+// The descriptor's spans are relative to the payload plus its reserve.
+// Requests carry their input data inline and reserve room for their output
+// (a GET's value buffer), which costs no bytes on the wire. Responses carry
+// only the output the agent wrote: the spans of the response descriptor
+// keep the offsets of the request's memory, and their data follow one after
+// the other in the payload.
+const FrameHeaderSize = 8
 
 // DefaultMaxPayload bounds a frame's payload unless the reader says otherwise.
 const DefaultMaxPayload = 64 << 20
@@ -34,6 +39,11 @@ type FrameReader struct {
 	buf        []byte
 }
 
+// Next reads one frame. The payload (with its reserve, zeroed, appended)
+// aliases the reader's buffer and is valid until the next call. The
+// descriptor is decoded but not validated: call Validate(uint64(len(payload)))
+// for a request.
+
 // NewFrameReader returns a reader that refuses payloads over maxPayload bytes
 // (DefaultMaxPayload when maxPayload <= 0).
 func NewFrameReader(r io.Reader, maxPayload int) *FrameReader {
@@ -43,9 +53,6 @@ func NewFrameReader(r io.Reader, maxPayload int) *FrameReader {
 	return &FrameReader{r: r, maxPayload: maxPayload}
 }
 
-// Next reads one frame. The payload aliases the reader's buffer and is valid
-// until the next call. The descriptor is decoded but not validated: call
-// Validate(uint64(len(payload))) for a request.
 func (fr *FrameReader) Next() (Desc, []byte, error) {
 	var d Desc
 	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
@@ -59,19 +66,21 @@ func (fr *FrameReader) Next() (Desc, []byte, error) {
 		return d, nil, fmt.Errorf("read frame: length %d below descriptor size: %w", n, ErrMalformed)
 	}
 	plen := uint64(n) - DescSize
-	if plen > uint64(fr.maxPayload) {
-		return d, nil, fmt.Errorf("read frame: payload %d > %d: %w", plen, fr.maxPayload, ErrFrameTooLarge)
+	reserve := uint64(binary.LittleEndian.Uint32(fr.hdr[4:8]))
+	if plen+reserve > uint64(fr.maxPayload) {
+		return d, nil, fmt.Errorf("read frame: payload %d + reserve %d > %d: %w", plen, reserve, fr.maxPayload, ErrFrameTooLarge)
 	}
 	if err := d.Unmarshal(fr.hdr[FrameHeaderSize:]); err != nil {
 		return d, nil, fmt.Errorf("read frame: %w", err)
 	}
-	if uint64(cap(fr.buf)) < plen {
-		fr.buf = make([]byte, plen)
+	if uint64(cap(fr.buf)) < plen+reserve {
+		fr.buf = make([]byte, plen+reserve)
 	}
-	p := fr.buf[:plen]
-	if _, err := io.ReadFull(fr.r, p); err != nil {
+	p := fr.buf[:plen+reserve]
+	if _, err := io.ReadFull(fr.r, p[:plen]); err != nil {
 		return d, nil, fmt.Errorf("read frame payload (%d bytes): %w", plen, noEOF(err))
 	}
+	clear(p[plen:])
 	return d, p, nil
 }
 
@@ -82,10 +91,11 @@ func noEOF(err error) error {
 	return err
 }
 
-// AppendFrameHeader appends the length word and descriptor of a frame whose
-// payload is payloadLen bytes long.
-func AppendFrameHeader(b []byte, d *Desc, payloadLen int) []byte {
+// AppendFrameHeader appends the length words and descriptor of a frame
+// whose payload is payloadLen bytes long, asking for reserve more.
+func AppendFrameHeader(b []byte, d *Desc, payloadLen, reserve int) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(DescSize+payloadLen))
+	b = binary.LittleEndian.AppendUint32(b, uint32(reserve))
 	off := len(b)
 	b = append(b, make([]byte, DescSize)...)
 	d.Marshal(b[off:])
@@ -95,15 +105,21 @@ func AppendFrameHeader(b []byte, d *Desc, payloadLen int) []byte {
 // WriteFrame writes one frame with the concatenation of payload as its
 // payload, using writev where w is a net.Conn.
 func WriteFrame(w io.Writer, d *Desc, payload ...[]byte) error {
+	return WriteFrameReserve(w, d, 0, payload...)
+}
+
+// WriteFrameReserve is WriteFrame asking the receiver to append reserve
+// zeroed bytes to the payload (room for output).
+func WriteFrameReserve(w io.Writer, d *Desc, reserve int, payload ...[]byte) error {
 	total := 0
 	for _, p := range payload {
 		total += len(p)
 	}
-	if total > 1<<32-1-DescSize {
+	if total > 1<<32-1-DescSize || reserve < 0 || reserve > 1<<32-1 {
 		return fmt.Errorf("write frame: payload %d: %w", total, ErrFrameTooLarge)
 	}
 	var hdr [FrameHeaderSize + DescSize]byte
-	AppendFrameHeader(hdr[:0], d, total)
+	AppendFrameHeader(hdr[:0], d, total, reserve)
 	bufs := make(net.Buffers, 0, 1+len(payload))
 	bufs = append(bufs, hdr[:])
 	for _, p := range payload {

@@ -155,6 +155,18 @@ func TestFrameLimits(t *testing.T) {
 	if _, _, err := NewFrameReader(bytes.NewReader(buf.Bytes()[:70]), 64).Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("want unexpected EOF, got %v", err)
 	}
+	if _, _, err := NewFrameReader(bytes.NewReader(buf.Bytes()[:80]), 64).Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated payload: want unexpected EOF, got %v", err)
+	}
+	// A reserve over the limit is refused; within it, it arrives zeroed.
+	buf.Reset()
+	WriteFrameReserve(&buf, &Desc{Op: OpPing}, 20, []byte("abc"))
+	if _, _, err := NewFrameReader(bytes.NewReader(buf.Bytes()), 16).Next(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("reserve over limit: %v", err)
+	}
+	if _, p, err := NewFrameReader(bytes.NewReader(buf.Bytes()), 64).Next(); err != nil || len(p) != 23 || string(p[:3]) != "abc" || p[22] != 0 {
+		t.Fatalf("reserve: %q %v", p, err)
+	}
 	// Length below a descriptor.
 	if _, _, err := NewFrameReader(bytes.NewReader([]byte{3, 0, 0, 0}), 64).Next(); err == nil {
 		t.Fatal("short length accepted")

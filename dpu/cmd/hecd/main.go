@@ -44,6 +44,8 @@ func run(args []string) error {
 		workers    = fs.Int("workers", 0, "handler worker goroutines (default GOMAXPROCS)")
 		checkPIDs  = fs.Bool("check-pids", true, "fence queue pairs whose holder pid is gone (local emulation only)")
 		doorbell   = fs.Bool("doorbell", true, "sleep on a futex doorbell hosts ring when idle (hosts share this kernel)")
+		durability = fs.String("durability", "sync", "kv writes acknowledged once on disk (sync) or in memory (async)")
+		respPass   = fs.String("resp-password", "", "password RESP clients must AUTH with (default none)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
 	)
@@ -96,6 +98,10 @@ func run(args []string) error {
 			cfg.CheckPIDs = checkPIDs
 		case "doorbell":
 			cfg.Doorbell = doorbell
+		case "durability":
+			cfg.KVDurability = *durability
+		case "resp-password":
+			cfg.RESPPassword = *respPass
 		}
 	})
 	agent, err := dpu.New(cfg, log)

@@ -1,0 +1,186 @@
+package dpu
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/hecsys/hec/kv"
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// registerKVOps serves the kv ops of the handoff from st. Keys and values
+// are read from, and values written into, the queue pair's window (or the
+// frame's payload) through the accessor: in place when it is mapped.
+func registerKVOps(d *Dispatcher, st *kv.Store) {
+	d.Handle(wire.OpKVGet, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		if req.NSpan != 2 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		key, err := ring.Bytes(req.Mem, req.Spans[0], nil)
+		if err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		e, err := st.Get(key, nil)
+		if err != nil {
+			resp.Status = kvStatus(err)
+			return
+		}
+		out := req.Spans[1]
+		resp.Arg0, resp.Arg1 = uint64(len(e.Value)), e.Version
+		if uint64(len(e.Value)) > uint64(out.Len) {
+			resp.Status = wire.StatusTooLarge
+			return
+		}
+		if err := req.Mem.WriteAt(e.Value, uint64(out.Off)); err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		resp.NSpan = 1
+		resp.Spans[0] = wire.Span{Off: out.Off, Len: uint32(len(e.Value))}
+	}})
+	d.Handle(wire.OpKVPut, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		if req.NSpan != 2 || req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		key, err1 := ring.Bytes(req.Mem, req.Spans[0], nil)
+		val, err2 := ring.Bytes(req.Mem, req.Spans[1], nil)
+		if err1 != nil || err2 != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		_, err := st.Put(key, val, kv.PutOptions{TTL: time.Duration(req.Arg0) * time.Millisecond,
+			IfAbsent: req.Arg1&wire.KVIfAbsent != 0, IfPresent: req.Arg1&wire.KVIfPresent != 0})
+		resp.Status = kvStatus(err)
+	}})
+	d.Handle(wire.OpKVDelete, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		if req.NSpan != 1 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		key, err := ring.Bytes(req.Mem, req.Spans[0], nil)
+		if err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		n, err := st.Delete(key)
+		resp.Status, resp.Arg0 = kvStatus(err), uint64(n)
+	}})
+	d.Handle(wire.OpKVScan, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		if req.NSpan != 3 || req.Arg0 == 0 || req.Arg0 > 100000 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		prefix, err1 := ring.Bytes(req.Mem, req.Spans[0], nil)
+		cursor, err2 := ring.Bytes(req.Mem, req.Spans[1], nil)
+		if err1 != nil || err2 != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		if len(cursor) == 0 {
+			cursor = nil
+		}
+		page, next, err := st.Scan(prefix, cursor, int(req.Arg0), false)
+		if err != nil {
+			resp.Status = kvStatus(err)
+			return
+		}
+		room := req.Spans[2]
+		var buf []byte
+		n := 0
+		for _, p := range page {
+			rec := 8 + len(p.Key) + len(p.Value)
+			if uint64(len(buf)+rec+len(p.Key)) > uint64(room.Len) {
+				next = p.Key // the rest does not fit: continue from here
+				break
+			}
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(len(p.Key)))
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(len(p.Value)))
+			buf = append(buf, p.Key...)
+			buf = append(buf, p.Value...)
+			n++
+		}
+		if n == 0 && len(page) > 0 {
+			resp.Status, resp.Arg0 = wire.StatusTooLarge, uint64(8+len(page[0].Key)*2+len(page[0].Value))
+			return
+		}
+		recs := len(buf)
+		buf = append(buf, next...)
+		if uint64(len(buf)) > uint64(room.Len) {
+			resp.Status = wire.StatusTooLarge
+			return
+		}
+		if err := req.Mem.WriteAt(buf, uint64(room.Off)); err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		resp.Arg0 = uint64(n)
+		resp.NSpan = 2
+		resp.Spans[0] = wire.Span{Off: room.Off, Len: uint32(recs)}
+		resp.Spans[1] = wire.Span{Off: room.Off + uint32(recs), Len: uint32(len(next))}
+	}})
+	d.Handle(wire.OpKVBatch, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+		if req.NSpan != 1 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
+		if err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
+		ops, err := DecodeKVBatch(raw)
+		if err != nil {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		resp.Status, resp.Arg0 = kvStatus(st.Batch(ops)), uint64(len(ops))
+	}})
+}
+
+// ErrBatch is returned by DecodeKVBatch for malformed records.
+var ErrBatch = errors.New("dpu: malformed kv batch")
+
+// DecodeKVBatch decodes OpKVBatch records. The ops alias b.
+func DecodeKVBatch(b []byte) ([]kv.Op, error) {
+	var ops []kv.Op
+	for len(b) > 0 {
+		if len(b) < 17 || b[0] > 1 || len(ops) >= 1<<16 {
+			return nil, ErrBatch
+		}
+		kl, vl := uint64(binary.LittleEndian.Uint32(b[1:])), uint64(binary.LittleEndian.Uint32(b[5:]))
+		ttl := binary.LittleEndian.Uint64(b[9:])
+		if kl+vl > uint64(len(b)-17) || ttl > uint64(100*365*24*time.Hour/time.Millisecond) {
+			return nil, ErrBatch
+		}
+		op := kv.Op{Delete: b[0] == 1, Key: b[17 : 17+kl], Value: b[17+kl : 17+kl+vl], TTL: time.Duration(ttl) * time.Millisecond}
+		ops = append(ops, op)
+		b = b[17+kl+vl:]
+	}
+	return ops, nil
+}
+
+func kvStatus(err error) wire.Status {
+	switch {
+	case err == nil:
+		return wire.StatusOK
+	case errors.Is(err, kv.ErrNotFound):
+		return wire.StatusNotFound
+	case errors.Is(err, kv.ErrExists):
+		return wire.StatusExists
+	case errors.Is(err, kv.ErrMismatch):
+		return wire.StatusMismatch
+	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrNotNumber):
+		return wire.StatusBadArg
+	case errors.Is(err, kv.ErrValueSize):
+		return wire.StatusTooLarge
+	case errors.Is(err, kv.ErrClosed):
+		return wire.StatusUnavailable
+	}
+	return wire.StatusInternal
+}

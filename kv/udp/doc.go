@@ -1,0 +1,12 @@
+// Package udp answers GETs in the memcached UDP format from a kv.Store:
+// each datagram carries an 8-byte frame header (request id, sequence
+// number, datagram count, reserved) and "get <key>\r\n" (or "gets"); the
+// reply echoes the request id with sequence 0 of 1 and carries
+// "VALUE <key> <flags> <bytes>\r\n<data>\r\nEND\r\n", or "END\r\n" for a miss.
+// A value too large for one datagram gets "SERVER_ERROR object too large for
+// UDP\r\n" (memcached's wording), never a truncated value.
+//
+// This is the user-space path. A later fast path answers hot keys inside
+// XDP from a BPF map; it needs, per entry, the version and expiry that
+// kv.Entry carries.
+package udp

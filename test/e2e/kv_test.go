@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// TestKVEverywhere: one agent, its store reached over shared memory, TCP,
+// RESP — a write by one path is read by the others.
+func TestKVEverywhere(t *testing.T) {
+	cfg := agentConfig(t)
+	cfg.RESP = "127.0.0.1:0"
+	a := startAgent(t, cfg)
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp")})
+	defer rc.Close()
+	for _, target := range []string{"shm://" + cfg.Shm, "tcp://" + a.Addr("tcp")} {
+		t.Run(target[:3], func(t *testing.T) {
+			kv := dial(t, target).KV()
+			key := []byte("k:" + target[:3])
+			if _, _, err := kv.Get(ctx, key, nil); !host.IsNotFound(err) {
+				t.Fatalf("get missing: %v", err)
+			}
+			if err := kv.Put(ctx, key, []byte("v1"), host.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := kv.Put(ctx, key, []byte("x"), host.PutOptions{IfAbsent: true}); !errors.Is(err, wire.StatusExists) {
+				t.Fatalf("put NX on present: %v", err)
+			}
+			v, ver, err := kv.Get(ctx, key, nil)
+			if err != nil || string(v) != "v1" || ver == 0 {
+				t.Fatalf("get: %q %d %v", v, ver, err)
+			}
+			if got, _ := rc.Get(ctx, string(key)).Result(); got != "v1" {
+				t.Fatalf("RESP sees %q", got)
+			}
+			// A value larger than the buffer given: the client retries.
+			big := bytes.Repeat([]byte("b"), 10000)
+			rc.Set(ctx, string(key), big, 0)
+			if v, _, err := kv.Get(ctx, key, make([]byte, 16)); err != nil || !bytes.Equal(v, big) {
+				t.Fatalf("grown value: %d bytes, %v", len(v), err)
+			}
+			// Zero copy: key and value buffers in the window.
+			kb, _ := dial(t, target).Alloc(16)
+			_ = kb
+			var ops []host.BatchOp
+			for i := 0; i < 40; i++ {
+				ops = append(ops, host.BatchOp{Key: []byte(fmt.Sprintf("b:%s:%02d", target[:3], i)), Value: []byte{byte(i)}})
+			}
+			if err := kv.Batch(ctx, ops); err != nil {
+				t.Fatal(err)
+			}
+			var all []host.Pair
+			var cursor []byte
+			for {
+				page, next, err := kv.Scan(ctx, []byte("b:"+target[:3]+":"), cursor, 15)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, page...)
+				if next == nil {
+					break
+				}
+				cursor = next
+			}
+			if len(all) != 40 || all[39].Value[0] != 39 {
+				t.Fatalf("scan found %d", len(all))
+			}
+			if ok, err := kv.Delete(ctx, key); !ok || err != nil {
+				t.Fatalf("delete: %v %v", ok, err)
+			}
+			if err := kv.Put(ctx, []byte("ttl"), []byte("v"), host.PutOptions{TTL: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if ttl, _ := rc.TTL(ctx, "ttl").Result(); ttl <= 0 {
+				t.Fatalf("TTL over RESP %v", ttl)
+			}
+		})
+	}
+}
