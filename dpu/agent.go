@@ -230,20 +230,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); tcp.serve(pollCtx) }()
 	}
-	var hs *http.Server
-	if a.cfg.Mgmt != Off {
-		ln, err := net.Listen("tcp", a.cfg.Mgmt)
-		if err != nil {
-			if tcp != nil {
-				tcp.close()
-			}
-			return fmt.Errorf("management listener: %w", err)
-		}
-		hs = &http.Server{Handler: a.mgmtHandler(), ReadHeaderTimeout: 5 * time.Second}
-		a.addService(Service{Name: "mgmt", Addr: ln.Addr().String(), Served: true})
-		wg.Add(1)
-		go func() { defer wg.Done(); hs.Serve(ln) }()
-	}
 	if a.cfg.RESP != Off {
 		ln, err := net.Listen("tcp", a.cfg.RESP)
 		if err != nil {
@@ -267,6 +253,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); us.Serve(pollCtx, pc) }()
 		closers = append(closers, func() { pc.Close() })
+	}
+	var hs *http.Server
+	if a.cfg.Mgmt != Off {
+		ln, err := net.Listen("tcp", a.cfg.Mgmt)
+		if err != nil {
+			if tcp != nil {
+				tcp.close()
+			}
+			return fmt.Errorf("management listener: %w", err)
+		}
+		hs = &http.Server{Handler: a.mgmtHandler(), ReadHeaderTimeout: 5 * time.Second}
+		a.addService(Service{Name: "mgmt", Addr: ln.Addr().String(), Served: true})
+		wg.Add(1)
+		go func() { defer wg.Done(); hs.Serve(ln) }()
 	}
 	a.ready.Store(true)
 	close(a.readyCh)

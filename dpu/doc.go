@@ -21,7 +21,8 @@
 // both transports. Cheap handlers (Inline) run on the polling goroutine; the
 // others on a pool of workers whose completions the poller writes back.
 //
-// Services that are configured but not built into this agent (the RESP and
-// UDP listeners, until the kv service lands) are reported as "not served"
-// in the log, in /v1/status and by hecctl: never silently ignored.
+// The kv service (package kv) is served three ways: its ops over the
+// handoff, the Redis protocol (kv/resp) and the UDP GET path (kv/udp). A
+// configured service the agent cannot serve is reported as "not served" in
+// the log, in /v1/status and by hecctl: never silently ignored.
 package dpu

@@ -10,23 +10,28 @@ type collector struct {
 	a *Agent
 
 	ops, errs, qps, faults, fences, gen, services *prometheus.Desc
+	kvOps, kvBytes, respClients, udpReqs          *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
 	return &collector{
-		a:        a,
-		ops:      prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
-		errs:     prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
-		qps:      prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
-		faults:   prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
-		fences:   prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
-		gen:      prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
-		services: prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
+		a:           a,
+		ops:         prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
+		errs:        prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
+		qps:         prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
+		faults:      prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
+		fences:      prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
+		gen:         prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
+		services:    prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
+		kvOps:       prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
+		kvBytes:     prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
+		respClients: prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
+		udpReqs:     prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services} {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs} {
 		ch <- d
 	}
 }
@@ -51,6 +56,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(faults))
 	ch <- prometheus.MustNewConstMetric(c.fences, prometheus.CounterValue, float64(fences))
 	ch <- prometheus.MustNewConstMetric(c.gen, prometheus.GaugeValue, float64(c.a.Generation()))
+	if st := c.a.store; st != nil {
+		s := st.Stats()
+		for kind, v := range map[string]uint64{"get": s.Gets, "put": s.Puts, "delete": s.Deletes, "scan": s.Scans, "miss": s.Misses} {
+			ch <- prometheus.MustNewConstMetric(c.kvOps, prometheus.CounterValue, float64(v), kind)
+		}
+		ch <- prometheus.MustNewConstMetric(c.kvBytes, prometheus.GaugeValue, float64(s.LSMBytes), "lsm")
+		ch <- prometheus.MustNewConstMetric(c.kvBytes, prometheus.GaugeValue, float64(s.VlogBytes), "vlog")
+	}
+	if r := c.a.resp; r != nil {
+		ch <- prometheus.MustNewConstMetric(c.respClients, prometheus.GaugeValue, float64(r.Clients()))
+	}
+	if u := c.a.udp; u != nil {
+		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Hits.Load()), "hit")
+		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Misses.Load()), "miss")
+		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Errors.Load()), "error")
+	}
 	for _, s := range c.a.Services() {
 		v := 0.0
 		if s.Served {

@@ -28,6 +28,8 @@ commands:
   ping        round trips through the agent (--n N); prints p50, p90, p99
   checksum    CRC-32C of a file computed by the agent (--verify compares in-process)
   metrics     the agent's hec_* Prometheus series
+  kv get KEY | put [--ttl D] KEY VALUE | del KEY | scan [--limit N] [PREFIX]
+              the agent's key-value store over the handoff
   qemu up|down|console|status [--name N]
               boot the arm64 image in QEMU (make image first), stop it, show its console or state
 
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return checksum(ctx, c, fs.Arg(0), *verify, out)
 	case "qemu":
 		return qemuCmd(ctx, rest, out)
+	case "kv":
+		return kvCmd(ctx, rest, out)
 	case "metrics":
 		fs := flags(cmd, &c)
 		if err := fs.Parse(rest); err != nil {
@@ -362,4 +366,73 @@ func qemuCmd(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	return fmt.Errorf("qemu: unknown command %q", args[0])
+}
+
+func kvCmd(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("kv: want get, put, del or scan")
+	}
+	var c common
+	fs := flags("kv "+args[0], &c)
+	ttl := fs.Duration("ttl", 0, "put: expire after this long")
+	limit := fs.Int("limit", 100, "scan: the most pairs to list")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	want := map[string]int{"get": 1, "put": 2, "del": 1, "scan": -1}[args[0]]
+	switch {
+	case want == 0:
+		return fmt.Errorf("kv: unknown command %q", args[0])
+	case want > 0 && fs.NArg() != want:
+		return fmt.Errorf("kv %s: want %d arguments", args[0], want)
+	case want < 0 && fs.NArg() > 1:
+		return fmt.Errorf("kv scan: want at most a PREFIX")
+	}
+	cl, err := dial(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	kv := cl.KV()
+	switch args[0] {
+	case "get":
+		v, ver, err := kv.Get(ctx, []byte(fs.Arg(0)), nil)
+		if host.IsNotFound(err) {
+			return fmt.Errorf("%s: not found", fs.Arg(0))
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s\n", v)
+		_ = ver
+	case "put":
+		if err := kv.Put(ctx, []byte(fs.Arg(0)), []byte(fs.Arg(1)), host.PutOptions{TTL: *ttl}); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "OK")
+	case "del":
+		ok, err := kv.Delete(ctx, []byte(fs.Arg(0)))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, map[bool]string{true: "deleted", false: "not found"}[ok])
+	case "scan":
+		var cursor []byte
+		n := 0
+		for n < *limit {
+			pairs, next, err := kv.Scan(ctx, []byte(fs.Arg(0)), cursor, min(*limit-n, 1000))
+			if err != nil {
+				return err
+			}
+			for _, p := range pairs {
+				fmt.Fprintf(out, "%s\t%s\n", p.Key, p.Value)
+			}
+			n += len(pairs)
+			if next == nil {
+				break
+			}
+			cursor = next
+		}
+	}
+	return nil
 }
