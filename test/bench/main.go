@@ -66,6 +66,7 @@ var scenarios = []scenario{
 	{"handoff", benchHandoff},
 	{"agent", benchAgent},
 	{"vm", benchVM},
+	{"kv", benchKV},
 }
 
 // children are the second-process halves of scenarios, by name.

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The kv scenario (issue: the KV service): redis-benchmark against hecd's
+// RESP front end and against redis-server, started here in the same run,
+// server and benchmark pinned to different cores, on a keyspace loaded
+// first. Each server's CPU-seconds per 100k ops come from /proc.
+
+type kvServer struct {
+	name string
+	cmd  *exec.Cmd
+	port int
+}
+
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ is 100 on Linux
+}
+
+func waitPort(port int) error {
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return fmt.Errorf("nothing listens on %d", port)
+}
+
+func startKV(name string, port int, args ...string) (*kvServer, error) {
+	cmd := exec.Command("taskset", append([]string{"-c", "0"}, args...)...)
+	cmd.Stderr = nil
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	if err := waitPort(port); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &kvServer{name: name, cmd: cmd, port: port}, nil
+}
+
+func (s *kvServer) stop() {
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// redisBench runs redis-benchmark pinned to core 1 and returns requests per
+// second by test name, and the server's CPU seconds spent meanwhile.
+func redisBench(s *kvServer, tests string, n, pipeline int) (map[string]float64, float64, error) {
+	cpu0 := procCPU(s.cmd.Process.Pid)
+	out, err := exec.Command("taskset", "-c", "1", "redis-benchmark", "-p", strconv.Itoa(s.port), "-t", tests,
+		"-r", "100000", "-d", "100", "-c", "50", "-n", strconv.Itoa(n), "-P", strconv.Itoa(pipeline), "--csv").Output()
+	cpu := procCPU(s.cmd.Process.Pid) - cpu0
+	if err != nil {
+		return nil, 0, fmt.Errorf("redis-benchmark against %s: %w", s.name, err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil {
+		return nil, 0, err
+	}
+	rps := map[string]float64{}
+	for _, r := range recs[1:] {
+		if len(r) > 1 {
+			v, _ := strconv.ParseFloat(r[1], 64)
+			rps[r[0]] = v
+		}
+	}
+	return rps, cpu, nil
+}
+
+func benchKV(ctx context.Context, rep *Report, quick bool) error {
+	for _, bin := range []string{"redis-server", "redis-benchmark", "taskset"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not installed (make bench installs redis-server and redis-tools as root): %w", bin, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "hec-bench-kv")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hecd := filepath.Join(dir, "hecd")
+	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
+		return fmt.Errorf("build hecd: %v: %s", err, out)
+	}
+	n := 200_000
+	if quick {
+		n = 30_000
+	}
+	const s = "kv"
+	type setup struct {
+		label, peerLabel string
+		hecdArgs         []string
+		redisArgs        []string
+	}
+	setups := []setup{
+		{"async", "no persistence", []string{"--durability", "async"}, []string{"--save", "", "--appendonly", "no"}},
+		{"sync", "appendfsync always", []string{"--durability", "sync"}, []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always"}},
+	}
+	for i, st := range setups {
+		hport, rport := 26400+i*2, 26401+i*2
+		h, err := startKV("hecd", hport, append([]string{hecd, "--shm", "off", "--tcp", "off", "--mgmt", "off", "--udp", "off",
+			"--resp", fmt.Sprintf("127.0.0.1:%d", hport), "--state-dir", filepath.Join(dir, "hecd-"+st.label), "--log-level", "error"}, st.hecdArgs...)...)
+		if err != nil {
+			return err
+		}
+		rdir := filepath.Join(dir, "redis-"+st.label)
+		os.MkdirAll(rdir, 0o755)
+		r, err := startKV("redis", rport, append([]string{"redis-server", "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
+			"--dir", rdir, "--daemonize", "no", "--loglevel", "warning"}, st.redisArgs...)...)
+		if err != nil {
+			h.stop()
+			return err
+		}
+		servers := []*kvServer{h, r}
+		// Load the keyspace first: SET over the whole key range.
+		for _, sv := range servers {
+			if _, _, err := redisBench(sv, "set", 100_000, 16); err != nil {
+				h.stop()
+				r.stop()
+				return err
+			}
+		}
+		for _, p := range []int{1, 16} {
+			tests := "set"
+			if st.label == "async" {
+				tests = "set,get"
+			}
+			res := map[string]map[string]float64{}
+			for _, sv := range servers {
+				rps, cpu, err := redisBench(sv, tests, n*max(1, p/4), p)
+				if err != nil {
+					h.stop()
+					r.stop()
+					return err
+				}
+				res[sv.name] = rps
+				ops := float64(n * max(1, p/4) * len(strings.Split(tests, ",")))
+				rep.add(s, fmt.Sprintf("%s CPU-seconds per 100k ops (%s, -P %d)", sv.name, st.label, p), cpu/ops*1e5, "s")
+				for t, v := range rps {
+					peer := st.label
+					if sv.name == "redis" {
+						peer = st.peerLabel
+					}
+					rep.add(s, fmt.Sprintf("%s %s (%s) -P %d", sv.name, t, peer, p), v, "req/s")
+				}
+			}
+			for t := range res["hecd"] {
+				ratio := res["hecd"][t] / res["redis"][t]
+				switch {
+				case t == "GET":
+					rep.atLeast(s, fmt.Sprintf("GET hecd/redis -P %d", p), ratio, 1.0, "×")
+				case t == "SET" && st.label == "async":
+					rep.atLeast(s, fmt.Sprintf("SET async hecd/redis (no persistence) -P %d", p), ratio, 0.8, "×")
+				case t == "SET":
+					rep.atLeast(s, fmt.Sprintf("SET sync hecd/redis (appendfsync always) -P %d", p), ratio, 1.0, "×")
+				}
+			}
+		}
+		h.stop()
+		r.stop()
+	}
+	return nil
+}
