@@ -24,6 +24,7 @@ import (
 //	hec.state=/dev/vda    the state disk (ext4), mounted at /var/lib/hec
 //	hec.loglevel=info
 //	hec.lease_timeout=3s
+//	hec.durability=sync   kv writes acknowledged on disk (sync) or in memory (async)
 const stateMount = "/var/lib/hec"
 
 // IsInit reports whether this process is process 1 (the init of a VM or a
@@ -65,6 +66,7 @@ func RunInit(log *slog.Logger) error {
 		StateDir: stateMount, MapExisting: true}
 	f := false
 	cfg.CheckPIDs, cfg.Doorbell = &f, &f // hosts are across the VM (or PCIe) boundary
+	cfg.KVDurability = params["hec.durability"]
 	if d, err := time.ParseDuration(params["hec.lease_timeout"]); err == nil {
 		cfg.LeaseTimeout.Duration = d
 	}

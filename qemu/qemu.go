@@ -31,6 +31,9 @@ type Options struct {
 	ReadyTimeout                         time.Duration // default 60s
 	// LeaseTimeout for the agent (hec.lease_timeout); default the agent's.
 	LeaseTimeout time.Duration
+	// KernelArgs are appended to the kernel command line (hec.* settings,
+	// such as hec.durability=async).
+	KernelArgs string
 }
 
 func (o Options) withDefaults() Options {
@@ -131,6 +134,9 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	appendArgs := "console=ttyAMA0 quiet hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
 	if o.LeaseTimeout > 0 {
 		appendArgs += " hec.lease_timeout=" + o.LeaseTimeout.String()
+	}
+	if o.KernelArgs != "" {
+		appendArgs += " " + o.KernelArgs
 	}
 	fwd := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
 		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
