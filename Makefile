@@ -40,6 +40,7 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@scripts/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
 	@scripts/need mkfs.ext4 e2fsprogs || true
 	@scripts/need cpio cpio || true
+	@scripts/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
@@ -57,6 +58,7 @@ image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, si
 
 .PHONY: bench
 bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
+	@scripts/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out

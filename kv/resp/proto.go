@@ -14,7 +14,7 @@ type Limits struct {
 	MaxBulk     int // bytes per argument (default 64 MiB)
 	MaxRequest  int // bytes per request, all arguments (default 128 MiB)
 	MaxInline   int // bytes of an inline command line (default 64 KiB)
-	ReplyBuffer int // bytes buffered per client before a blocking flush (default 64 KiB)
+	ReplyBuffer int // bytes buffered per client before a blocking flush (default 16 KiB)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -31,7 +31,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxInline = 64 << 10
 	}
 	if l.ReplyBuffer <= 0 {
-		l.ReplyBuffer = 64 << 10
+		l.ReplyBuffer = 16 << 10
 	}
 	return l
 }

@@ -191,3 +191,121 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 	}
 	return nil
 }
+
+func rssBytes(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// benchKVClients: 1,000 RESP clients at once, each pipelining SETs and
+// GETs of 1 KiB values; hecd's resident memory before, at the peak, after.
+func benchKVClients(ctx context.Context, rep *Report, quick bool) error {
+	dir, err := os.MkdirTemp("", "hec-bench-clients")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hecd := filepath.Join(dir, "hecd")
+	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
+		return fmt.Errorf("build hecd: %v: %s", err, out)
+	}
+	const port = 26410
+	h, err := startKV("hecd", port, hecd, "--shm", "off", "--tcp", "off", "--mgmt", "off", "--udp", "off",
+		"--resp", fmt.Sprintf("127.0.0.1:%d", port), "--state-dir", filepath.Join(dir, "state"), "--durability", "async", "--log-level", "error")
+	if err != nil {
+		return err
+	}
+	defer h.stop()
+	pid := h.cmd.Process.Pid
+	idle := rssBytes(pid)
+	const clients = 1000
+	rounds := 20
+	if quick {
+		rounds = 5
+	}
+	val := strings.Repeat("v", 1024)
+	conns := make([]net.Conn, 0, clients)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return fmt.Errorf("client %d: %w", i, err)
+		}
+		conns = append(conns, c)
+	}
+	peak := rssBytes(pid)
+	errs := make(chan error, clients)
+	start := time.Now()
+	for i, c := range conns {
+		go func(i int, c net.Conn) {
+			var req strings.Builder
+			for k := 0; k < 8; k++ {
+				key := fmt.Sprintf("c%d:%d", i, k)
+				fmt.Fprintf(&req, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(key), key, len(val), val)
+				fmt.Fprintf(&req, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key)
+			}
+			buf := make([]byte, 64<<10)
+			for r := 0; r < rounds; r++ {
+				if _, err := c.Write([]byte(req.String())); err != nil {
+					errs <- err
+					return
+				}
+				// 8 "+OK\r\n" and 8 bulk replies of 1 KiB.
+				want := 8*5 + 8*(len(val)+2+7)
+				got := 0
+				c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				for got < want {
+					n, err := c.Read(buf)
+					if err != nil {
+						errs <- err
+						return
+					}
+					got += n
+				}
+			}
+			errs <- nil
+		}(i, c)
+	}
+	stopSample := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stopSample:
+				return
+			case <-time.After(50 * time.Millisecond):
+				peak = max(peak, rssBytes(pid))
+			}
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			close(stopSample)
+			return fmt.Errorf("a client failed: %w", err)
+		}
+	}
+	elapsed := time.Since(start)
+	close(stopSample)
+	<-sampled
+	const s = "kv-clients"
+	ops := float64(clients * rounds * 16)
+	rep.add(s, "hecd resident memory, idle", idle/(1<<20), "MiB")
+	rep.add(s, "hecd resident memory, peak with 1000 RESP clients pipelining 1 KiB SET/GET", peak/(1<<20), "MiB")
+	rep.add(s, "ops by 1000 clients", ops/elapsed.Seconds(), "ops/s")
+	rep.atMost(s, "peak resident memory with 1000 clients", peak/(1<<20), 512, " MiB")
+	return nil
+}

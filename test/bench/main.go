@@ -67,6 +67,7 @@ var scenarios = []scenario{
 	{"agent", benchAgent},
 	{"vm", benchVM},
 	{"kv", benchKV},
+	{"kv-clients", benchKVClients},
 }
 
 // children are the second-process halves of scenarios, by name.
