@@ -55,7 +55,7 @@ type Call struct {
 	res  Result
 	err  error
 	done atomic.Bool
-	ch   chan struct{} // closed on completion
+	ch   chan struct{} // closed on completion when set (the TCP transport waits on it)
 
 	tag    uint64
 	staged []uint64 // window offsets to free on completion (shm)
@@ -86,7 +86,7 @@ func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span)
 	}
 }
 
-func newCall(req Request) *Call { return &Call{Req: req, ch: make(chan struct{})} }
+func newCall(req Request) *Call { return &Call{Req: req} }
 
 func (c *Call) complete(res Result, err error) {
 	if c.done.Load() {
@@ -94,7 +94,9 @@ func (c *Call) complete(res Result, err error) {
 	}
 	c.res, c.err = res, err
 	c.done.Store(true)
-	close(c.ch)
+	if c.ch != nil {
+		close(c.ch)
+	}
 }
 
 // Done reports whether the call has completed.

@@ -85,6 +85,7 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 			off += len(b)
 			reserve += len(b)
 		}
+		c.ch = make(chan struct{})
 		t.pmu.Lock()
 		t.seq++
 		c.tag = t.seq

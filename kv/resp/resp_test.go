@@ -212,6 +212,11 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"DBSIZE"}, "2"},
 		{[]string{"ECHO", "hello world"}, "hello world"},
 		{[]string{"CONFIG", "GET", "save"}, "save"},
+		{[]string{"PERSIST", "k"}, "1"},
+		{[]string{"COMMAND", "COUNT"}, "28"},
+		{[]string{"SELECT", "0"}, "OK"},
+		{[]string{"CLIENT", "SETNAME", "tour"}, "OK"},
+		{[]string{"QUIT"}, "OK"},
 	} {
 		if got := run(tt.args...); got != tt.want {
 			t.Errorf("redis-cli %v = %q, want %q", tt.args, got, tt.want)
@@ -222,6 +227,15 @@ func TestRedisCLI(t *testing.T) {
 	}
 	if got := run("NOSUCH"); !strings.HasPrefix(got, "ERR unknown command") {
 		t.Errorf("unknown command: %q", got)
+	}
+	if got := run("HELLO", "2"); !strings.Contains(got, "redis") || !strings.Contains(got, "proto") {
+		t.Errorf("HELLO 2: %q", got)
+	}
+	if got := run("HELLO", "3"); !strings.HasPrefix(got, "NOPROTO") {
+		t.Errorf("HELLO 3: %q", got)
+	}
+	if got := run("INFO", "keyspace"); !strings.Contains(got, "db0:keys=") {
+		t.Errorf("INFO: %q", got)
 	}
 }
 
