@@ -20,7 +20,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // TestMain lets the test binary serve as a client process.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("HEC_E2E_HELPER"); mode != "" {
+	switch mode := os.Getenv("HEC_E2E_HELPER"); mode {
+	case "":
+	case "agent":
+		os.Exit(runAgentHelper())
+	default:
 		os.Exit(runHelper(mode))
 	}
 	os.Exit(m.Run())
