@@ -73,7 +73,12 @@ func boot(t *testing.T, name string) (*qemu.VM, qemu.Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Whatever VM runs from this state directory at the end (a test may
+	// have rebooted it) is killed, and its region file removed.
 	t.Cleanup(func() {
+		if last, err := qemu.Load(o.StateDir); err == nil {
+			last.PowerCut()
+		}
 		vm.PowerCut()
 		os.Remove(o.Shm)
 	})
