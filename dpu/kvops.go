@@ -16,16 +16,11 @@ import (
 // frame's payload) through the accessor: in place when it is mapped.
 func registerKVOps(d *Dispatcher, st *kv.Store) {
 	d.Handle(wire.OpKVGet, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.NSpan != 2 {
-			resp.Status = wire.StatusBadArg
+		in, ok := spanArgs(req, resp, 2, 1)
+		if !ok {
 			return
 		}
-		key, err := ring.Bytes(req.Mem, req.Spans[0], nil)
-		if err != nil {
-			resp.Status = wire.StatusBadSpan
-			return
-		}
-		e, err := st.Get(key, nil)
+		e, err := st.Get(in[0], nil)
 		if err != nil {
 			resp.Status = kvStatus(err)
 			return
@@ -44,44 +39,36 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		resp.Spans[0] = wire.Span{Off: out.Off, Len: uint32(len(e.Value))}
 	}})
 	d.Handle(wire.OpKVPut, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.NSpan != 2 || req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 {
+		if req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 {
 			resp.Status = wire.StatusBadArg
 			return
 		}
-		key, err1 := ring.Bytes(req.Mem, req.Spans[0], nil)
-		val, err2 := ring.Bytes(req.Mem, req.Spans[1], nil)
-		if err1 != nil || err2 != nil {
-			resp.Status = wire.StatusBadSpan
+		in, ok := spanArgs(req, resp, 2, 2)
+		if !ok {
 			return
 		}
-		_, err := st.Put(key, val, kv.PutOptions{TTL: time.Duration(req.Arg0) * time.Millisecond,
+		_, err := st.Put(in[0], in[1], kv.PutOptions{TTL: time.Duration(req.Arg0) * time.Millisecond,
 			IfAbsent: req.Arg1&wire.KVIfAbsent != 0, IfPresent: req.Arg1&wire.KVIfPresent != 0})
 		resp.Status = kvStatus(err)
 	}})
 	d.Handle(wire.OpKVDelete, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.NSpan != 1 {
-			resp.Status = wire.StatusBadArg
+		in, ok := spanArgs(req, resp, 1, 1)
+		if !ok {
 			return
 		}
-		key, err := ring.Bytes(req.Mem, req.Spans[0], nil)
-		if err != nil {
-			resp.Status = wire.StatusBadSpan
-			return
-		}
-		n, err := st.Delete(key)
+		n, err := st.Delete(in[0])
 		resp.Status, resp.Arg0 = kvStatus(err), uint64(n)
 	}})
 	d.Handle(wire.OpKVScan, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.NSpan != 3 || req.Arg0 == 0 || req.Arg0 > 100000 {
+		if req.Arg0 == 0 || req.Arg0 > 100000 {
 			resp.Status = wire.StatusBadArg
 			return
 		}
-		prefix, err1 := ring.Bytes(req.Mem, req.Spans[0], nil)
-		cursor, err2 := ring.Bytes(req.Mem, req.Spans[1], nil)
-		if err1 != nil || err2 != nil {
-			resp.Status = wire.StatusBadSpan
+		in, ok := spanArgs(req, resp, 3, 2)
+		if !ok {
 			return
 		}
+		prefix, cursor := in[0], in[1]
 		if len(cursor) == 0 {
 			cursor = nil
 		}
@@ -125,22 +112,36 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		resp.Spans[1] = wire.Span{Off: room.Off + uint32(recs), Len: uint32(len(next))}
 	}})
 	d.Handle(wire.OpKVBatch, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.NSpan != 1 {
-			resp.Status = wire.StatusBadArg
+		in, ok := spanArgs(req, resp, 1, 1)
+		if !ok {
 			return
 		}
-		raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
-		if err != nil {
-			resp.Status = wire.StatusBadSpan
-			return
-		}
-		ops, err := DecodeKVBatch(raw)
+		ops, err := DecodeKVBatch(in[0])
 		if err != nil {
 			resp.Status = wire.StatusBadArg
 			return
 		}
 		resp.Status, resp.Arg0 = kvStatus(st.Batch(ops)), uint64(len(ops))
 	}})
+}
+
+// spanArgs checks that req names exactly n spans and returns the bytes of
+// the first k of them (inputs); on failure it sets resp's status.
+func spanArgs(req *Request, resp *wire.Desc, n, k int) ([][]byte, bool) {
+	if int(req.NSpan) != n {
+		resp.Status = wire.StatusBadArg
+		return nil, false
+	}
+	in := make([][]byte, k)
+	for i := range in {
+		b, err := ring.Bytes(req.Mem, req.Spans[i], nil)
+		if err != nil {
+			resp.Status = wire.StatusBadSpan
+			return nil, false
+		}
+		in[i] = b
+	}
+	return in, true
 }
 
 // ErrBatch is returned by DecodeKVBatch for malformed records.

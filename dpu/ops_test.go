@@ -39,3 +39,22 @@ func TestChecksumParallelAndStagedAgree(t *testing.T) {
 		})
 	}
 }
+
+func FuzzDecodeKVBatch(f *testing.F) {
+	rec := []byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'k', 'v'}
+	f.Add(rec)
+	f.Add(append(rec, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'k'))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ops, err := DecodeKVBatch(b)
+		if err != nil {
+			return
+		}
+		total := 0
+		for _, o := range ops {
+			total += 17 + len(o.Key) + len(o.Value)
+		}
+		if total != len(b) {
+			t.Fatalf("decoded %d bytes of %d", total, len(b))
+		}
+	})
+}

@@ -279,8 +279,8 @@ func TestMillionHostileDescriptors(t *testing.T) {
 			}
 			d := &batch[i]
 			d.Unmarshal(raw[:])   // whatever it decodes to
-			if rng.IntN(2) == 0 { // plausible: known ops, spans near the window
-				d.Op = wire.Op(rng.IntN(4))
+			if rng.IntN(2) == 0 { // plausible: known ops (kv ones too), spans near the window
+				d.Op = []wire.Op{0, wire.OpPing, wire.OpChecksum, 3, wire.OpKVGet, wire.OpKVPut, wire.OpKVDelete, wire.OpKVScan, wire.OpKVBatch}[rng.IntN(9)]
 				d.Flags = uint16(rng.IntN(2)) // sometimes an SGL
 				d.NSpan = uint8(rng.IntN(6))
 				d.Status = 0
