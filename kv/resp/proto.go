@@ -38,7 +38,7 @@ func (l Limits) withDefaults() Limits {
 
 // ErrProtocol wraps every malformed-request error; the connection is closed
 // after replying with it.
-var ErrProtocol = errors.New("Protocol error")
+var ErrProtocol = errors.New("protocol error")
 
 // Reader reads commands: RESP multibulk arrays or inline lines.
 type Reader struct {

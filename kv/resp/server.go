@@ -111,7 +111,8 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		if err != nil {
 			if errors.Is(err, ErrProtocol) {
 				s.rejected.Add(1)
-				c.w.Error("ERR " + err.Error())
+				msg := err.Error() // Redis writes "ERR Protocol error: ..."
+				c.w.Error("ERR P" + msg[1:])
 				c.w.Flush()
 				s.Log.Warn("resp: closing client", "remote", conn.RemoteAddr().String(), "err", err)
 			}
