@@ -5,9 +5,10 @@
 //
 // # Durability
 //
-// Sync (the default) acknowledges a write only after it is on disk: Badger
-// batches the commits that arrive together into one write and one fsync
-// (group commit), so concurrent writers share fsyncs. Async acknowledges
+// Sync (the default) acknowledges a write only after it is on disk (Badger's
+// SyncWrites). Measured here, concurrent commits barely share fsyncs: 3.9 k
+// SET/s from 50 RESP clients on one core, 12 ms average latency, with an
+// fsync costing 0.2 ms; a group commit of our own is still to do. Async acknowledges
 // once the write is in Badger's memtable and value log buffer; a crash or
 // power cut can lose the last writes. Sync is the default because a store
 // that loses acknowledged writes surprises its users; async is for caches.
