@@ -1,0 +1,191 @@
+package rail
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Kind is what a rail is.
+type Kind int
+
+const (
+	HostCPU Kind = iota
+	DPUCores
+	XDP
+	GPU
+	NetworkPath
+)
+
+func (k Kind) String() string {
+	switch k {
+	case HostCPU:
+		return "host-cpu"
+	case DPUCores:
+		return "dpu-cores"
+	case XDP:
+		return "xdp"
+	case GPU:
+		return "gpu"
+	case NetworkPath:
+		return "network"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Rail is a place that can take a share of an operation, with its cost
+// model.
+type Rail struct {
+	Name       string
+	Kind       Kind
+	Alpha      time.Duration // fixed cost of one operation on this rail
+	Rate       float64       // bytes per second once started (1/β)
+	Confidence float64       // 0..1: how much the estimate is trusted (informational)
+}
+
+// Time returns the model's time for n bytes on r.
+func (r Rail) Time(n int64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return r.Alpha + time.Duration(float64(n)/r.Rate*float64(time.Second))
+}
+
+// Share is one rail's part of a plan.
+type Share struct {
+	Rail      string
+	Kind      Kind
+	Offset    int64
+	Bytes     int64
+	Predicted time.Duration
+}
+
+// Plan is how an operation of Size bytes is split.
+type Plan struct {
+	Size      int64
+	Shares    []Share
+	Predicted time.Duration // when the last share finishes, under the model
+	BestOne   string        // the best single rail
+	BestTime  time.Duration // its time alone
+	Dropped   []string      // rails left out, with why
+}
+
+// Explain says what the plan does and why, in one line per rail.
+func (p Plan) Explain() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d bytes in %v (best single rail %s: %v)\n", p.Size, p.Predicted.Round(time.Microsecond), p.BestOne, p.BestTime.Round(time.Microsecond))
+	for _, s := range p.Shares {
+		fmt.Fprintf(&b, "  %-12s %5.1f%%  %d bytes  ends at %v\n", s.Rail, 100*float64(s.Bytes)/float64(max(p.Size, 1)), s.Bytes, s.Predicted.Round(time.Microsecond))
+	}
+	for _, d := range p.Dropped {
+		fmt.Fprintf(&b, "  dropped %s\n", d)
+	}
+	return b.String()
+}
+
+// Split returns the plan that makes every rail used finish together for an
+// operation of size bytes, with shares rounded to multiples of align (0 or
+// 1: bytes). Rails with a non-positive rate are dropped.
+func Split(rails []Rail, size int64, align int64) Plan {
+	p := Plan{Size: size}
+	if align < 1 {
+		align = 1
+	}
+	var usable []Rail
+	for _, r := range rails {
+		if r.Rate <= 0 || math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) || r.Alpha < 0 {
+			p.Dropped = append(p.Dropped, fmt.Sprintf("%s: no usable rate", r.Name))
+			continue
+		}
+		usable = append(usable, r)
+		if t := r.Time(size); p.BestOne == "" || t < p.BestTime {
+			p.BestOne, p.BestTime = r.Name, t
+		}
+	}
+	if len(usable) == 0 || size <= 0 {
+		return p
+	}
+	sort.SliceStable(usable, func(i, j int) bool { return usable[i].Alpha < usable[j].Alpha })
+	// Water-filling: take rails in order of fixed cost while the next
+	// one's α is below the common finishing time of those taken.
+	var sumRate, sumRateAlpha, t float64
+	k := 0
+	for k < len(usable) {
+		r := usable[k]
+		a := r.Alpha.Seconds()
+		if k > 0 && a >= t {
+			break
+		}
+		sumRate += r.Rate
+		sumRateAlpha += r.Rate * a
+		t = (float64(size) + sumRateAlpha) / sumRate
+		k++
+	}
+	for _, r := range usable[k:] {
+		p.Dropped = append(p.Dropped, fmt.Sprintf("%s: fixed cost %v does not pay before %v", r.Name, r.Alpha, time.Duration(t*1e9).Round(time.Microsecond)))
+	}
+	// Shares b_i = r_i (t - α_i), aligned; the last rail takes the rest.
+	used := usable[:k]
+	var off int64
+	for i, r := range used {
+		b := int64(r.Rate * (t - r.Alpha.Seconds()))
+		b = b / align * align
+		if i == len(used)-1 || off+b > size {
+			b = size - off
+		}
+		if b <= 0 {
+			p.Dropped = append(p.Dropped, fmt.Sprintf("%s: share rounds to nothing", r.Name))
+			continue
+		}
+		s := Share{Rail: r.Name, Kind: r.Kind, Offset: off, Bytes: b, Predicted: r.Time(b)}
+		p.Shares = append(p.Shares, s)
+		p.Predicted = max(p.Predicted, s.Predicted)
+		off += b
+	}
+	return p
+}
+
+// Estimator keeps a rail's model fresh from observed completions.
+type Estimator struct {
+	mu     sync.Mutex
+	rail   Rail
+	weight float64
+	n      int
+}
+
+// NewEstimator starts from a calibrated rail; weight (0..1, default 0.2) is
+// how much one observation moves the rate.
+func NewEstimator(r Rail, weight float64) *Estimator {
+	if weight <= 0 || weight > 1 {
+		weight = 0.2
+	}
+	return &Estimator{rail: r, weight: weight}
+}
+
+// Observe records that n bytes took d on the rail: the rate net of the
+// fixed cost enters a moving average.
+func (e *Estimator) Observe(n int64, d time.Duration) {
+	if n <= 0 || d <= 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	net := d - e.rail.Alpha
+	if net <= 0 {
+		net = d / 2 // faster than the fixed cost says: trust half
+	}
+	rate := float64(n) / net.Seconds()
+	e.rail.Rate = (1-e.weight)*e.rail.Rate + e.weight*rate
+	e.n++
+	e.rail.Confidence = 1 - 1/float64(e.n+1)
+}
+
+// Rail returns the current model.
+func (e *Estimator) Rail() Rail {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rail
+}
