@@ -29,7 +29,7 @@ func registerAgentOps(d *Dispatcher) {
 	// CHECKSUM returns in Arg0 the CRC-32C of Spans[0] (or of the
 	// concatenation of an SGL's spans), continuing from the request's Arg0.
 	// Proof that the agent read host memory.
-	d.Handle(wire.OpChecksum, Handler{Serve: func(ctx context.Context, req *Request, resp *wire.Desc) {
+	d.Handle(wire.OpChecksum, Handler{InlineMax: 64 << 10, Serve: func(ctx context.Context, req *Request, resp *wire.Desc) {
 		serveChecksum(ctx, req, resp, d.workers)
 	}})
 }

@@ -36,6 +36,8 @@ type Waiter struct {
 	since time.Time
 	sleep time.Duration
 	timer *time.Timer
+
+	skipYield bool
 }
 
 const (
@@ -73,6 +75,9 @@ func (w *Waiter) Wait() {
 			w.since = time.Now()
 		} else if w.n%16 == 0 && time.Since(w.since) > SpinFor {
 			w.phase, w.n = 1, 0
+			if w.skipYield {
+				w.phase, w.since, w.sleep = 2, time.Now(), minSleep
+			}
 			yieldCall()
 			return
 		}
@@ -129,19 +134,16 @@ func (w *Waiter) doSleep() {
 	}
 }
 
-// SkipToSleep moves the waiter to its sleeping phase, for a poller that
-// knows the work it waits for will take a while.
-func (w *Waiter) SkipToSleep() {
-	if w.phase != 2 {
-		w.phase, w.n = 2, 0
-		w.since = time.Now()
-		w.sleep = minSleep
-	}
-}
+// SkipYield makes the waiter go from spinning straight to sleeping, for a
+// poller whose work is in other threads' hands: short work still completes
+// within the spin, long work does not have its cores taken by yielding.
+// Reset clears it.
+func (w *Waiter) SkipYield() { w.skipYield = true }
 
 // Reset returns the waiter to its spinning phase after work was found.
 func (w *Waiter) Reset() {
 	w.n, w.phase = 0, 0
+	w.skipYield = false
 }
 
 // Idle reports whether the waiter has reached its sleeping phase.
