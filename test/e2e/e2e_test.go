@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -372,4 +373,38 @@ func hammerFor(c *host.Client, seed uint64, d time.Duration) (int, error) {
 	stop := make(chan struct{})
 	time.AfterFunc(d, func() { close(stop) })
 	return hammer(context.Background(), c, stop, seed)
+}
+
+// TestChecksumSplitEqualsSingleRail: the multi-rail checksum (host CPU and
+// agent, split by the planner) equals the single-rail one, for calibrated
+// rails and for rails forced to split evenly.
+func TestChecksumSplitEqualsSingleRail(t *testing.T) {
+	a := startAgent(t, agentConfig(t))
+	c := dial(t, "shm://"+a.cfg.Shm)
+	ctx := context.Background()
+	cal, err := c.CalibrateChecksum(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	even := []rail.Rail{{Name: host.RailHost, Rate: 1e9}, {Name: host.RailDPU, Rate: 1e9}}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, size := range []int{1, 4095, 1 << 20, 3<<20 + 7} {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		for name, rails := range map[string][]rail.Rail{"calibrated": cal, "even": even} {
+			got, plan, err := c.ChecksumSplit(ctx, b, rails)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := crc32.Checksum(b, castagnoli); got != want {
+				t.Fatalf("%s, %d bytes: %#x want %#x\n%s", name, size, got, want, plan.Explain())
+			}
+			if name == "even" && size >= 1<<20 && len(plan.Shares) != 2 {
+				t.Fatalf("even rails did not split:\n%s", plan.Explain())
+			}
+		}
+	}
+	t.Logf("calibrated rails: %+v", cal)
 }
