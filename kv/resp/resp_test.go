@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"sort"
@@ -258,12 +257,12 @@ func TestBadClientsDoNotDisturbOthers(t *testing.T) {
 		}
 		c.Write([]byte(junk))
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// A protocol error is answered and the connection closed; a
+		// truncated request ("GETXX") gets nothing: the server waits for the
+		// rest until the read deadline, and we close it.
 		reply, _ := bufio.NewReader(c).ReadString('\n')
-		if !strings.HasPrefix(reply, "-ERR Protocol error") && !strings.HasPrefix(reply, "-ERR") {
-			// a truncated request just waits: close it ourselves
-			if !errors.Is(err, io.EOF) && reply != "" {
-				t.Errorf("junk %q: reply %q", junk[:min(len(junk), 20)], reply)
-			}
+		if reply != "" && !strings.HasPrefix(reply, "-ERR Protocol error") {
+			t.Errorf("junk %q: reply %q", junk[:min(len(junk), 20)], reply)
 		}
 		c.Close()
 		if err := good.Set(ctx, "still", "fine", 0).Err(); err != nil {

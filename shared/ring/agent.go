@@ -42,14 +42,12 @@ func (c AgentConfig) withDefaults() AgentConfig {
 // periodically (every 10–100 ms); each AgentQP is driven by one goroutine at
 // a time.
 type Agent struct {
-	r       *Region
-	l       layout
-	cfg     AgentConfig
-	gen     uint32
-	beat    uint64
-	qps     []*AgentQP
-	hdrGen  uint64
-	hdrBeat uint64
+	r    *Region
+	l    layout
+	cfg  AgentConfig
+	gen  uint32
+	beat uint64
+	qps  []*AgentQP
 }
 
 // Format lays out the region for cfg.Geometry, bumps the generation, and
@@ -90,8 +88,6 @@ func Format(r *Region, cfg AgentConfig) (*Agent, error) {
 	r.word(hHeartbeat).Store(1)
 
 	a := &Agent{r: r, l: l, cfg: cfg, gen: gen, beat: 1}
-	a.hdrGen = hGeneration
-	a.hdrBeat = hHeartbeat
 	a.qps = make([]*AgentQP, l.QueuePairs)
 	for i := range a.qps {
 		q := &AgentQP{a: a, idx: i, block: l.block(i)}
@@ -132,7 +128,7 @@ func (a *Agent) Stop() {
 // returns the pairs whose state changed, for logging and metrics.
 func (a *Agent) Housekeep(now time.Time) (changed []*AgentQP) {
 	a.beat++
-	a.r.word(a.hdrBeat).Store(a.beat)
+	a.r.word(hHeartbeat).Store(a.beat)
 	for _, q := range a.qps {
 		before := q.state
 		q.housekeep(now)

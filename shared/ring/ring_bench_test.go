@@ -1,7 +1,6 @@
 package ring
 
 import (
-	"context"
 	"testing"
 
 	"github.com/hecsys/hec/shared/wire"
@@ -70,5 +69,3 @@ func BenchmarkBatched(b *testing.B) {
 		}
 	}
 }
-
-var _ = context.Background

@@ -97,6 +97,16 @@ func redisBench(s *kvServer, tests string, n, pipeline int) (map[string]float64,
 	return rps, cpu, nil
 }
 
+// buildHecd builds this tree's hecd into dir, so the bench measures the
+// agent it was built with.
+func buildHecd(dir string) (string, error) {
+	hecd := filepath.Join(dir, "hecd")
+	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build hecd: %v: %s", err, out)
+	}
+	return hecd, nil
+}
+
 func benchKV(ctx context.Context, rep *Report, quick bool) error {
 	for _, bin := range []string{"redis-server", "redis-benchmark", "taskset"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -108,9 +118,9 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd := filepath.Join(dir, "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
-		return fmt.Errorf("build hecd: %v: %s", err, out)
+	hecd, err := buildHecd(dir)
+	if err != nil {
+		return err
 	}
 	n := 200_000
 	if quick {
@@ -218,9 +228,9 @@ func benchKVClients(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd := filepath.Join(dir, "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
-		return fmt.Errorf("build hecd: %v: %s", err, out)
+	hecd, err := buildHecd(dir)
+	if err != nil {
+		return err
 	}
 	const port = 26410
 	h, err := startKV("hecd", port, hecd, "--shm", "off", "--tcp", "off", "--mgmt", "off", "--udp", "off",
