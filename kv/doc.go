@@ -5,20 +5,28 @@
 //
 // # Durability
 //
-// Sync (the default) acknowledges a write only after it is on disk (Badger's
-// SyncWrites). Measured here, concurrent commits barely share fsyncs: 3.9 k
-// SET/s from 50 RESP clients on one core, 12 ms average latency, with an
-// fsync costing 0.2 ms; a group commit of our own is still to do. Async acknowledges
-// once the write is in Badger's memtable and value log buffer; a crash or
-// power cut can lose the last writes. Sync is the default because a store
-// that loses acknowledged writes surprises its users; async is for caches.
+// Sync (the default) acknowledges a write only after it is on disk. Every
+// write goes through one committer goroutine (commit.go) that applies all
+// writes queued meanwhile in one Badger transaction and commits it once, so
+// concurrent writers — and a client's pipelined SETs, queued with PutAsync
+// — share one WAL sync. Async acknowledges once the write is in Badger's
+// memtable; a crash or power cut can lose the last writes. Sync is the
+// default because a store that loses acknowledged writes surprises its
+// users; async is for caches.
+//
+// # Reads
+//
+// Gets go through a read cache of recent entries, hits and misses both
+// (cache.go), in front of Badger's memtable skiplist. A per-shard sequence
+// keeps it from ever returning a value older than the last write
+// acknowledged before the Get began.
 //
 // # Memory
 //
 // Badger's own defaults (64 MiB memtables ×5, 256 MiB block cache) would not
 // fit a DPU beside its other work, and Badger is known to spike and OOM on
 // small machines. Open caps memtables, caches and the value-log threshold;
-// MemoryBudget reports the configured bound.
+// MemoryBudget reports the configured bound, read cache included.
 //
 // # What the XDP fast path needs
 //

@@ -68,6 +68,7 @@ type config struct {
 	blockCache  int64
 	indexCache  int64
 	valueThresh int64
+	cacheBytes  int64
 	inMemory    bool
 	log         *slog.Logger
 }
@@ -81,6 +82,10 @@ func WithMemory(memtable, blockCache, indexCache int64) Option {
 	return func(c *config) { c.memtable, c.blockCache, c.indexCache = memtable, blockCache, indexCache }
 }
 
+// WithCache sets the read cache's byte budget (default 32 MiB; 0 turns it
+// off). It holds values of up to 4 KiB.
+func WithCache(bytes int64) Option { return func(c *config) { c.cacheBytes = bytes } }
+
 // WithInMemory keeps everything in memory (tests).
 func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
 
@@ -92,13 +97,16 @@ type Store struct {
 	db     *badger.DB
 	cfg    config
 	closed atomic.Bool
+	cache  *cache // nil: off
+	commit *committer
 
 	gets, puts, dels, scans, misses atomic.Uint64
 }
 
 // Open opens (creating) the store in dir.
 func Open(dir string, opts ...Option) (*Store, error) {
-	cfg := config{durability: Sync, memtable: 16 << 20, memtables: 2, blockCache: 16 << 20, indexCache: 8 << 20, valueThresh: 1 << 10}
+	cfg := config{durability: Sync, memtable: 16 << 20, memtables: 2, blockCache: 16 << 20, indexCache: 8 << 20, valueThresh: 1 << 10,
+		cacheBytes: 32 << 20}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -114,7 +122,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		WithValueLogFileSize(64 << 20).
 		WithNumCompactors(2).
 		WithCompression(options.None).
-		WithDetectConflicts(true).
+		WithDetectConflicts(false). // one writer: the committer
 		WithLogger(badgerLogger{cfg.log})
 	if cfg.inMemory {
 		bo = bo.WithInMemory(true).WithDir("").WithValueDir("")
@@ -123,13 +131,18 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
-	return &Store{db: db, cfg: cfg}, nil
+	s := &Store{db: db, cfg: cfg}
+	if cfg.cacheBytes > 0 {
+		s.cache = newCache(cfg.cacheBytes)
+	}
+	s.commit = newCommitter(db, s.cache)
+	return s, nil
 }
 
 // MemoryBudget is the memory the store is configured to hold at most in
 // memtables and caches (Badger adds its goroutines and some buffers).
 func (s *Store) MemoryBudget() int64 {
-	return s.cfg.memtable*int64(s.cfg.memtables) + s.cfg.blockCache + s.cfg.indexCache
+	return s.cfg.memtable*int64(s.cfg.memtables) + s.cfg.blockCache + s.cfg.indexCache + s.cfg.cacheBytes
 }
 
 // Durability returns how writes are acknowledged.
@@ -140,6 +153,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.commit.close()
 	return s.db.Close()
 }
 
@@ -164,20 +178,43 @@ func (s *Store) view(f func(txn *badger.Txn) error) error {
 	return s.db.View(f)
 }
 
-// update runs f in a read-write transaction, retrying on conflicts (other
-// writers of the same keys), so read-modify-write ops are atomic.
-func (s *Store) update(f func(txn *badger.Txn) error) error {
+// update runs f in the committer's transaction (see commit.go): writes
+// are serialised, so read-modify-write ops are atomic. keys are those f may
+// change; size and count bound what f adds to the transaction.
+func (s *Store) update(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	for i := 0; ; i++ {
-		err := s.db.Update(f)
-		if errors.Is(err, badger.ErrConflict) && i < 100 {
-			continue
-		}
-		return err
-	}
+	return s.start(keys, size, count, f).Wait()
 }
+
+// Pending is a write queued by PutAsync.
+type Pending struct{ w *write }
+
+// start queues a write for the committer and returns at once.
+func (s *Store) start(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) Pending {
+	w := writePool.Get().(*write)
+	w.apply, w.keys, w.size, w.count = f, keys, size, count
+	if err := s.commit.submit(w); err != nil {
+		w.err = err
+		w.done <- struct{}{}
+	}
+	return Pending{w}
+}
+
+// Wait waits until the write is committed — on disk in Sync mode — and
+// returns its error. Call it exactly once.
+func (p Pending) Wait() error {
+	<-p.w.done
+	err := p.w.err
+	*p.w = write{done: p.w.done}
+	writePool.Put(p.w)
+	return err
+}
+
+// entrySize is what one write of key and value may add to a transaction,
+// on the high side of Badger's own estimate.
+func entrySize(key, value []byte) int64 { return int64(len(key)+len(value)) + 32 }
 
 func entryOf(item *badger.Item, dst []byte) (Entry, error) {
 	v, err := item.ValueCopy(dst[:0])
@@ -198,6 +235,18 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 		return Entry{}, err
 	}
 	s.gets.Add(1)
+	var seq uint64
+	if s.cache != nil {
+		e, absent, sq, hit := s.cache.get(key, dst)
+		switch {
+		case hit && absent:
+			s.misses.Add(1)
+			return Entry{}, ErrNotFound
+		case hit:
+			return e, nil
+		}
+		seq = sq
+	}
 	var e Entry
 	err := s.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
@@ -209,7 +258,13 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		s.misses.Add(1)
+		if s.cache != nil {
+			s.cache.fill(key, Entry{}, true, seq)
+		}
 		return Entry{}, ErrNotFound
+	}
+	if err == nil && s.cache != nil {
+		s.cache.fill(key, e, false, seq)
 	}
 	return e, err
 }
@@ -226,14 +281,51 @@ type PutOptions struct {
 // Put stores value under key. With IfAbsent/IfPresent it fails with
 // ErrExists/ErrNotFound when the condition does not hold.
 func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
-	if err := checkKey(key); err != nil {
+	if err := checkPut(key, value); err != nil {
 		return nil, err
 	}
+	err = s.putWrite(key, value, o, &prior).Wait()
+	return prior, err
+}
+
+// PutAsync queues a Put (ReturnPrior ignored) and returns at once: a
+// pipelining front end queues a run of writes, so they share one commit,
+// then waits for each. key and value must stay unchanged until Wait
+// returns. Writes queued by one goroutine commit in the order queued.
+func (s *Store) PutAsync(key, value []byte, o PutOptions) Pending {
+	if err := checkPut(key, value); err != nil {
+		w := writePool.Get().(*write)
+		w.err = err
+		w.done <- struct{}{}
+		return Pending{w}
+	}
+	o.ReturnPrior = false
+	return s.putWrite(key, value, o, nil)
+}
+
+func checkPut(key, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	if len(value) > MaxValueSize {
-		return nil, fmt.Errorf("value of %d bytes: %w", len(value), ErrValueSize)
+		return fmt.Errorf("value of %d bytes: %w", len(value), ErrValueSize)
+	}
+	return nil
+}
+
+func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pending {
+	if s.closed.Load() {
+		w := writePool.Get().(*write)
+		w.err = ErrClosed
+		w.done <- struct{}{}
+		return Pending{w}
 	}
 	s.puts.Add(1)
-	err = s.update(func(txn *badger.Txn) error {
+	return s.start([][]byte{key}, entrySize(key, value), 1, func(txn *badger.Txn) error {
+		var prior []byte
+		if priorOut != nil {
+			*priorOut = nil
+		}
 		var exp uint64
 		if o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior {
 			item, err := txn.Get(key)
@@ -253,6 +345,7 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 					if prior, err = item.ValueCopy(nil); err != nil {
 						return err
 					}
+					*priorOut = prior
 				}
 			}
 		}
@@ -265,7 +358,6 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 		}
 		return txn.SetEntry(e)
 	})
-	return prior, err
 }
 
 // expiresAt returns the expiry (Unix seconds, Badger's resolution) of a key
@@ -279,13 +371,15 @@ func expiresAt(ttl time.Duration) uint64 {
 // Delete removes keys and returns how many existed.
 func (s *Store) Delete(keys ...[]byte) (int, error) {
 	n := 0
+	var size int64
 	for _, k := range keys {
 		if err := checkKey(k); err != nil {
 			return 0, err
 		}
+		size += entrySize(k, nil)
 	}
 	s.dels.Add(uint64(len(keys)))
-	err := s.update(func(txn *badger.Txn) error {
+	err := s.update(keys, size, int64(len(keys)), func(txn *badger.Txn) error {
 		n = 0
 		for _, k := range keys {
 			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
@@ -310,7 +404,7 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 		return false, err
 	}
 	found := false
-	err := s.update(func(txn *badger.Txn) error {
+	err := s.update([][]byte{key}, entrySize(key, nil), 1, func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			found = false
@@ -340,7 +434,7 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	err := s.update(func(txn *badger.Txn) error {
+	err := s.update([][]byte{key}, entrySize(key, nil)+20, 1, func(txn *badger.Txn) error {
 		var cur int64
 		var exp uint64
 		item, err := txn.Get(key)
@@ -377,7 +471,7 @@ func (s *Store) CompareAndSwap(key, old, new []byte) error {
 		return err
 	}
 	s.puts.Add(1)
-	return s.update(func(txn *badger.Txn) error {
+	return s.update([][]byte{key}, entrySize(key, new), 1, func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
@@ -412,16 +506,20 @@ type Op struct {
 
 // Batch applies ops atomically: all or none.
 func (s *Store) Batch(ops []Op) error {
-	for _, o := range ops {
+	keys := make([][]byte, len(ops))
+	var size int64
+	for i, o := range ops {
 		if err := checkKey(o.Key); err != nil {
 			return err
 		}
 		if len(o.Value) > MaxValueSize {
 			return ErrValueSize
 		}
+		keys[i] = o.Key
+		size += entrySize(o.Key, o.Value)
 	}
 	s.puts.Add(uint64(len(ops)))
-	return s.update(func(txn *badger.Txn) error {
+	return s.update(keys, size, int64(len(ops)), func(txn *badger.Txn) error {
 		for _, o := range ops {
 			var err error
 			if o.Delete {
@@ -509,13 +607,26 @@ type Stats struct {
 	LSMBytes, VlogBytes                int64
 	MemoryBudget                       int64
 	Durability                         string
+	// Commits are the transactions the committer made for Writes writes:
+	// Writes/Commits is the mean group size.
+	Commits, Writes uint64
+	CommitTime      time.Duration // spent committing them
+	// The read cache: entries, bytes held and hits so far.
+	CacheEntries int
+	CacheBytes   int64
+	CacheHits    uint64
 }
 
 // Stats returns counters and on-disk sizes.
 func (s *Store) Stats() Stats {
 	lsm, vlog := s.db.Size()
-	return Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
-		Misses: s.misses.Load(), LSMBytes: lsm, VlogBytes: vlog, MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String()}
+	st := Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
+		Misses: s.misses.Load(), LSMBytes: lsm, VlogBytes: vlog, MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String(),
+		Commits: s.commit.groups.Load(), Writes: s.commit.writes.Load(), CommitTime: time.Duration(s.commit.commitNanos.Load())}
+	if s.cache != nil {
+		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()
+	}
+	return st
 }
 
 // badgerLogger passes Badger's warnings and errors to slog and drops its
