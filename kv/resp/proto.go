@@ -42,11 +42,14 @@ var ErrProtocol = errors.New("protocol error")
 
 // Reader reads commands: RESP multibulk arrays or inline lines.
 type Reader struct {
-	r    *bufio.Reader
-	lim  Limits
-	args [][]byte
-	buf  []byte
+	r     *bufio.Reader
+	lim   Limits
+	args  [][]byte
+	buf   []byte
+	spans []span
 }
+
+type span struct{ off, n int }
 
 // NewReader returns a Reader over r with limits lim.
 func NewReader(r io.Reader, lim Limits) *Reader {
@@ -115,8 +118,7 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 		}
 		r.args = r.args[:0]
 		r.buf = r.buf[:0]
-		type span struct{ off, n int }
-		spans := make([]span, 0, min(n, 64))
+		spans := r.spans[:0]
 		total := 0
 		for i := 0; i < n; i++ {
 			l, err := r.line(64)
@@ -146,6 +148,9 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 		}
 		for _, s := range spans {
 			r.args = append(r.args, r.buf[s.off:s.off+s.n:s.off+s.n])
+		}
+		if cap(spans) <= 1024 { // keep a small table only
+			r.spans = spans
 		}
 		return r.args, nil
 	}

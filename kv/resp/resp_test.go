@@ -310,3 +310,58 @@ func TestGlob(t *testing.T) {
 		}
 	}
 }
+
+// Pipelined SETs are queued together (one commit); their replies must come
+// in order, interleaved correctly with other commands' replies, and later
+// commands of the same pipeline must see them.
+func TestPipelinedSetsKeepOrder(t *testing.T) {
+	addr, _ := startServer(t, "")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cmds := [][]string{
+		{"SET", "p1", "a"},
+		{"SET", "p1", "b", "NX"}, // exists: nil
+		{"SET", "p2", "c", "XX"}, // absent: nil
+		{"SET", "p2", "d"},
+		{"GET", "p1"},
+		{"SET", "p3", "e", "EX", "0"}, // bad expiry: error, in its place
+		{"SET", "p1", "f", "GET"},     // not queued: needs the prior value
+		{"INCR", "n"},
+		{"SET", "n", "10"},
+		{"INCR", "n"},
+		{"SET", "p4"}, // wrong arity
+		{"SET", "p2", "g"},
+		{"MGET", "p1", "p2"},
+	}
+	want := []string{"+OK", "$-1", "$-1", "+OK", "$1\r\na", "-ERR invalid expire time in 'set' command", "$1\r\na", ":1", "+OK", ":11",
+		"-ERR wrong number of arguments for 'set' command", "+OK", "*2\r\n$1\r\nf\r\n$1\r\ng"}
+	var req bytes.Buffer
+	for _, c := range cmds {
+		fmt.Fprintf(&req, "*%d\r\n", len(c))
+		for _, a := range c {
+			fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(req.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i, w := range want {
+		lines := strings.Count(w, "\r\n") + 1
+		var got []string
+		for j := 0; j < lines; j++ {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			got = append(got, strings.TrimSuffix(l, "\r\n"))
+		}
+		if g := strings.Join(got, "\r\n"); g != w {
+			t.Errorf("reply %d to %q: got %q, want %q", i, cmds[i], g, w)
+		}
+	}
+}

@@ -96,6 +96,33 @@ type client struct {
 	cursors map[uint64][]byte
 	nextCur uint64
 	quit    bool
+	scratch []byte // GET's value buffer, reused
+
+	// Pipelined SETs queued in the store, their replies not yet written:
+	// a run of them shares one commit. Written, in order, before any other
+	// reply (drain).
+	pending  []kv.Pending
+	arena    []byte // their keys and values, copied out of the read buffer
+	canDefer bool   // more requests are buffered: a SET may be queued
+}
+
+// Bounds on what one client may have queued.
+const (
+	maxPending      = 1024
+	maxPendingBytes = 1 << 20
+)
+
+// drain waits for the queued SETs and writes their replies.
+func (c *client) drain() {
+	for _, p := range c.pending {
+		c.setReply(p.Wait(), false, nil, nil)
+	}
+	clear(c.pending)
+	c.pending = c.pending[:0]
+	if cap(c.arena) > maxPendingBytes {
+		c.arena = nil
+	}
+	c.arena = c.arena[:0]
 }
 
 func (s *Server) handle(ctx context.Context, conn net.Conn) {
@@ -104,11 +131,12 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	s.total.Add(1)
 	defer s.connected.Add(-1)
 	r := NewReader(conn, s.Limits)
-	c := &client{s: s, conn: conn, w: NewWriter(deadlineWriter{conn, s.WriteTimeout}, s.Limits.ReplyBuffer),
+	c := &client{s: s, conn: conn, w: NewWriter(&deadlineWriter{c: conn, d: s.WriteTimeout}, s.Limits.ReplyBuffer),
 		id: s.ids.Add(1), authed: s.Password == ""}
 	for {
 		args, err := r.ReadCommand()
 		if err != nil {
+			c.drain()
 			if errors.Is(err, ErrProtocol) {
 				s.rejected.Add(1)
 				msg := err.Error() // Redis writes "ERR Protocol error: ..."
@@ -119,6 +147,7 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 			return
 		}
 		s.commands.Add(1)
+		c.canDefer = r.Buffered() > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
 		c.exec(ctx, args)
 		if c.quit {
 			c.w.Flush()
@@ -126,6 +155,7 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		}
 		// Pipelining: flush only when no further request is buffered.
 		if r.Buffered() == 0 {
+			c.drain()
 			if err := c.w.Flush(); err != nil {
 				return
 			}
@@ -133,16 +163,52 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	}
 }
 
-// deadlineWriter sets a write deadline before each write, so a client that
-// stops reading is dropped instead of holding a goroutine forever.
+// deadlineWriter gives each write a deadline, so a client that stops
+// reading is dropped instead of holding a goroutine forever. Setting a
+// deadline costs a timer update, so it is moved only once a quarter of it
+// has passed: a client is dropped after 3/4 to all of d without progress.
 type deadlineWriter struct {
-	c net.Conn
-	d time.Duration
+	c   net.Conn
+	d   time.Duration
+	set time.Time // when the deadline was last moved
 }
 
-func (w deadlineWriter) Write(p []byte) (int, error) {
-	w.c.SetWriteDeadline(time.Now().Add(w.d))
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(w.set) > w.d/4 {
+		w.c.SetWriteDeadline(now.Add(w.d))
+		w.set = now
+	}
 	return w.c.Write(p)
+}
+
+// commands interns the upper-case names of the commands served, so
+// looking one up does not allocate.
+var commands = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{"PING", "ECHO", "GET", "SET", "DEL", "UNLINK", "EXISTS", "MGET", "MSET", "INCR", "DECR",
+		"INCRBY", "DECRBY", "EXPIRE", "PEXPIRE", "TTL", "PTTL", "PERSIST", "SCAN", "DBSIZE", "INFO", "AUTH", "SELECT",
+		"HELLO", "COMMAND", "CONFIG", "CLIENT", "QUIT", "FLUSHALL", "FLUSHDB"} {
+		m[n] = n
+	}
+	return m
+}()
+
+// commandName returns name in upper case.
+func commandName(name []byte) string {
+	var b [16]byte
+	if len(name) <= len(b) {
+		up := b[:len(name)]
+		for i, c := range name {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			up[i] = c
+		}
+		if n, ok := commands[string(up)]; ok {
+			return n
+		}
+	}
+	return strings.ToUpper(string(name))
 }
 
 func eq(b []byte, s string) bool { return strings.EqualFold(string(b), s) }
@@ -170,10 +236,13 @@ func parseInt(b []byte) (int64, bool) {
 
 // exec runs one command.
 func (c *client) exec(ctx context.Context, args [][]byte) {
-	cmd := strings.ToUpper(string(args[0]))
+	cmd := commandName(args[0])
 	if !c.authed && cmd != "AUTH" && cmd != "HELLO" && cmd != "QUIT" {
 		c.w.Error("NOAUTH Authentication required.")
 		return
+	}
+	if cmd != "SET" {
+		c.drain()
 	}
 	st := c.s.Store
 	switch cmd {
@@ -197,7 +266,10 @@ func (c *client) exec(ctx context.Context, args [][]byte) {
 			c.wrongArgs(cmd)
 			return
 		}
-		e, err := st.Get(args[1], nil)
+		e, err := st.Get(args[1], c.scratch)
+		if cap(e.Value) <= 64<<10 { // keep small buffers only: idle clients hold little
+			c.scratch = e.Value
+		}
 		switch {
 		case errors.Is(err, kv.ErrNotFound):
 			c.w.NullBulk()
@@ -426,61 +498,31 @@ func b2i(b bool) int64 {
 }
 
 func (c *client) set(args [][]byte) {
-	if len(args) < 3 {
-		c.wrongArgs("SET")
+	o, wantGet, errReply := parseSet(args)
+	if errReply == "" && !wantGet && c.canDefer {
+		// Queue it: copies of key and value, as the read buffer moves on.
+		start := len(c.arena)
+		c.arena = append(append(c.arena, args[1]...), args[2]...)
+		key := c.arena[start : start+len(args[1]) : start+len(args[1])]
+		value := c.arena[start+len(args[1]):]
+		c.pending = append(c.pending, c.s.Store.PutAsync(key, value, o))
 		return
 	}
-	var o kv.PutOptions
-	wantGet := false
-	for i := 3; i < len(args); i++ {
-		opt := strings.ToUpper(string(args[i]))
-		switch opt {
-		case "NX":
-			o.IfAbsent = true
-		case "XX":
-			o.IfPresent = true
-		case "KEEPTTL":
-			o.KeepTTL = true
-		case "GET":
-			wantGet, o.ReturnPrior = true, true
-		case "EX", "PX", "EXAT", "PXAT":
-			if i+1 >= len(args) || o.TTL != 0 {
-				c.w.Error("ERR syntax error")
-				return
-			}
-			n, ok := parseInt(args[i+1])
-			i++
-			if !ok || n <= 0 {
-				c.w.Error("ERR invalid expire time in 'set' command")
-				return
-			}
-			switch opt {
-			case "EX":
-				o.TTL = time.Duration(n) * time.Second
-			case "PX":
-				o.TTL = time.Duration(n) * time.Millisecond
-			case "EXAT":
-				o.TTL = time.Until(time.Unix(n, 0))
-			case "PXAT":
-				o.TTL = time.Until(time.UnixMilli(n))
-			}
-			if o.TTL <= 0 {
-				o.TTL = time.Millisecond // already past: expires at once
-			}
-		default:
-			c.w.Error("ERR syntax error")
-			return
-		}
-	}
-	if (o.IfAbsent && o.IfPresent) || (o.KeepTTL && o.TTL != 0) {
-		c.w.Error("ERR syntax error")
+	c.drain()
+	if errReply != "" {
+		c.w.Error(errReply)
 		return
 	}
 	prior, err := c.s.Store.Put(args[1], args[2], o)
+	c.setReply(err, wantGet, prior, args[1])
+}
+
+// setReply writes SET's reply for the Put's error and prior value.
+func (c *client) setReply(err error, wantGet bool, prior, key []byte) {
 	switch {
 	case errors.Is(err, kv.ErrExists), errors.Is(err, kv.ErrNotFound):
 		if wantGet && errors.Is(err, kv.ErrExists) {
-			e, _ := c.s.Store.Get(args[1], nil)
+			e, _ := c.s.Store.Get(key, nil)
 			c.w.Bulk(e.Value)
 			return
 		}
@@ -496,6 +538,55 @@ func (c *client) set(args [][]byte) {
 	default:
 		c.w.OK()
 	}
+}
+
+// parseSet reads SET's options; errReply is the error to send when they
+// are wrong.
+func parseSet(args [][]byte) (o kv.PutOptions, wantGet bool, errReply string) {
+	if len(args) < 3 {
+		return o, false, "ERR wrong number of arguments for 'set' command"
+	}
+	for i := 3; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch opt {
+		case "NX":
+			o.IfAbsent = true
+		case "XX":
+			o.IfPresent = true
+		case "KEEPTTL":
+			o.KeepTTL = true
+		case "GET":
+			wantGet, o.ReturnPrior = true, true
+		case "EX", "PX", "EXAT", "PXAT":
+			if i+1 >= len(args) || o.TTL != 0 {
+				return o, false, "ERR syntax error"
+			}
+			n, ok := parseInt(args[i+1])
+			i++
+			if !ok || n <= 0 {
+				return o, false, "ERR invalid expire time in 'set' command"
+			}
+			switch opt {
+			case "EX":
+				o.TTL = time.Duration(n) * time.Second
+			case "PX":
+				o.TTL = time.Duration(n) * time.Millisecond
+			case "EXAT":
+				o.TTL = time.Until(time.Unix(n, 0))
+			case "PXAT":
+				o.TTL = time.Until(time.UnixMilli(n))
+			}
+			if o.TTL <= 0 {
+				o.TTL = time.Millisecond // already past: expires at once
+			}
+		default:
+			return o, false, "ERR syntax error"
+		}
+	}
+	if (o.IfAbsent && o.IfPresent) || (o.KeepTTL && o.TTL != 0) {
+		return o, false, "ERR syntax error"
+	}
+	return o, wantGet, ""
 }
 
 // scan: cursors are small integers naming the next key, kept per client
