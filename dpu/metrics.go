@@ -11,27 +11,35 @@ type collector struct {
 
 	ops, errs, qps, faults, fences, gen, services *prometheus.Desc
 	kvOps, kvBytes, respClients, udpReqs          *prometheus.Desc
+	kvCommits, kvWrites, kvCacheHits, kvCache     *prometheus.Desc
+	kvCommitTime                                  *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
 	return &collector{
-		a:           a,
-		ops:         prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
-		errs:        prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
-		qps:         prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
-		faults:      prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
-		fences:      prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
-		gen:         prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
-		services:    prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
-		kvOps:       prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
-		kvBytes:     prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
-		respClients: prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
-		udpReqs:     prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
+		a:            a,
+		ops:          prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
+		errs:         prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
+		qps:          prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
+		faults:       prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
+		fences:       prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
+		gen:          prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
+		services:     prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
+		kvOps:        prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
+		kvBytes:      prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
+		kvCommits:    prometheus.NewDesc("hec_kv_commits_total", "Transactions the store's group committer made (one WAL sync each in sync mode).", nil, nil),
+		kvWrites:     prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes committed in those transactions; writes/commits is the mean group size.", nil, nil),
+		kvCommitTime: prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
+		kvCacheHits:  prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
+		kvCache:      prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
+		respClients:  prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
+		udpReqs:      prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs} {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs,
+		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime} {
 		ch <- d
 	}
 }
@@ -63,6 +71,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.kvBytes, prometheus.GaugeValue, float64(s.LSMBytes), "lsm")
 		ch <- prometheus.MustNewConstMetric(c.kvBytes, prometheus.GaugeValue, float64(s.VlogBytes), "vlog")
+		ch <- prometheus.MustNewConstMetric(c.kvCommits, prometheus.CounterValue, float64(s.Commits))
+		ch <- prometheus.MustNewConstMetric(c.kvWrites, prometheus.CounterValue, float64(s.Writes))
+		ch <- prometheus.MustNewConstMetric(c.kvCommitTime, prometheus.CounterValue, s.CommitTime.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.kvCacheHits, prometheus.CounterValue, float64(s.CacheHits))
+		ch <- prometheus.MustNewConstMetric(c.kvCache, prometheus.GaugeValue, float64(s.CacheEntries), "entries")
+		ch <- prometheus.MustNewConstMetric(c.kvCache, prometheus.GaugeValue, float64(s.CacheBytes), "bytes")
 	}
 	if r := c.a.resp; r != nil {
 		ch <- prometheus.MustNewConstMetric(c.respClients, prometheus.GaugeValue, float64(r.Clients()))
