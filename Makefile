@@ -5,6 +5,9 @@ GOFLAGS   ?=
 FUZZTIME  ?= 20s
 BIN       := bin
 ARM64_BIN := $(BIN)/linux_arm64
+# go-nvml (GPU discovery, cgo builds) declares NVML's deprecated calls;
+# keep their warnings out of every first build.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Packages whose tests also run as arm64 binaries under qemu-user.
 ARM64_TEST_PKGS := ./shared/...
 
