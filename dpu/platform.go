@@ -1,0 +1,74 @@
+package dpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hecsys/hec/shared/sysinfo"
+)
+
+// Platform is what the agent runs on.
+type Platform struct {
+	// Generation is BlueField-2, BlueField-3 or BlueField when the agent
+	// runs on a DPU's Arm cores, "emulated" anywhere else.
+	Generation  string        `json:"generation"`
+	Model       string        `json:"model,omitempty"` // DMI product or device-tree model
+	CPU         sysinfo.CPU   `json:"cpu"`
+	MemoryBytes int64         `json:"memory_bytes"`
+	NICs        []sysinfo.NIC `json:"nics"`
+}
+
+// Emulated is the Generation of an agent that is not on a DPU.
+const Emulated = "emulated"
+
+// DetectPlatform reads the machine under root ("/": this one): the
+// BlueField generation from its DMI strings or device tree, or from the
+// integrated ConnectX functions on an Arm machine's own PCI bus.
+func DetectPlatform(root string) (Platform, error) {
+	fs := sysinfo.FS{Root: root}
+	p := Platform{Generation: Emulated}
+	var err error
+	if p.CPU, err = fs.CPU(); err != nil {
+		return p, fmt.Errorf("dpu: platform: %w", err)
+	}
+	if p.MemoryBytes, err = fs.MemoryBytes(); err != nil {
+		return p, fmt.Errorf("dpu: platform: %w", err)
+	}
+	if p.NICs, err = fs.NICs(); err != nil {
+		return p, fmt.Errorf("dpu: platform: %w", err)
+	}
+	dmi := fs.DMI()
+	for _, s := range []string{dmi["product_name"], fs.DeviceTreeModel(), dmi["board_name"]} {
+		if g := generationIn(s); g != "" {
+			p.Generation, p.Model = g, s
+			return p, nil
+		}
+	}
+	if p.CPU.Arch == "arm64" {
+		devs, _ := fs.PCIDevices()
+		for _, d := range devs {
+			if d.Vendor != 0x15b3 {
+				continue
+			}
+			switch d.Device {
+			case 0xa2d6:
+				p.Generation = "BlueField-2"
+			case 0xa2dc:
+				p.Generation = "BlueField-3"
+			}
+		}
+	}
+	return p, nil
+}
+
+func generationIn(s string) string {
+	switch {
+	case strings.Contains(s, "BlueField-3"), strings.Contains(s, "BlueField 3"):
+		return "BlueField-3"
+	case strings.Contains(s, "BlueField-2"), strings.Contains(s, "BlueField 2"):
+		return "BlueField-2"
+	case strings.Contains(s, "BlueField"):
+		return "BlueField"
+	}
+	return ""
+}
