@@ -3,7 +3,6 @@ package dpu
 import (
 	"context"
 	"hash/crc32"
-	"sync"
 
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/ring"
@@ -34,27 +33,6 @@ func registerAgentOps(d *Dispatcher) {
 	}})
 }
 
-// parallelCRC checksums b in ways pieces on as many goroutines and
-// combines the partial CRCs exactly.
-func parallelCRC(crc uint32, b []byte, ways int) uint32 {
-	part := (len(b) + ways - 1) / ways
-	parts := make([]uint32, ways)
-	var wg sync.WaitGroup
-	for i := 1; i < ways; i++ {
-		lo, hi := min(i*part, len(b)), min((i+1)*part, len(b))
-		wg.Add(1)
-		go func() { defer wg.Done(); parts[i] = crc32c.Checksum(b[lo:hi]) }()
-	}
-	parts[0] = crc32c.Update(crc, b[:min(part, len(b))])
-	wg.Wait()
-	crc = parts[0]
-	for i := 1; i < ways; i++ {
-		lo, hi := min(i*part, len(b)), min((i+1)*part, len(b))
-		crc = crc32c.Combine(crc, parts[i], int64(hi-lo))
-	}
-	return crc
-}
-
 func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) {
 	if req.NSpan != 1 {
 		resp.Status = wire.StatusBadArg
@@ -77,7 +55,7 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 	for _, s := range spans {
 		if b, ok := req.Mem.View(s); ok {
 			if len(b) >= parallelChecksum && cores > 1 {
-				crc = parallelCRC(crc, b, cores)
+				crc = crc32c.UpdateParallel(crc, b, cores)
 			} else {
 				crc = crc32.Update(crc, castagnoli, b)
 			}

@@ -20,3 +20,16 @@ func TestCRC32CCombine(t *testing.T) {
 		}
 	}
 }
+
+func TestUpdateParallel(t *testing.T) {
+	b := make([]byte, 1<<20+13)
+	for i := range b {
+		b[i] = byte(i * 31)
+	}
+	want := Update(7, b)
+	for _, ways := range []int{1, 2, 3, 8, 64} {
+		if got := UpdateParallel(7, b, ways); got != want {
+			t.Errorf("%d ways: %08x, want %08x", ways, got, want)
+		}
+	}
+}
