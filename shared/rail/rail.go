@@ -178,7 +178,11 @@ func (e *Estimator) Observe(n int64, d time.Duration) {
 		net = d / 2 // faster than the fixed cost says: trust half
 	}
 	rate := float64(n) / net.Seconds()
-	e.rail.Rate = (1-e.weight)*e.rail.Rate + e.weight*rate
+	// The first observations weigh as in a plain mean (the calibration
+	// counting as one), so a calibration that missed what the operation
+	// meets is forgotten quickly; then the moving average takes over.
+	w := max(e.weight, 1/float64(e.n+2))
+	e.rail.Rate = (1-w)*e.rail.Rate + w*rate
 	e.n++
 	e.rail.Confidence = 1 - 1/float64(e.n+1)
 }
