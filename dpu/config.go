@@ -54,6 +54,9 @@ type Config struct {
 	// disk, concurrent writes sharing fsyncs) or "async" (acknowledged in
 	// memory; a crash may lose the last writes).
 	KVDurability string `toml:"kv_durability"`
+	// DPUProfile makes an emulated agent behave like a DPU's Arm side:
+	// "bf2", "bf3" or "none" (default). See Profile.
+	DPUProfile string `toml:"dpu_profile"`
 	// RESPPassword, when set, makes RESP clients AUTH first.
 	RESPPassword string `toml:"resp_password"`
 	// StateDir keeps what outlives a restart (the generation counter, later
@@ -168,6 +171,9 @@ func (c Config) validate() error {
 	}
 	if c.KVDurability != "" && c.KVDurability != "sync" && c.KVDurability != "async" {
 		return fmt.Errorf("kv_durability %q: want sync or async: %w", c.KVDurability, ErrConfig)
+	}
+	if _, err := ParseProfile(c.DPUProfile); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrConfig)
 	}
 	if c.QueuePairs < 1 || c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
 		return fmt.Errorf("queue_pairs %d, ring_entries %d (a power of two): %w", c.QueuePairs, c.RingEntries, ErrConfig)

@@ -46,6 +46,7 @@ func run(args []string) error {
 		doorbell   = fs.Bool("doorbell", true, "sleep on a futex doorbell hosts ring when idle (hosts share this kernel)")
 		durability = fs.String("durability", "sync", "kv writes acknowledged once on disk (sync) or in memory (async)")
 		respPass   = fs.String("resp-password", "", "password RESP clients must AUTH with (default none)")
+		profile    = fs.String("dpu-profile", "none", "behave like a DPU's Arm side: bf2, bf3 or none (own cores, CPU quota, no AVX)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
 	)
@@ -102,12 +103,33 @@ func run(args []string) error {
 			cfg.KVDurability = *durability
 		case "resp-password":
 			cfg.RESPPassword = *respPass
+		case "dpu-profile":
+			cfg.DPUProfile = *profile
 		}
 	})
+	prof, err := dpu.ParseProfile(cfg.DPUProfile)
+	if err != nil {
+		return err
+	}
+	// A profile's CPU features are fixed at process start: run again with
+	// them (same pid), then pin and cap before the agent sizes its pools.
+	if err := prof.Reexec(); err != nil {
+		return err
+	}
+	applied, err := prof.Apply()
+	if err != nil {
+		return err
+	}
+	defer applied.Release()
+	if prof.Name != "none" {
+		log.Info("dpu profile", "profile", prof.Name, "cpus", applied.CPUs, "gomaxprocs", applied.GOMAXPROCS,
+			"quota_cores", applied.Quota, "simd_off", applied.SIMDOff, "note", applied.QuotaNote)
+	}
 	agent, err := dpu.New(cfg, log)
 	if err != nil {
 		return err
 	}
+	agent.SetProfile(applied)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return agent.Run(ctx)
