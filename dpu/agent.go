@@ -44,6 +44,10 @@ type Agent struct {
 
 	powerOff func() // set by RunInit: POST /v1/poweroff calls it
 
+	profile  *Applied
+	platform *Platform
+	rails    []RailRate // under mu
+
 	store *kv.Store
 	resp  *resp.Server
 	udp   *udp.Server
@@ -106,7 +110,10 @@ func (a *Agent) addService(s Service) {
 func (a *Agent) Status() Status {
 	st := Status{Version: Version, PID: os.Getpid(), Started: a.started, UptimeSec: time.Since(a.started).Seconds(),
 		Generation: a.Generation(), StateDir: a.cfg.StateDir, Services: a.Services(),
-		QueuePairs: a.disp.QueuePairs(), Ops: a.disp.OpCounts()}
+		QueuePairs: a.disp.QueuePairs(), Ops: a.disp.OpCounts(), Profile: a.profile, Rails: a.Rails()}
+	a.mu.Lock()
+	st.Platform = a.platform
+	a.mu.Unlock()
 	if a.cfg.Shm != Off {
 		st.Region = a.cfg.Shm
 		st.RegionSize, _ = a.geometry.Size()
@@ -271,6 +278,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ready.Store(true)
 	close(a.readyCh)
 	a.log.Info("ready", "generation", gen, "region", a.cfg.Shm, "tcp", a.Addr("tcp"), "mgmt", a.Addr("mgmt"), "version", Version)
+	if p, err := DetectPlatform("/"); err == nil {
+		a.mu.Lock()
+		a.platform = &p
+		a.mu.Unlock()
+	} else {
+		a.log.Warn("platform detection", "err", err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.calibrate(pollCtx) }()
 
 	<-ctx.Done()
 	a.ready.Store(false)

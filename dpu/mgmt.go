@@ -24,6 +24,12 @@ type Status struct {
 	Services   []Service  `json:"services"`
 	QueuePairs []QPStatus `json:"queue_pairs"`
 	Ops        []OpCount  `json:"ops"`
+	// Platform is what the agent runs on; Profile the DPU profile applied
+	// (nil: none); Rails the agent's own rates, calibrated in the
+	// background after it is ready (empty until the first calibration).
+	Platform *Platform  `json:"platform,omitempty"`
+	Profile  *Applied   `json:"dpu_profile,omitempty"`
+	Rails    []RailRate `json:"rails"`
 }
 
 // Service is one configured listener or transport and whether it is served.

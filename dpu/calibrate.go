@@ -1,0 +1,64 @@
+package dpu
+
+import (
+	"context"
+	"time"
+
+	"github.com/hecsys/hec/shared/rail"
+)
+
+// RailRate is what a rail was measured to do, and when.
+type RailRate struct {
+	Rail       string    `json:"rail"`
+	Kind       string    `json:"kind"`
+	Cores      int       `json:"cores"`
+	CopyRate   float64   `json:"copy_bytes_per_second"`
+	CRC32CRate float64   `json:"crc32c_bytes_per_second"`
+	MeasuredAt time.Time `json:"measured_at"`
+	AgeSeconds float64   `json:"age_seconds"`
+}
+
+// Calibration runs in the background: first once the agent is ready (it
+// never delays readiness), then every calibrationEvery, so a rate drifts
+// with the machine's load.
+const (
+	calibrationDelay = 300 * time.Millisecond
+	calibrationEvery = 10 * time.Minute
+	calibrationBytes = 64 << 20
+	calibrationTime  = 200 * time.Millisecond // per rate: many quota periods
+)
+
+// calibrate keeps the agent's rail rates fresh until ctx ends.
+func (a *Agent) calibrate(ctx context.Context) {
+	t := time.NewTimer(calibrationDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ways := a.disp.workers
+		cp, crc := rail.MeasureCPU(calibrationBytes, ways, calibrationTime)
+		a.mu.Lock()
+		a.rails = []RailRate{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
+		a.mu.Unlock()
+		a.log.Debug("calibrated", "copy_GBps", cp/1e9, "crc32c_GBps", crc/1e9, "cores", ways)
+		t.Reset(calibrationEvery)
+	}
+}
+
+// Rails returns the agent's calibrated rail rates with their age.
+func (a *Agent) Rails() []RailRate {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]RailRate, len(a.rails))
+	for i, r := range a.rails {
+		r.AgeSeconds = time.Since(r.MeasuredAt).Seconds()
+		out[i] = r
+	}
+	return out
+}
+
+// SetProfile records the DPU profile main applied, for /v1/status.
+func (a *Agent) SetProfile(p Applied) { a.profile = &p }
