@@ -17,45 +17,58 @@ const (
 	RailDPU  = "dpu"
 )
 
-// CalibrateChecksum measures, now, the checksum rails this client can use:
-// the host's CPU (crc32c in this process) and the agent (the CHECKSUM op on
-// a buffer in the window; its fixed cost from a tiny op). It takes a few
-// milliseconds.
-func (c *Client) CalibrateChecksum(ctx context.Context) ([]rail.Rail, error) {
-	const n = 4 << 20
-	buf, err := c.Alloc(n)
-	if err != nil {
-		buf = make([]byte, n) // TCP, or a full window: staged, and measured as such
-	} else {
-		defer c.Free(buf)
-	}
-	for i := range buf {
-		buf[i] = byte(i * 7)
-	}
-	best := func(f func() error) (time.Duration, error) {
-		b := time.Duration(1<<63 - 1)
-		for i := 0; i < 3; i++ {
-			t0 := time.Now()
-			if err := f(); err != nil {
-				return 0, err
-			}
-			b = min(b, time.Since(t0))
+// CalibrateChecksum measures, now, the two checksum rails on data like
+// sample — pass (a prefix of) the buffer to be checksummed: in the window
+// it measures the agent's zero-copy path, elsewhere the staged one. The
+// host rail is crc32c in this process on one core; the agent's fixed cost
+// α comes from tiny ops, its rate from passes over sample net of α, for at
+// least 100 ms each, moving through sample in 16 MiB pieces. nil sample:
+// 16 MiB in the window.
+func (c *Client) CalibrateChecksum(ctx context.Context, sample []byte) ([]rail.Rail, error) {
+	if sample == nil {
+		buf, err := c.Alloc(16 << 20)
+		if err != nil {
+			buf = make([]byte, 16<<20) // TCP, or a full window: staged, and measured as such
+		} else {
+			defer c.Free(buf)
 		}
-		return b, nil
+		for i := range buf {
+			buf[i] = byte(i * 7)
+		}
+		sample = buf
 	}
-	host, _ := best(func() error { crc32c.Checksum(buf); return nil })
-	alpha, err := best(func() error { _, err := c.Checksum(ctx, buf[:64]); return err })
+	if len(sample) < 4096 {
+		return nil, fmt.Errorf("host: calibrate on %d bytes: want at least 4 KiB: %w", len(sample), wire.StatusBadArg)
+	}
+	// Each rate over at least 100 ms: an agent under a CPU quota (a DPU
+	// profile, a busy DPU) runs short bursts at full speed.
+	const minTime = 100 * time.Millisecond
+	// Passes move through sample in pieces: passes over one piece again
+	// and again would measure a cache, not the memory an op reads.
+	piece := min(len(sample), 16<<20)
+	pieceAt := func(pass int) []byte {
+		n := len(sample) / piece
+		off := (pass % n) * piece
+		return sample[off : off+piece]
+	}
+	hostRate, _ := rail.TimeRate(piece, minTime, func(pass int) error { crc32c.Checksum(pieceAt(pass)); return nil })
+	alpha := time.Duration(1<<63 - 1)
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		if _, err := c.Checksum(ctx, sample[:64]); err != nil {
+			return nil, fmt.Errorf("calibrate the agent rail: %w", err)
+		}
+		alpha = min(alpha, time.Since(t0))
+	}
+	agentRate, err := rail.TimeRate(piece, minTime, func(pass int) error { _, err := c.Checksum(ctx, pieceAt(pass)); return err })
 	if err != nil {
 		return nil, fmt.Errorf("calibrate the agent rail: %w", err)
 	}
-	agent, err := best(func() error { _, err := c.Checksum(ctx, buf); return err })
-	if err != nil {
-		return nil, fmt.Errorf("calibrate the agent rail: %w", err)
-	}
+	agent := time.Duration(float64(piece) / agentRate * float64(time.Second))
 	net := max(agent-alpha, time.Microsecond)
 	return []rail.Rail{
-		{Name: RailHost, Kind: rail.HostCPU, Rate: n / host.Seconds(), Confidence: 0.5},
-		{Name: RailDPU, Kind: rail.DPUCores, Alpha: alpha, Rate: n / net.Seconds(), Confidence: 0.5},
+		{Name: RailHost, Kind: rail.HostCPU, Rate: hostRate, Confidence: 0.5},
+		{Name: RailDPU, Kind: rail.DPUCores, Alpha: alpha, Rate: float64(piece) / net.Seconds(), Confidence: 0.5},
 	}, nil
 }
 
@@ -63,34 +76,133 @@ func (c *Client) CalibrateChecksum(ctx context.Context) ([]rail.Rail, error) {
 // rails (RailHost computed here, RailDPU by the agent), all at once, and
 // combines the parts exactly: the result equals a single-rail checksum.
 func (c *Client) ChecksumSplit(ctx context.Context, b []byte, rails []rail.Rail) (uint32, rail.Plan, error) {
+	crc, plan, _, err := c.checksumSplit(ctx, b, rails)
+	return crc, plan, err
+}
+
+// checksumSplit is ChecksumSplit that also returns how long each share took.
+func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail) (uint32, rail.Plan, []time.Duration, error) {
 	plan := rail.Split(rails, int64(len(b)), 4096)
 	parts := make([]uint32, len(plan.Shares))
+	took := make([]time.Duration, len(plan.Shares))
 	errs := make([]error, len(plan.Shares))
 	var wg sync.WaitGroup
+	t0 := time.Now()
+	hostShare := -1
+	var inWindow []int // agent shares submitted as one op each, awaited below
+	calls := make([]*Call, len(plan.Shares))
 	for i, s := range plan.Shares {
 		part := b[s.Offset : s.Offset+s.Bytes]
-		switch s.Rail {
-		case RailHost:
+		switch {
+		case s.Rail == RailHost:
+			hostShare = i
+		case s.Rail == RailDPU && c.t.inWindow(part):
+			// Submitted now, waited for after the host share: no goroutine
+			// of ours competes with the host share for its core.
+			call, err := c.Go(ctx, Request{Op: wire.OpChecksum, In: [][]byte{part}})
+			if err != nil {
+				wg.Wait()
+				return 0, plan, nil, err
+			}
+			calls[i] = call
+			inWindow = append(inWindow, i)
+		case s.Rail == RailDPU:
 			wg.Add(1)
-			go func() { defer wg.Done(); parts[i] = crc32c.Checksum(part) }()
-		case RailDPU:
-			wg.Add(1)
-			go func() { defer wg.Done(); parts[i], errs[i] = c.Checksum(ctx, part) }()
+			go func() {
+				defer wg.Done()
+				parts[i], errs[i] = c.Checksum(ctx, part)
+				took[i] = time.Since(t0)
+			}()
 		default:
-			return 0, plan, fmt.Errorf("host: checksum on rail %q: %w", s.Rail, wire.StatusUnsupported)
+			wg.Wait()
+			return 0, plan, nil, fmt.Errorf("host: checksum on rail %q: %w", s.Rail, wire.StatusUnsupported)
+		}
+	}
+	if hostShare >= 0 {
+		// In pieces, looking for the agent's completions between them, so
+		// each share's time is known (within a piece) for the model.
+		const piece = 2 << 20
+		s := plan.Shares[hostShare]
+		h := b[s.Offset : s.Offset+s.Bytes]
+		poller, _ := c.t.(interface{ poll() })
+		var crc uint32
+		for off := 0; off < len(h); off += piece {
+			crc = crc32c.Update(crc, h[off:min(off+piece, len(h))])
+			if poller != nil {
+				poller.poll()
+			}
+			for _, i := range inWindow {
+				if took[i] == 0 && calls[i].Done() {
+					took[i] = time.Since(t0)
+				}
+			}
+		}
+		parts[hostShare], took[hostShare] = crc, time.Since(t0)
+	}
+	for _, i := range inWindow {
+		r, err := c.Wait(ctx, calls[i])
+		parts[i], errs[i] = uint32(r.Arg0), err
+		if took[i] == 0 {
+			took[i] = time.Since(t0)
 		}
 	}
 	wg.Wait()
 	var crc uint32
 	for i, s := range plan.Shares {
 		if errs[i] != nil {
-			return 0, plan, errs[i]
+			return 0, plan, nil, errs[i]
 		}
 		if i == 0 {
 			crc = parts[0]
 			continue
 		}
 		crc = crc32c.Combine(crc, parts[i], s.Bytes)
+	}
+	return crc, plan, took, nil
+}
+
+// ChecksumModel is a multi-rail checksum whose model learns: each split's
+// per-rail times refresh the rails' estimates (a moving average), so a rail
+// that turns out slower than calibrated — a DPU busy with other work, a
+// CPU quota that a short calibration did not feel — gets less next time.
+// It is safe for concurrent use.
+type ChecksumModel struct {
+	c   *Client
+	est []*rail.Estimator
+}
+
+// NewChecksumModel starts a model from calibrated rails
+// (CalibrateChecksum).
+func (c *Client) NewChecksumModel(rails []rail.Rail) *ChecksumModel {
+	m := &ChecksumModel{c: c}
+	for _, r := range rails {
+		m.est = append(m.est, rail.NewEstimator(r, 0.2))
+	}
+	return m
+}
+
+// Rails returns the current model.
+func (m *ChecksumModel) Rails() []rail.Rail {
+	out := make([]rail.Rail, len(m.est))
+	for i, e := range m.est {
+		out[i] = e.Rail()
+	}
+	return out
+}
+
+// Checksum splits b by the current model, checksums it like ChecksumSplit
+// and feeds each share's time back into the model.
+func (m *ChecksumModel) Checksum(ctx context.Context, b []byte) (uint32, rail.Plan, error) {
+	crc, plan, took, err := m.c.checksumSplit(ctx, b, m.Rails())
+	if err != nil {
+		return crc, plan, err
+	}
+	for i, s := range plan.Shares {
+		for _, e := range m.est {
+			if e.Rail().Name == s.Rail {
+				e.Observe(s.Bytes, took[i])
+			}
+		}
 	}
 	return crc, plan, nil
 }

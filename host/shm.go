@@ -374,6 +374,14 @@ func (t *shmTransport) fail(err error) {
 	t.detach(st, err)
 }
 
+// poll reaps completions now, if no other goroutine is at it.
+func (t *shmTransport) poll() {
+	if t.mu.TryLock() {
+		t.reap()
+		t.mu.Unlock()
+	}
+}
+
 func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	var w ring.Waiter
 	// Past the spin and yield phases, sleep on the pair's completion bell:

@@ -382,14 +382,24 @@ func TestChecksumSplitEqualsSingleRail(t *testing.T) {
 	a := startAgent(t, agentConfig(t))
 	c := dial(t, "shm://"+a.cfg.Shm)
 	ctx := context.Background()
-	cal, err := c.CalibrateChecksum(ctx)
+	cal, err := c.CalibrateChecksum(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	even := []rail.Rail{{Name: host.RailHost, Rate: 1e9}, {Name: host.RailDPU, Rate: 1e9}}
 	rng := rand.New(rand.NewPCG(5, 5))
-	for _, size := range []int{1, 4095, 1 << 20, 3<<20 + 7} {
+	for _, tc := range []struct {
+		size     int
+		inWindow bool
+	}{{1, false}, {4095, false}, {1 << 20, false}, {3<<20 + 7, false}, {1 << 20, true}, {1<<20 + 7, true}} {
+		size := tc.size
 		b := make([]byte, size)
+		if tc.inWindow { // the agent's share is read in place, the host's computed meanwhile
+			var err error
+			if b, err = c.Alloc(size); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
@@ -405,6 +415,44 @@ func TestChecksumSplitEqualsSingleRail(t *testing.T) {
 				t.Fatalf("even rails did not split:\n%s", plan.Explain())
 			}
 		}
+		if tc.inWindow {
+			c.Free(b)
+		}
 	}
 	t.Logf("calibrated rails: %+v", cal)
+
+	// A model that starts out believing the agent 100× faster than it is
+	// learns from the splits: the agent's share shrinks, the answer stays
+	// exact.
+	wrong := []rail.Rail{{Name: host.RailHost, Rate: 1e9}, {Name: host.RailDPU, Rate: 100e9}}
+	m := c.NewChecksumModel(wrong)
+	b, err := c.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	want := crc32.Checksum(b, castagnoli)
+	var first, last float64
+	for i := 0; i < 6; i++ {
+		got, plan, err := m.Checksum(ctx, b)
+		if err != nil || got != want {
+			t.Fatalf("model split %d: %#x, %v; want %#x", i, got, err, want)
+		}
+		share := 0.0
+		for _, s := range plan.Shares {
+			if s.Rail == host.RailDPU {
+				share = float64(s.Bytes) / float64(len(b))
+			}
+		}
+		if i == 0 {
+			first = share
+		}
+		last = share
+	}
+	if agent := m.Rails()[1].Rate; agent >= 50e9 || last >= first {
+		t.Fatalf("the model did not learn: agent rate %.3g B/s, agent share %.2f then %.2f", agent, first, last)
+	}
+	t.Logf("learned rails: %+v; agent share %.2f → %.2f", m.Rails(), first, last)
 }
