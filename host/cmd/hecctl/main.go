@@ -27,6 +27,8 @@ commands:
   status      agent version, generation, services, queue pairs and op counts
   ping        round trips through the agent (--n N); prints p50, p90, p99
   checksum    CRC-32C of a file computed by the agent (--verify compares in-process)
+  rails       this host's CPUs, NICs, DPUs and GPUs, the agent's platform and DPU profile,
+              and each rail's calibrated rates (--recalibrate: measure the host again)
   metrics     the agent's hec_* Prometheus series
   kv get KEY | put [--ttl D] KEY VALUE | del KEY | scan [--limit N] [PREFIX]
               the agent's key-value store over the handoff
@@ -99,6 +101,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return checksumRails(ctx, c, fs.Arg(0), out)
 		}
 		return fmt.Errorf("checksum: --rails %q: want dpu or auto", *rails)
+	case "rails":
+		fs := flags(cmd, &c)
+		recal := fs.Bool("recalibrate", false, "measure the host rail now, not from the cache")
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return railsCmd(ctx, c, *recal, out)
 	case "qemu":
 		return qemuCmd(ctx, rest, out)
 	case "kv":
@@ -448,16 +457,37 @@ func kvCmd(ctx context.Context, args []string, out io.Writer) error {
 // the planner split the checksum between them; it prints the plan, the time
 // achieved, and the single-rail answer to compare.
 func checksumRails(ctx context.Context, c common, path string, out io.Writer) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
 	cl, err := dial(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	rails, err := cl.CalibrateChecksum(ctx)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	// Read the file into the window when it fits (the agent then reads it
+	// in place), else into memory (staged to the agent in chunks).
+	var data []byte
+	where := "in the window"
+	if buf, err := cl.Alloc(int(fi.Size())); err == nil && fi.Size() > 0 {
+		defer cl.Free(buf)
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		_, err = io.ReadFull(f, buf)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		data = buf
+	} else if data, err = os.ReadFile(path); err != nil {
+		return err
+	} else {
+		where = "staged through the window"
+	}
+	rails, err := cl.CalibrateChecksum(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -467,7 +497,7 @@ func checksumRails(ctx context.Context, c common, path string, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "rails (calibrated now):\n")
+	fmt.Fprintf(out, "rails (calibrated now, on this file %s):\n", where)
 	for _, r := range rails {
 		fmt.Fprintf(out, "  %-5s %-10s alpha %-10v %.2f GB/s\n", r.Name, r.Kind, r.Alpha.Round(time.Nanosecond), r.Rate/1e9)
 	}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
+)
+
+// hostRates is the host rail's calibration, cached between runs.
+type hostRates struct {
+	Version    int       `json:"version"` // of the measurement; others are redone
+	MeasuredAt time.Time `json:"measured_at"`
+	Cores      int       `json:"cores"`
+	Copy       float64   `json:"copy_bytes_per_second"`
+	CRC32C     float64   `json:"crc32c_bytes_per_second"`
+}
+
+// hostCalibrationMaxAge: an older cached host calibration is redone.
+const hostCalibrationMaxAge = 10 * time.Minute
+
+const hostRatesVersion = 2
+
+func hostCalibration(recalibrate bool) (hostRates, string) {
+	path := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		path = filepath.Join(dir, "hec", "rails.json")
+	}
+	var r hostRates
+	if b, err := os.ReadFile(path); err == nil && !recalibrate && path != "" {
+		if json.Unmarshal(b, &r) == nil && r.Version == hostRatesVersion && time.Since(r.MeasuredAt) < hostCalibrationMaxAge && r.CRC32C > 0 {
+			return r, "cached in " + path
+		}
+	}
+	// One core: the host's share of a multi-rail op runs on one goroutine.
+	r = hostRates{Version: hostRatesVersion, Cores: 1, MeasuredAt: time.Now()}
+	r.Copy, r.CRC32C = rail.MeasureCPU(128<<20, 1, 200*time.Millisecond)
+	if path != "" {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if b, err := json.Marshal(r); err == nil {
+			os.WriteFile(path, b, 0o644)
+		}
+	}
+	return r, "measured now"
+}
+
+type railsStatus struct {
+	Platform *struct {
+		Generation  string `json:"generation"`
+		MemoryBytes int64  `json:"memory_bytes"`
+		CPU         struct {
+			Model string   `json:"model"`
+			Count int      `json:"count"`
+			Arch  string   `json:"arch"`
+			SIMD  []string `json:"simd"`
+		} `json:"cpu"`
+	} `json:"platform"`
+	Profile *struct {
+		Profile struct {
+			Name       string   `json:"name"`
+			Cores      int      `json:"cores"`
+			Core       string   `json:"core"`
+			CoreSpeed  float64  `json:"core_speed"`
+			GODEBUGOff []string `json:"godebug_off"`
+		} `json:"profile"`
+		CPUs       []int   `json:"cpus"`
+		GOMAXPROCS int     `json:"gomaxprocs"`
+		Quota      float64 `json:"quota_cores"`
+		QuotaNote  string  `json:"quota_note"`
+		SIMDOff    bool    `json:"simd_off"`
+	} `json:"dpu_profile"`
+	Rails []struct {
+		Rail       string  `json:"rail"`
+		Kind       string  `json:"kind"`
+		Cores      int     `json:"cores"`
+		Copy       float64 `json:"copy_bytes_per_second"`
+		CRC32C     float64 `json:"crc32c_bytes_per_second"`
+		AgeSeconds float64 `json:"age_seconds"`
+	} `json:"rails"`
+}
+
+func gbps(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f GB/s", r/1e9)
+}
+
+func age(d time.Duration) string {
+	if d < time.Second {
+		return "now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+// rails prints the host's inventory, the agent's platform and profile, and
+// the current model of each rail.
+func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) error {
+	inv, err := host.Discover("/")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "host\n")
+	fmt.Fprintf(out, "  cpu     %s, %d CPUs, %s, SIMD: %s\n", inv.CPU.Model, inv.CPU.Count, inv.CPU.Arch, strings.Join(inv.CPU.SIMD, " "))
+	fmt.Fprintf(out, "  memory  %.1f GiB\n", float64(inv.MemoryBytes)/(1<<30))
+	if len(inv.NICs) == 0 {
+		fmt.Fprintf(out, "  nic     none but lo\n")
+	}
+	for _, n := range inv.NICs {
+		speed := "speed not reported"
+		if n.SpeedMbps > 0 {
+			speed = fmt.Sprintf("%d Gb/s", n.SpeedMbps/1000)
+			if n.SpeedMbps < 1000 {
+				speed = fmt.Sprintf("%d Mb/s", n.SpeedMbps)
+			}
+		}
+		dev := "virtual"
+		if !n.Virtual {
+			dev = strings.TrimSpace(n.Driver + " " + n.PCI)
+		}
+		fmt.Fprintf(out, "  nic     %-10s %-5s MTU %-5d %-18s %s\n", n.Name, n.State, n.MTU, speed, dev)
+	}
+	if len(inv.BlueFields) == 0 {
+		fmt.Fprintf(out, "  dpu     no BlueField on the PCI bus\n")
+	}
+	for _, b := range inv.BlueFields {
+		fmt.Fprintf(out, "  dpu     %s %s function at %s (NUMA node %d)\n", b.Generation, b.Function, b.PCI, b.NUMANode)
+	}
+	if len(inv.GPUs) == 0 {
+		fmt.Fprintf(out, "  gpu     %s\n", inv.GPUStatus)
+	}
+	for _, g := range inv.GPUs {
+		fmt.Fprintf(out, "  gpu     %d: %s, %.0f GiB, %s (NUMA node %d), %d NVLinks\n", g.Index, g.Name, float64(g.MemoryBytes)/(1<<30), g.PCI, g.NUMANode, g.NVLinks)
+	}
+
+	hr, hsrc := hostCalibration(recalibrate)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	defer tw.Flush()
+	var st railsStatus
+	agentErr := func() error {
+		resp, err := get(ctx, c.mgmt, "/v1/status")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&st)
+	}()
+	fmt.Fprintf(tw, "\nagent\n")
+	if agentErr != nil {
+		fmt.Fprintf(tw, "  not reachable: %v\n", agentErr)
+	} else {
+		if p := st.Platform; p != nil {
+			fmt.Fprintf(tw, "  platform\t%s: %s, %d CPUs, %s, SIMD: %s\n", p.Generation, p.CPU.Model, p.CPU.Count, p.CPU.Arch, strings.Join(p.CPU.SIMD, " "))
+		}
+		if p := st.Profile; p != nil && p.Profile.Name != "none" {
+			simd := "vector extensions on"
+			if p.SIMDOff {
+				simd = "off: " + strings.Join(p.Profile.GODEBUGOff, " ")
+			}
+			quota := fmt.Sprintf("quota %.2f cores", p.Quota)
+			if p.Quota == 0 {
+				quota = p.QuotaNote
+			}
+			fmt.Fprintf(tw, "  profile\t%s (%d× %s at %.2f of a host core): pinned to CPUs %v, GOMAXPROCS %d, %s, %s\n",
+				p.Profile.Name, p.Profile.Cores, p.Profile.Core, p.Profile.CoreSpeed, p.CPUs, p.GOMAXPROCS, quota, simd)
+		} else {
+			fmt.Fprintf(tw, "  profile\tnone: the agent shares this host's cores at full speed (hecd --dpu-profile bf2|bf3)\n")
+		}
+	}
+	fmt.Fprintf(tw, "\nRAIL\tKIND\tCORES\tALPHA\tCOPY\tCRC32C\tMEASURED\n")
+	fmt.Fprintf(tw, "host\t%s\t%d\t-\t%s\t%s\t%s (%s)\n", rail.HostCPU, hr.Cores, gbps(hr.Copy), gbps(hr.CRC32C), age(time.Since(hr.MeasuredAt)), hsrc)
+	for _, r := range st.Rails {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t-\t%s\t%s\t%s (the agent's own, in the background)\n", r.Rail, r.Kind, r.Cores, gbps(r.Copy), gbps(r.CRC32C), age(time.Duration(r.AgeSeconds*float64(time.Second))))
+	}
+	if agentErr != nil {
+		return nil
+	}
+	if agentErr == nil && len(st.Rails) == 0 {
+		fmt.Fprintf(tw, "dpu\t(the agent has not calibrated yet: it does in the background once ready)\n")
+	}
+	cl, err := dial(ctx, c)
+	if err != nil {
+		fmt.Fprintf(tw, "handoff\tnot reachable: %v\n", err)
+		return nil
+	}
+	defer cl.Close()
+	model, err := cl.CalibrateChecksum(ctx, nil)
+	if err != nil {
+		fmt.Fprintf(tw, "handoff\tcalibration failed: %v\n", err)
+		return nil
+	}
+	for _, r := range model {
+		if r.Name == host.RailDPU {
+			fmt.Fprintf(tw, "dpu via handoff\t%s\t-\t%v\t-\t%s\t%s (CHECKSUM through %s, 16 MiB in the window)\n", r.Kind, r.Alpha.Round(10*time.Nanosecond), gbps(r.Rate), "now", cl)
+		}
+	}
+	tw.Flush()
+	// The checksum model: host rail from its cached rate, dpu from the handoff.
+	for i := range model {
+		if model[i].Name == host.RailHost {
+			model[i].Rate = hr.CRC32C
+		}
+	}
+	plan := rail.Split(model, 256<<20, 4096)
+	fmt.Fprintf(out, "\nmodel: a 256 MiB checksum: %s", plan.Explain())
+	return nil
+}
