@@ -68,6 +68,7 @@ var scenarios = []scenario{
 	{"vm", benchVM},
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},
+	{"rails", benchRails},
 }
 
 // children are the second-process halves of scenarios, by name.

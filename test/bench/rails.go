@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/rail"
+)
+
+// The rails scenario (issue: rails): a 256 MiB checksum split by the
+// planner between this process's CPU (the host rail, pinned to the first
+// core) and hecd running the bf2 DPU profile (its own core, a CPU quota, no
+// AVX), the buffer in the queue pair's window. It reports the planner's
+// prediction, the time achieved, each single rail's time and the host
+// CPU-seconds used, all from this run.
+
+// pinAll pins every thread of this process to cpus and returns the mask
+// to restore.
+func pinAll(cpus ...int) (unix.CPUSet, error) {
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return old, err
+	}
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	return old, setAll(set)
+}
+
+func setAll(set unix.CPUSet) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, _ := strconv.Atoi(t.Name())
+		unix.SchedSetaffinity(tid, &set)
+	}
+	return nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func benchRails(ctx context.Context, rep *Report, quick bool) error {
+	const s = "rails"
+	const size = 256 << 20
+	runs, learnRuns := 9, 10
+	if quick {
+		runs = 3
+	}
+	dir, err := os.MkdirTemp("", "hec-bench-rails")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hecd, err := buildHecd(dir)
+	if err != nil {
+		return err
+	}
+	shm := shmPath("rails")
+	defer os.Remove(shm)
+	const mgmt = "127.0.0.1:26420"
+	cmd := exec.Command(hecd, "--shm", shm, "--region-size", strconv.Itoa(640<<20), "--queue-pairs", "2",
+		"--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", mgmt, "--state-dir", filepath.Join(dir, "state"),
+		"--dpu-profile", "bf2", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	// Ready, and its own background calibration done (it would disturb).
+	var st struct {
+		Rails []json.RawMessage `json:"rails"`
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(st.Rails) == 0; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hecd did not calibrate within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+		if resp, err := http.Get("http://" + mgmt + "/v1/status"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+	}
+	old, err := pinAll(0) // the host rail: the first core; the agent has the last
+	if err != nil {
+		return err
+	}
+	defer setAll(old)
+
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf, err := c.Alloc(size)
+	if err != nil {
+		return fmt.Errorf("alloc 256 MiB in the window: %w", err)
+	}
+	defer c.Free(buf)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i+8 <= len(buf); i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8; j++ {
+			buf[i+j] = byte(v >> (8 * j))
+		}
+	}
+	want := crc32c.Checksum(buf)
+
+	// Each rail alone first, then the split: calibrated, settled by a few
+	// splits (the model learns from each), then measured with the settled
+	// model. Splits run back to back, as a stream of them would.
+	hostOnly, dpuOnly, split := make([]time.Duration, runs), make([]time.Duration, runs), make([]time.Duration, runs)
+	for i := 0; i < runs; i++ {
+		t0 := time.Now()
+		if crc32c.Checksum(buf) != want {
+			return fmt.Errorf("host crc differs")
+		}
+		hostOnly[i] = time.Since(t0)
+		t0 = time.Now()
+		got, err := c.Checksum(ctx, buf)
+		if err != nil || got != want {
+			return fmt.Errorf("agent checksum %08x, %v; want %08x", got, err, want)
+		}
+		dpuOnly[i] = time.Since(t0)
+	}
+	rails, err := c.CalibrateChecksum(ctx, buf)
+	if err != nil {
+		return err
+	}
+	model := c.NewChecksumModel(rails)
+	for i := 0; i < learnRuns; i++ {
+		if got, _, err := model.Checksum(ctx, buf); err != nil || got != want {
+			return fmt.Errorf("split checksum %08x, %v; want %08x", got, err, want)
+		}
+	}
+	rails = model.Rails()
+	plan := rail.Split(rails, size, 4096)
+	var hostCPU time.Duration
+	for i := 0; i < runs; i++ {
+		cpu0 := cpuTime()
+		t0 := time.Now()
+		got, _, err := c.ChecksumSplit(ctx, buf, rails)
+		split[i] = time.Since(t0)
+		hostCPU += cpuTime() - cpu0
+		if err != nil || got != want {
+			return fmt.Errorf("split checksum %08x, %v; want %08x", got, err, want)
+		}
+	}
+	for _, rl := range rails {
+		rep.add(s, fmt.Sprintf("%s rail (%s) crc32c, calibrated then learned from %d splits", rl.Name, rl.Kind, learnRuns), rl.Rate/1e9, "GB/s")
+		if rl.Alpha > 0 {
+			rep.add(s, fmt.Sprintf("calibrated %s rail fixed cost α", rl.Name), float64(rl.Alpha.Nanoseconds())/1e3, "µs")
+		}
+	}
+	for _, sh := range plan.Shares {
+		rep.add(s, fmt.Sprintf("planned share of %s", sh.Rail), 100*float64(sh.Bytes)/size, "%")
+	}
+	pred, got := plan.Predicted, median(split)
+	bestOne := min(median(hostOnly), median(dpuOnly))
+	rep.add(s, "256 MiB checksum: planner's predicted time", ms(pred), "ms")
+	rep.add(s, "256 MiB checksum: achieved (median of split runs)", ms(got), "ms")
+	rep.add(s, "256 MiB checksum: host rail alone (median)", ms(median(hostOnly)), "ms")
+	rep.add(s, "256 MiB checksum: dpu rail alone, bf2 profile (median)", ms(median(dpuOnly)), "ms")
+	rep.add(s, "256 MiB checksum: host CPU-seconds per split checksum", hostCPU.Seconds()/float64(runs), "s")
+	rep.atMost(s, "achieved / predicted − 1 (256 MiB split)", abs(got.Seconds()/pred.Seconds()-1), 0.10, "")
+	if len(plan.Shares) > 1 {
+		rep.atMost(s, "split / best single rail (256 MiB, the model says splitting pays)", got.Seconds()/bestOne.Seconds(), 1.0, "×")
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
