@@ -9,11 +9,11 @@ import (
 
 // Inventory is what discovery found on the host: the rails it may offer.
 type Inventory struct {
-	CPU         sysinfo.CPU    `json:"cpu"`
-	MemoryBytes int64          `json:"memory_bytes"`
-	NICs        []sysinfo.NIC  `json:"nics"`
-	BlueFields  []BlueField    `json:"bluefields"`
-	GPUs        []GPU          `json:"gpus"`
+	CPU         sysinfo.CPU   `json:"cpu"`
+	MemoryBytes int64         `json:"memory_bytes"`
+	NICs        []sysinfo.NIC `json:"nics"`
+	BlueFields  []BlueField   `json:"bluefields"`
+	GPUs        []GPU         `json:"gpus"`
 	// GPUStatus says why GPUs is empty when it is: "no GPU (NVML library
 	// not found)", "no GPU (built without cgo)", … Never an error.
 	GPUStatus string `json:"gpu_status"`
