@@ -1,0 +1,195 @@
+package peer
+
+import (
+	"bufio"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Errors of a connection.
+var (
+	ErrAuth   = errors.New("peer: authentication failed") // wrong cluster key, or a forged or damaged frame
+	ErrReplay = errors.New("peer: frame out of sequence") // replayed, reordered or dropped frame
+	ErrClosed = errors.New("peer: closed")
+)
+
+const nonceSize = 16
+
+// Conn is an authenticated frame connection to one peer. Send is safe for
+// concurrent use; Recv is for one reader.
+type Conn struct {
+	nc             net.Conn
+	local, remote  uint32
+	br             *bufio.Reader
+	wmu            sync.Mutex
+	sendSeq        uint64
+	recvSeq        uint64
+	sendMAC        cipher.AEAD
+	recvMAC        cipher.AEAD
+	wbuf           []byte // header, payload and tag of the frame being sent
+	rbuf           []byte // header and payload of the frame received
+	snonce, rnonce [12]byte
+}
+
+// Local and Remote are the node ids at either end.
+func (c *Conn) Local() uint32  { return c.local }
+func (c *Conn) Remote() uint32 { return c.remote }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+func helloMAC(key, hdr, payload []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(hdr)
+	m.Write(payload)
+	return m.Sum(nil)[:TagSize]
+}
+
+func sessionMAC(key []byte, label string, dialerNonce, listenerNonce []byte) (cipher.AEAD, error) {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("hec-peer v1 " + label))
+	m.Write(dialerNonce)
+	m.Write(listenerNonce)
+	blk, err := aes.NewCipher(m.Sum(nil)[:16])
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(blk)
+}
+
+// Handshake authenticates nc with the cluster key: each side sends a Hello
+// with a fresh nonce under HMAC-SHA256 and checks the other's; both then
+// derive the session keys. dialer says which side this is. It must finish
+// by deadline.
+func Handshake(nc net.Conn, key []byte, local uint32, dialer bool, deadline time.Time) (*Conn, error) {
+	if len(key) < 16 {
+		return nil, fmt.Errorf("peer: cluster key of %d bytes: want at least 16", len(key))
+	}
+	nc.SetDeadline(deadline)
+	defer nc.SetDeadline(time.Time{})
+	var mine [nonceSize]byte
+	if _, err := rand.Read(mine[:]); err != nil {
+		return nil, err
+	}
+	var out [HeaderSize + nonceSize + TagSize]byte
+	h := Header{Type: TypeHello, Length: nonceSize, Sender: local}
+	h.Put(out[:])
+	copy(out[HeaderSize:], mine[:])
+	copy(out[HeaderSize+nonceSize:], helloMAC(key, out[:HeaderSize], mine[:]))
+	if _, err := nc.Write(out[:]); err != nil {
+		return nil, fmt.Errorf("peer: send hello: %w", err)
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	var in [HeaderSize + nonceSize + TagSize]byte
+	if _, err := io.ReadFull(br, in[:HeaderSize]); err != nil {
+		return nil, fmt.Errorf("peer: read hello: %w", err)
+	}
+	ph, err := ParseHeader(in[:HeaderSize])
+	if err != nil {
+		return nil, err
+	}
+	if ph.Type != TypeHello || ph.Length != nonceSize {
+		return nil, fmt.Errorf("%w: %s of %d bytes where a hello belongs", ErrFrame, ph.Type, ph.Length)
+	}
+	if _, err := io.ReadFull(br, in[HeaderSize:]); err != nil {
+		return nil, fmt.Errorf("peer: read hello: %w", err)
+	}
+	theirs := in[HeaderSize : HeaderSize+nonceSize]
+	if !hmac.Equal(in[HeaderSize+nonceSize:], helloMAC(key, in[:HeaderSize], theirs)) {
+		return nil, fmt.Errorf("%w: hello from node %d (is the cluster key the same?)", ErrAuth, ph.Sender)
+	}
+	if ph.Sender == local {
+		return nil, fmt.Errorf("peer: hello from our own id %d", local)
+	}
+	dn, ln := mine[:], theirs
+	if !dialer {
+		dn, ln = theirs, mine[:]
+	}
+	d2l, err := sessionMAC(key, "dialer to listener", dn, ln)
+	if err != nil {
+		return nil, err
+	}
+	l2d, err := sessionMAC(key, "listener to dialer", dn, ln)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{nc: nc, local: local, remote: ph.Sender, br: br, sendMAC: d2l, recvMAC: l2d}
+	if !dialer {
+		c.sendMAC, c.recvMAC = l2d, d2l
+	}
+	return c, nil
+}
+
+// Send writes one frame: h's Type, Flags, Epoch and Comm, with payload.
+// Sender, Length and Seq are filled in. It blocks while the peer does not
+// read (back-pressure) until deadline (zero: none).
+func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("peer: payload of %d bytes: at most %d per frame", len(payload), MaxPayload)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.sendSeq++
+	h.Sender, h.Length, h.Seq = c.local, uint32(len(payload)), c.sendSeq
+	n := HeaderSize + len(payload)
+	if cap(c.wbuf) < n+TagSize {
+		c.wbuf = make([]byte, n+TagSize, max(n+TagSize, 64<<10))
+	}
+	buf := c.wbuf[:n]
+	h.Put(buf)
+	copy(buf[HeaderSize:], payload)
+	binary.LittleEndian.PutUint64(c.snonce[:], c.sendSeq)
+	buf = c.sendMAC.Seal(buf, c.snonce[:], nil, buf) // appends the tag
+	c.nc.SetWriteDeadline(deadline)
+	_, err := c.nc.Write(buf)
+	return err
+}
+
+// Recv reads the next frame. The payload aliases a buffer reused by the
+// next Recv. A frame that fails its tag or its sequence is an error: the
+// connection cannot be trusted past it.
+func (c *Conn) Recv() (Header, []byte, error) {
+	if cap(c.rbuf) < HeaderSize {
+		c.rbuf = make([]byte, HeaderSize, 64<<10)
+	}
+	hb := c.rbuf[:HeaderSize]
+	if _, err := io.ReadFull(c.br, hb); err != nil {
+		return Header{}, nil, err
+	}
+	h, err := ParseHeader(hb)
+	if err != nil {
+		return h, nil, err
+	}
+	n := HeaderSize + int(h.Length)
+	if cap(c.rbuf) < n+TagSize {
+		nb := make([]byte, n+TagSize)
+		copy(nb, hb)
+		c.rbuf = nb
+	}
+	buf := c.rbuf[:n+TagSize]
+	if _, err := io.ReadFull(c.br, buf[HeaderSize:]); err != nil {
+		return h, nil, err
+	}
+	binary.LittleEndian.PutUint64(c.rnonce[:], h.Seq)
+	if _, err := c.recvMAC.Open(nil, c.rnonce[:], buf[n:], buf[:n]); err != nil {
+		return h, nil, fmt.Errorf("%w: %s frame %d from node %d", ErrAuth, h.Type, h.Seq, h.Sender)
+	}
+	if h.Sender != c.remote {
+		return h, nil, fmt.Errorf("%w: frame claims node %d on node %d's connection", ErrAuth, h.Sender, c.remote)
+	}
+	if h.Seq != c.recvSeq+1 {
+		return h, nil, fmt.Errorf("%w: frame %d after %d", ErrReplay, h.Seq, c.recvSeq)
+	}
+	c.recvSeq = h.Seq
+	return h, buf[HeaderSize:n], nil
+}

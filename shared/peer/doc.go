@@ -1,0 +1,29 @@
+// Package peer is how agents (and hosts, for the host rail) talk to each
+// other: length-prefixed frames over TCP carrying a communicator or object
+// id, an epoch, the sender's node id and a type, authenticated with the
+// cluster's key. Erasure-coded placement and collectives stand on it.
+//
+// # Wire
+//
+// A frame is a 40-byte header (frame.go), the payload, and a 16-byte tag.
+// A connection starts with a Hello each way, authenticated with
+// HMAC-SHA256 under the cluster key over the header, a fresh random nonce
+// and the sender's id. Both sides then derive per-direction session keys
+// with HMAC-SHA256 from the key and both nonces; every later frame carries
+// a strictly increasing sequence number and an AES-GCM tag (GMAC: the
+// frame is authenticated, not encrypted) under its direction's session key,
+// with the sequence as the nonce. A wrong key fails the Hello; a frame
+// replayed into another connection fails its tag (other session keys); one
+// replayed within a connection fails the sequence check. Per-frame HMAC
+// would cost more than the link: HMAC-SHA256 runs at about 1 GB/s here,
+// GMAC at about 9 GB/s.
+//
+// # Liveness and epochs
+//
+// Liveness is progress-based: a peer from which work is pending (Expect)
+// and that has sent nothing within the deadline is declared dead, so a
+// large transfer that keeps moving never trips it, and a connection that
+// breaks declares its peer dead at once. Idle connections carry a
+// heartbeat. Aborts go to every member. A frame whose epoch is older than
+// its communicator's current one (SetEpoch) is dropped and counted.
+package peer

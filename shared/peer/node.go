@@ -1,0 +1,649 @@
+package peer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of a node.
+var (
+	ErrDead    = errors.New("peer: declared dead")
+	ErrUnknown = errors.New("peer: not a member")
+	ErrAborted = errors.New("peer: aborted")
+)
+
+// Config configures a Node. Zero values take the documented defaults.
+type Config struct {
+	ID     uint32            // this node's id, not 0
+	Listen string            // address to accept peers on; "": dial only
+	Peers  map[uint32]string // the members: id → address (may include this node)
+	Key    []byte            // the cluster key, at least 16 bytes
+	// Deadline: a peer from which work is pending and that has sent
+	// nothing for this long is declared dead (default 2 s). Heartbeats go
+	// out every Deadline/4 on an idle connection.
+	Deadline time.Duration
+	Log      *slog.Logger
+}
+
+// Handler serves frames of one type. payload is valid only during the
+// call.
+type Handler func(from uint32, h Header, payload []byte)
+
+// Node is one member of a cluster: it accepts authenticated connections
+// from the others and dials each of them once (its sends to a peer reuse
+// that connection; replies come back on the peer's own).
+type Node struct {
+	cfg Config
+	ln  net.Listener
+
+	mu       sync.Mutex
+	peers    map[uint32]*Peer
+	handlers [maxType + 1]Handler
+	epochs   map[uint64]uint64
+	waiters  map[uint64]chan []byte // pings and acks in flight, by comm
+	aborted  map[uint64]string
+	inbound  map[net.Conn]struct{}
+	closed   bool
+	stop     context.CancelFunc // ends Run's goroutines
+	wg       sync.WaitGroup
+
+	// Counters of frames and connections refused.
+	AuthFailures, SeqFailures, BadFrames, OldEpoch atomic.Uint64
+
+	nextComm atomic.Uint64
+	sinks    sinks
+}
+
+// Peer is what a node knows of one member.
+type Peer struct {
+	ID   uint32
+	Addr string
+
+	mu      sync.Mutex
+	out     *Conn
+	dialing chan struct{}
+	dead    string // why it was declared dead; "" while alive
+
+	lastHeard, lastSent                          atomic.Int64 // unix nanos
+	pending                                      atomic.Int64
+	SentBytes, RecvBytes, SentFrames, RecvFrames atomic.Uint64
+	rtt                                          atomic.Int64
+}
+
+// PeerStatus is a peer as /v1/status shows it.
+type PeerStatus struct {
+	ID          uint32  `json:"id"`
+	Addr        string  `json:"addr"`
+	Connected   bool    `json:"connected"`
+	Alive       bool    `json:"alive"`
+	Dead        string  `json:"dead,omitempty"`
+	HeardAgoSec float64 `json:"heard_ago_seconds"`
+	Pending     int64   `json:"pending"`
+	SentBytes   uint64  `json:"sent_bytes"`
+	RecvBytes   uint64  `json:"recv_bytes"`
+	SentFrames  uint64  `json:"sent_frames"`
+	RecvFrames  uint64  `json:"recv_frames"`
+	RTTMicros   float64 `json:"rtt_us"`
+}
+
+// NewNode checks cfg and returns a node; Run starts it.
+func NewNode(cfg Config) (*Node, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("peer: node id 0")
+	}
+	if len(cfg.Key) < 16 {
+		return nil, fmt.Errorf("peer: cluster key of %d bytes: want at least 16", len(cfg.Key))
+	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, peers: map[uint32]*Peer{}, epochs: map[uint64]uint64{}, waiters: map[uint64]chan []byte{},
+		aborted: map[uint64]string{}, inbound: map[net.Conn]struct{}{}}
+	n.nextComm.Store(rand.Uint64() >> 1)
+	n.SetPeers(cfg.Peers)
+	n.handlers[TypePing] = n.servePing
+	n.sinks.m = map[sinkKey]*sink{}
+	return n, nil
+}
+
+// ID is this node's id.
+func (n *Node) ID() uint32 { return n.cfg.ID }
+
+// Addr is the listener's address once Run has started it.
+func (n *Node) Addr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ln == nil {
+		return ""
+	}
+	return n.ln.Addr().String()
+}
+
+// SetPeers replaces the member set (a static list, or what a membership
+// service reports). Peers that left are disconnected.
+func (n *Node) SetPeers(members map[uint32]string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, p := range n.peers {
+		if addr, ok := members[id]; !ok || addr != p.Addr {
+			p.mu.Lock()
+			if p.out != nil {
+				p.out.Close()
+				p.out = nil
+			}
+			p.mu.Unlock()
+			delete(n.peers, id)
+		}
+	}
+	for id, addr := range members {
+		if id == n.cfg.ID {
+			continue
+		}
+		if _, ok := n.peers[id]; !ok {
+			n.peers[id] = &Peer{ID: id, Addr: addr}
+		}
+	}
+}
+
+// Handle serves frames of type t (Data, Abort, Ack, Pong... Ping is served).
+func (n *Node) Handle(t Type, h Handler) {
+	n.mu.Lock()
+	n.handlers[t] = h
+	n.mu.Unlock()
+}
+
+// SetEpoch sets comm's current epoch: frames of older ones are dropped.
+func (n *Node) SetEpoch(comm, epoch uint64) {
+	n.mu.Lock()
+	n.epochs[comm] = epoch
+	n.mu.Unlock()
+}
+
+// Run accepts peers (when Listen is set) and keeps liveness until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	n.stop = stop
+	n.mu.Unlock()
+	if n.cfg.Listen != "" {
+		ln, err := net.Listen("tcp", n.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("peer listen: %w", err)
+		}
+		n.mu.Lock()
+		n.ln = ln
+		n.mu.Unlock()
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.accept(ln) }()
+	}
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.watch(ctx) }()
+	<-ctx.Done()
+	n.Close()
+	return nil
+}
+
+// Close stops the node and closes its connections.
+func (n *Node) Close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	if n.stop != nil {
+		n.stop()
+	}
+	if n.ln != nil {
+		n.ln.Close()
+	}
+	for c := range n.inbound {
+		c.Close()
+	}
+	for _, p := range n.peers {
+		p.mu.Lock()
+		if p.out != nil {
+			p.out.Close()
+		}
+		p.mu.Unlock()
+	}
+	for _, w := range n.waiters {
+		close(w)
+	}
+	n.waiters = map[uint64]chan []byte{}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+func (n *Node) accept(ln net.Listener) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			nc.Close()
+			return
+		}
+		n.inbound[nc] = struct{}{}
+		n.mu.Unlock()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.serveInbound(nc)
+			n.mu.Lock()
+			delete(n.inbound, nc)
+			n.mu.Unlock()
+		}()
+	}
+}
+
+// serveInbound reads one peer's frames until its connection ends. A frame
+// that fails its tag or sequence ends the connection: nothing after it can
+// be trusted.
+func (n *Node) serveInbound(nc net.Conn) {
+	defer nc.Close()
+	c, err := Handshake(nc, n.cfg.Key, n.cfg.ID, false, time.Now().Add(n.cfg.Deadline))
+	if err != nil {
+		n.refused(err)
+		n.cfg.Log.Warn("peer: refused a connection", "remote", nc.RemoteAddr().String(), "err", err)
+		return
+	}
+	p := n.peer(c.Remote())
+	if p == nil {
+		n.cfg.Log.Warn("peer: connection from a node not in the member set", "node", c.Remote())
+		return
+	}
+	p.mu.Lock()
+	p.dead = "" // a new connection is a new incarnation
+	p.mu.Unlock()
+	p.lastHeard.Store(time.Now().UnixNano())
+	for {
+		h, payload, err := c.Recv()
+		if err != nil {
+			n.refused(err)
+			if p.pending.Load() > 0 {
+				n.declareDead(p, "connection lost: "+err.Error())
+			}
+			return
+		}
+		p.lastHeard.Store(time.Now().UnixNano())
+		p.RecvFrames.Add(1)
+		p.RecvBytes.Add(uint64(HeaderSize + len(payload) + TagSize))
+		n.deliver(p, h, payload)
+	}
+}
+
+func (n *Node) refused(err error) {
+	switch {
+	case errors.Is(err, ErrAuth):
+		n.AuthFailures.Add(1)
+	case errors.Is(err, ErrReplay):
+		n.SeqFailures.Add(1)
+	case errors.Is(err, ErrFrame):
+		n.BadFrames.Add(1)
+	}
+}
+
+func (n *Node) deliver(p *Peer, h Header, payload []byte) {
+	n.mu.Lock()
+	if cur, ok := n.epochs[h.Comm]; ok && h.Epoch < cur {
+		n.mu.Unlock()
+		n.OldEpoch.Add(1)
+		return
+	}
+	handler := n.handlers[h.Type]
+	var waiter chan []byte
+	switch h.Type {
+	case TypePong, TypeAck:
+		waiter = n.waiters[h.Comm]
+		delete(n.waiters, h.Comm)
+	case TypeAbort:
+		n.aborted[h.Comm] = string(payload)
+		if w, ok := n.waiters[h.Comm]; ok {
+			close(w)
+			delete(n.waiters, h.Comm)
+		}
+	}
+	n.mu.Unlock()
+	if waiter != nil {
+		waiter <- append([]byte(nil), payload...)
+	}
+	if h.Type == TypeData && h.Flags&FlagSink != 0 {
+		n.serveSink(p.ID, h, payload)
+		return
+	}
+	if handler != nil {
+		handler(p.ID, h, payload)
+	}
+}
+
+func (n *Node) peer(id uint32) *Peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.peers[id]
+}
+
+// conn returns the connection this node sends to p on, dialing it once.
+func (n *Node) conn(ctx context.Context, p *Peer) (*Conn, error) {
+	for {
+		p.mu.Lock()
+		if p.out != nil {
+			c := p.out
+			p.mu.Unlock()
+			return c, nil
+		}
+		if p.dialing == nil {
+			p.dialing = make(chan struct{})
+			p.mu.Unlock()
+			c, err := n.dial(ctx, p)
+			p.mu.Lock()
+			close(p.dialing)
+			p.dialing = nil
+			if err == nil {
+				p.out = c
+			}
+			p.mu.Unlock()
+			return c, err
+		}
+		wait := p.dialing
+		p.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
+	d := net.Dialer{Timeout: n.cfg.Deadline}
+	nc, err := d.DialContext(ctx, "tcp", p.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("peer: dial node %d at %s: %w", p.ID, p.Addr, err)
+	}
+	c, err := Handshake(nc, n.cfg.Key, n.cfg.ID, true, time.Now().Add(n.cfg.Deadline))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("peer: node %d at %s: %w", p.ID, p.Addr, err)
+	}
+	if c.Remote() != p.ID {
+		nc.Close()
+		return nil, fmt.Errorf("peer: %s answered as node %d, not %d", p.Addr, c.Remote(), p.ID)
+	}
+	// Drain what the peer sends back on our connection (nothing, today):
+	// reading also notices it closing.
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			if _, _, err := c.Recv(); err != nil {
+				p.mu.Lock()
+				if p.out == c {
+					p.out = nil
+				}
+				p.mu.Unlock()
+				c.Close()
+				return
+			}
+		}
+	}()
+	return c, nil
+}
+
+// Send sends one frame to peer to, dialing its connection on first use.
+// It blocks while the peer does not keep up (back-pressure), up to ctx's
+// deadline.
+func (n *Node) Send(ctx context.Context, to uint32, h Header, payload []byte) error {
+	p := n.peer(to)
+	if p == nil {
+		return fmt.Errorf("%w: node %d", ErrUnknown, to)
+	}
+	c, err := n.conn(ctx, p)
+	if err != nil {
+		return err
+	}
+	dl, _ := ctx.Deadline()
+	if err := c.Send(h, payload, dl); err != nil {
+		p.mu.Lock()
+		if p.out == c {
+			p.out = nil
+		}
+		p.mu.Unlock()
+		c.Close()
+		return fmt.Errorf("peer: send to node %d: %w", to, err)
+	}
+	p.lastSent.Store(time.Now().UnixNano())
+	p.SentFrames.Add(1)
+	p.SentBytes.Add(uint64(HeaderSize + len(payload) + TagSize))
+	return nil
+}
+
+// Expect records that work is pending on peer id (a reply, the rest of a
+// transfer) until the returned func is called: while it is, silence
+// longer than the deadline declares the peer dead.
+func (n *Node) Expect(id uint32) (done func()) {
+	p := n.peer(id)
+	if p == nil {
+		return func() {}
+	}
+	if p.pending.Add(1) == 1 {
+		// Silence counts from now, not from before the work began.
+		if last := p.lastHeard.Load(); time.Since(time.Unix(0, last)) > n.cfg.Deadline/2 {
+			p.lastHeard.Store(time.Now().UnixNano())
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { p.pending.Add(-1) }) }
+}
+
+// Dead reports why peer id was declared dead, or "" while it is alive.
+func (n *Node) Dead(id uint32) string {
+	p := n.peer(id)
+	if p == nil {
+		return "not a member"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dead
+}
+
+func (n *Node) declareDead(p *Peer, why string) {
+	p.mu.Lock()
+	if p.dead != "" {
+		p.mu.Unlock()
+		return
+	}
+	p.dead = why
+	if p.out != nil {
+		p.out.Close()
+		p.out = nil
+	}
+	p.mu.Unlock()
+	n.cfg.Log.Warn("peer: declared dead", "node", p.ID, "why", why)
+}
+
+// watch sends heartbeats on idle connections and declares dead the
+// peers that owe work and have gone silent.
+func (n *Node) watch(ctx context.Context) {
+	tick := time.NewTicker(n.cfg.Deadline / 8)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		n.mu.Lock()
+		peers := make([]*Peer, 0, len(n.peers))
+		for _, p := range n.peers {
+			peers = append(peers, p)
+		}
+		n.mu.Unlock()
+		for _, p := range peers {
+			p.mu.Lock()
+			connected, dead := p.out != nil, p.dead != ""
+			p.mu.Unlock()
+			// Heartbeats to peers we send to, and to peers that talk to us
+			// (one may be waiting on us while we only receive).
+			heard := now.Sub(time.Unix(0, p.lastHeard.Load())) < n.cfg.Deadline
+			if (connected || heard) && !dead && now.Sub(time.Unix(0, p.lastSent.Load())) > n.cfg.Deadline/4 {
+				hctx, cancel := context.WithTimeout(ctx, n.cfg.Deadline/4)
+				n.Send(hctx, p.ID, Header{Type: TypeHeartbeat}, nil)
+				cancel()
+			}
+			if !dead && p.pending.Load() > 0 {
+				if silent := now.Sub(time.Unix(0, p.lastHeard.Load())); silent > n.cfg.Deadline {
+					n.declareDead(p, fmt.Sprintf("nothing heard for %v with work pending", silent.Round(time.Millisecond)))
+				}
+			}
+		}
+	}
+}
+
+// NewComm returns a communicator id not used before by this node.
+func (n *Node) NewComm() uint64 { return n.nextComm.Add(1) }
+
+// wait registers a waiter for a Pong or Ack on comm.
+func (n *Node) waiter(comm uint64) chan []byte {
+	ch := make(chan []byte, 1)
+	n.mu.Lock()
+	n.waiters[comm] = ch
+	n.mu.Unlock()
+	return ch
+}
+
+func (n *Node) dropWaiter(comm uint64) {
+	n.mu.Lock()
+	delete(n.waiters, comm)
+	n.mu.Unlock()
+}
+
+// await waits for a waiter's frame, the peer's death, or ctx.
+func (n *Node) await(ctx context.Context, to uint32, comm uint64, ch chan []byte) ([]byte, error) {
+	tick := time.NewTicker(n.cfg.Deadline / 8)
+	defer tick.Stop()
+	for {
+		select {
+		case b, ok := <-ch:
+			if !ok {
+				n.mu.Lock()
+				why := n.aborted[comm]
+				n.mu.Unlock()
+				return nil, fmt.Errorf("%w: %s", ErrAborted, why)
+			}
+			return b, nil
+		case <-tick.C:
+			if why := n.Dead(to); why != "" {
+				n.dropWaiter(comm)
+				return nil, fmt.Errorf("%w: node %d: %s", ErrDead, to, why)
+			}
+		case <-ctx.Done():
+			n.dropWaiter(comm)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (n *Node) servePing(from uint32, h Header, payload []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Deadline)
+	defer cancel()
+	n.Send(ctx, from, Header{Type: TypePong, Comm: h.Comm, Epoch: h.Epoch}, payload)
+}
+
+// Ping measures one round trip to peer to.
+func (n *Node) Ping(ctx context.Context, to uint32) (time.Duration, error) {
+	comm := n.NewComm()
+	ch := n.waiter(comm)
+	done := n.Expect(to)
+	defer done()
+	var b [8]byte
+	t0 := time.Now()
+	binary.LittleEndian.PutUint64(b[:], uint64(t0.UnixNano()))
+	if err := n.Send(ctx, to, Header{Type: TypePing, Comm: comm}, b[:]); err != nil {
+		n.dropWaiter(comm)
+		return 0, err
+	}
+	if _, err := n.await(ctx, to, comm, ch); err != nil {
+		return 0, err
+	}
+	rtt := time.Since(t0)
+	if p := n.peer(to); p != nil {
+		p.rtt.Store(int64(rtt))
+	}
+	return rtt, nil
+}
+
+// Abort tells every member that comm's work is abandoned, and fails this
+// node's waits on it.
+func (n *Node) Abort(ctx context.Context, comm, epoch uint64, reason string) {
+	n.mu.Lock()
+	n.aborted[comm] = reason
+	if w, ok := n.waiters[comm]; ok {
+		close(w)
+		delete(n.waiters, comm)
+	}
+	ids := make([]uint32, 0, len(n.peers))
+	for id := range n.peers {
+		ids = append(ids, id)
+	}
+	n.mu.Unlock()
+	for _, id := range ids {
+		n.Send(ctx, id, Header{Type: TypeAbort, Comm: comm, Epoch: epoch}, []byte(reason))
+	}
+}
+
+// Aborted reports why comm was aborted, or "".
+func (n *Node) Aborted(comm uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.aborted[comm]
+}
+
+// Peers returns every member's status, by id.
+func (n *Node) Peers() []PeerStatus {
+	n.mu.Lock()
+	peers := make([]*Peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	n.mu.Unlock()
+	out := make([]PeerStatus, 0, len(peers))
+	for _, p := range peers {
+		p.mu.Lock()
+		st := PeerStatus{ID: p.ID, Addr: p.Addr, Connected: p.out != nil, Alive: p.dead == "", Dead: p.dead}
+		p.mu.Unlock()
+		if h := p.lastHeard.Load(); h != 0 {
+			st.HeardAgoSec = time.Since(time.Unix(0, h)).Seconds()
+		} else {
+			st.HeardAgoSec = -1
+		}
+		st.Pending = p.pending.Load()
+		st.SentBytes, st.RecvBytes = p.SentBytes.Load(), p.RecvBytes.Load()
+		st.SentFrames, st.RecvFrames = p.SentFrames.Load(), p.RecvFrames.Load()
+		st.RTTMicros = float64(p.rtt.Load()) / 1e3
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return int(a.ID) - int(b.ID) })
+	return out
+}

@@ -1,0 +1,375 @@
+package peer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var testKey = []byte("0123456789abcdef-cluster-key")
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := Header{Type: TypeData, Length: 12345, Sender: 7, Flags: FlagLast, Epoch: 1<<40 + 3, Comm: 99, Seq: 5}
+	var b [HeaderSize]byte
+	h.Put(b[:])
+	got, err := ParseHeader(b[:])
+	if err != nil || got != h {
+		t.Fatalf("%+v %v, want %+v", got, err, h)
+	}
+	bad := []struct {
+		name string
+		mut  func(b []byte)
+	}{
+		{"magic", func(b []byte) { b[0] = 0 }},
+		{"version", func(b []byte) { b[2] = 9 }},
+		{"type 0", func(b []byte) { b[3] = 0 }},
+		{"type past the last", func(b []byte) { b[3] = byte(maxType) + 1 }},
+		{"length", func(b []byte) { b[7] = 0xff }},
+	}
+	for _, tt := range bad {
+		c := b
+		tt.mut(c[:])
+		if _, err := ParseHeader(c[:]); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+	if _, err := ParseHeader(b[:10]); !errors.Is(err, ErrFrame) {
+		t.Errorf("short: %v", err)
+	}
+}
+
+func FuzzParseHeader(f *testing.F) {
+	var b [HeaderSize]byte
+	(&Header{Type: TypePing, Length: 8, Sender: 1, Seq: 1}).Put(b[:])
+	f.Add(b[:])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := ParseHeader(data)
+		if err != nil {
+			return
+		}
+		if h.Length > MaxPayload || h.Type == 0 || h.Type > maxType {
+			t.Fatalf("accepted %+v", h)
+		}
+		var out [HeaderSize]byte
+		h.Put(out[:])
+		if !bytes.Equal(out[:], data[:HeaderSize]) {
+			t.Fatalf("round trip differs")
+		}
+	})
+}
+
+// connPair is two ends of an authenticated connection over TCP loopback.
+func connPair(t testing.TB) (dialer, listener *Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   *Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := Handshake(nc, testKey, 2, false, time.Now().Add(5*time.Second))
+		ch <- res{c, err}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Handshake(nc, testKey, 1, true, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { d.Close(); r.c.Close() })
+	return d, r.c
+}
+
+// FuzzRecv feeds arbitrary bytes to an authenticated connection: errors,
+// never a panic, never a frame accepted without its tag.
+func FuzzRecv(f *testing.F) {
+	f.Add([]byte{0x45, 0x48, 1, 2, 4, 0, 0, 0})
+	f.Add(bytes.Repeat([]byte{0xff}, 80))
+	mac, _ := sessionMAC(testKey, "x", []byte("n1"), []byte("n2"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &Conn{local: 2, remote: 1, recvMAC: mac, br: bufio.NewReader(bytes.NewReader(data))}
+		for {
+			if _, _, err := c.Recv(); err != nil {
+				return
+			}
+			t.Fatal("accepted a frame no one authenticated")
+		}
+	})
+}
+
+func TestConnFramesAndTamper(t *testing.T) {
+	d, l := connPair(t)
+	payload := bytes.Repeat([]byte("x"), 100000)
+	go func() {
+		for i := 0; i < 3; i++ {
+			d.Send(Header{Type: TypeData, Comm: 5, Epoch: 1}, payload[:1000*i], time.Time{})
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		h, p, err := l.Recv()
+		if err != nil || h.Seq != uint64(i+1) || len(p) != 1000*i || h.Sender != 1 || h.Comm != 5 {
+			t.Fatalf("frame %d: %+v %d %v", i, h, len(p), err)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		go d.Send(Header{Type: TypeData}, payload[:4096], time.Time{})
+		l.Recv()
+	})
+	t.Logf("allocations per frame (send, receive and the test's goroutine): %.1f", allocs)
+	if allocs > 3 {
+		t.Errorf("%.1f allocations per frame", allocs)
+	}
+}
+
+func TestWrongKeyRejected(t *testing.T) {
+	a := startNode(t, 1, testKey, nil)
+	b := startNode(t, 2, []byte("another key, same length ok!"), nil)
+	link(a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := a.Ping(ctx, 2); !errors.Is(err, ErrAuth) {
+		t.Fatalf("ping with the wrong key: %v", err)
+	}
+	waitFor(t, func() bool { return b.AuthFailures.Load() > 0 })
+}
+
+// recorder keeps what is written to a connection.
+type recorder struct {
+	net.Conn
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.buf.Write(p)
+	r.mu.Unlock()
+	return r.Conn.Write(p)
+}
+
+func TestReplayAndOldEpochDropped(t *testing.T) {
+	b := startNode(t, 2, testKey, map[uint32]string{1: "127.0.0.1:1"})
+	var got sync.Map
+	b.Handle(TypeData, func(from uint32, h Header, p []byte) { got.Store(string(p), h.Epoch) })
+	b.SetEpoch(9, 5)
+
+	dialAs1 := func() (*Conn, *recorder) {
+		nc, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{Conn: nc}
+		c, err := Handshake(rec, testKey, 1, true, time.Now().Add(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		rec.buf.Reset() // keep frames only, not the hello
+		rec.mu.Unlock()
+		return c, rec
+	}
+	c, rec := dialAs1()
+	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 4}, []byte("old epoch"), time.Time{})
+	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 5}, []byte("current"), time.Time{})
+	waitFor(t, func() bool { _, ok := got.Load("current"); return ok })
+	if _, ok := got.Load("old epoch"); ok || b.OldEpoch.Load() != 1 {
+		t.Fatalf("old-epoch frame delivered (dropped %d)", b.OldEpoch.Load())
+	}
+	frames := rec.buf.Bytes()
+	// The same frames again on the same connection: out of sequence.
+	rec.Conn.Write(frames)
+	waitFor(t, func() bool { return b.SeqFailures.Load() == 1 })
+	// On a new connection: the session keys differ, the tags fail.
+	c2, rec2 := dialAs1()
+	_ = c2
+	rec2.Conn.Write(frames)
+	waitFor(t, func() bool { return b.AuthFailures.Load() == 1 })
+	n := 0
+	got.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("%d distinct frames delivered, want 1", n)
+	}
+}
+
+func TestPingTransferAbort(t *testing.T) {
+	nodes := cluster(t, 3, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a == b {
+				continue
+			}
+			if rtt, err := a.Ping(ctx, b.ID()); err != nil || rtt <= 0 {
+				t.Fatalf("ping %d→%d: %v %v", a.ID(), b.ID(), rtt, err)
+			}
+		}
+	}
+	const total = 64 << 20
+	d, err := nodes[0].Transfer(ctx, 2, total, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("64 MiB node 1 → 2 in %v: %.2f GB/s", d, total/d.Seconds()/1e9)
+	st := nodes[1].Peers()
+	if st[0].ID != 1 || st[0].RecvBytes < total {
+		t.Fatalf("node 2's view of node 1: %+v", st[0])
+	}
+	// An abort reaches every member and fails a wait on it.
+	comm := nodes[0].NewComm()
+	ch := nodes[1].waiter(comm)
+	nodes[0].Abort(ctx, comm, 1, "test says stop")
+	if _, err := nodes[1].await(ctx, 1, comm, ch); !errors.Is(err, ErrAborted) {
+		t.Fatalf("wait on an aborted communicator: %v", err)
+	}
+	waitFor(t, func() bool { return nodes[2].Aborted(comm) == "test says stop" })
+}
+
+// A slow transfer that keeps moving is not declared dead; a sender that
+// stops (SIGSTOP) or is killed (SIGKILL) mid-transfer is, within the
+// deadline.
+func TestLiveness(t *testing.T) {
+	const deadline = 600 * time.Millisecond
+	recv := startNodeDeadline(t, 2, testKey, map[uint32]string{1: "127.0.0.1:1"}, deadline)
+	t.Run("slow but moving", func(t *testing.T) {
+		send := startNodeDeadline(t, 1, testKey, map[uint32]string{2: recv.Addr()}, deadline)
+		recv.SetPeers(map[uint32]string{1: send.Addr()})
+		defer recv.SetPeers(map[uint32]string{1: "127.0.0.1:1"})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// 12 frames, one every deadline/2: 3 deadlines long in all.
+		if _, err := send.Transfer(ctx, 2, 12<<10, 1<<10, deadline/2); err != nil {
+			t.Fatal(err)
+		}
+		if why := recv.Dead(1); why != "" {
+			t.Fatalf("a moving transfer was declared dead: %s", why)
+		}
+		send.Close()
+	})
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSenderHelper$")
+			cmd.Env = append(os.Environ(), "HEC_PEER_HELPER="+recv.Addr())
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			// Wait until the helper's transfer is under way.
+			buf := make([]byte, 64)
+			n, _ := out.Read(buf)
+			if !strings.Contains(string(buf[:n]), "sending") {
+				t.Fatalf("helper said %q", buf[:n])
+			}
+			waitFor(t, func() bool { return recv.Dead(1) == "" && recv.Peers()[0].Pending > 0 })
+			t0 := time.Now()
+			cmd.Process.Signal(sig)
+			waitFor(t, func() bool { return recv.Dead(1) != "" })
+			took := time.Since(t0)
+			t.Logf("%s: declared dead after %v: %s", sig, took.Round(time.Millisecond), recv.Dead(1))
+			if took > deadline+deadline/2 {
+				t.Fatalf("declared dead after %v, deadline %v", took, deadline)
+			}
+		})
+	}
+}
+
+// TestSenderHelper is the sender process of TestLiveness.
+func TestSenderHelper(t *testing.T) {
+	addr := os.Getenv("HEC_PEER_HELPER")
+	if addr == "" {
+		t.Skip("helper process of TestLiveness")
+	}
+	n, err := NewNode(Config{ID: 1, Key: testKey, Peers: map[uint32]string{2: addr}, Deadline: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	go n.Run(ctx)
+	// A first frame, then one every 50 ms for a long while.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		fmt.Println("sending")
+	}()
+	n.Transfer(ctx, 2, 1<<30, 1<<10, 50*time.Millisecond)
+}
+
+func startNode(t testing.TB, id uint32, key []byte, peers map[uint32]string) *Node {
+	return startNodeDeadline(t, id, key, peers, time.Second)
+}
+
+func startNodeDeadline(t testing.TB, id uint32, key []byte, peers map[uint32]string, deadline time.Duration) *Node {
+	t.Helper()
+	n, err := NewNode(Config{ID: id, Listen: "127.0.0.1:0", Key: key, Peers: peers, Deadline: deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, func() bool { return n.Addr() != "" })
+	return n
+}
+
+// link makes a and b members of each other.
+func link(a, b *Node) {
+	a.SetPeers(map[uint32]string{b.ID(): b.Addr()})
+	b.SetPeers(map[uint32]string{a.ID(): a.Addr()})
+}
+
+func cluster(t *testing.T, k int, deadline time.Duration) []*Node {
+	var nodes []*Node
+	members := map[uint32]string{}
+	for i := 1; i <= k; i++ {
+		n := startNodeDeadline(t, uint32(i), testKey, nil, deadline)
+		nodes = append(nodes, n)
+		members[uint32(i)] = n.Addr()
+	}
+	for _, n := range nodes {
+		n.SetPeers(members)
+	}
+	return nodes
+}
+
+func waitFor(t testing.TB, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !f(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var _ = strconv.Itoa
