@@ -18,8 +18,7 @@ import (
 
 // Errors of a connection.
 var (
-	ErrAuth   = errors.New("peer: authentication failed") // wrong cluster key, or a forged or damaged frame
-	ErrReplay = errors.New("peer: frame out of sequence") // replayed, reordered or dropped frame
+	ErrAuth   = errors.New("peer: authentication failed") // wrong cluster key; a forged, damaged, replayed or reordered frame
 	ErrClosed = errors.New("peer: closed")
 )
 
@@ -36,9 +35,15 @@ type Conn struct {
 	recvSeq        uint64
 	sendMAC        cipher.AEAD
 	recvMAC        cipher.AEAD
-	wbuf           []byte // header, payload and tag of the frame being sent
-	rbuf           []byte // header and payload of the frame received
+	whead          [prefixSize + HeaderSize + TagSize]byte // length, sealed header, tag
+	wbufs, wvec    net.Buffers                             // wvec: the iovecs; wbufs consumed by a write
+	rbuf           []byte                                  // payload and tag of the frame received
 	snonce, rnonce [12]byte
+	// Per-frame scratch kept here: passed to interfaces, they would
+	// escape and be allocated per frame.
+	hdr, plain [HeaderSize]byte
+	rhead      [prefixSize + HeaderSize]byte
+	sealed     [HeaderSize + TagSize]byte
 }
 
 // Local and Remote are the node ids at either end.
@@ -130,6 +135,18 @@ func Handshake(nc net.Conn, key []byte, local uint32, dialer bool, deadline time
 	return c, nil
 }
 
+// On the wire after the handshake a frame is
+//
+//	length u32 (payload bytes, in clear) | header, AES-GCM encrypted (40) |
+//	payload (in clear) | tag (16)
+//
+// sealed with the sequence number as the nonce and the payload as
+// additional data: the tag covers header and payload, the payload is sent
+// from the caller's buffer without a copy (writev), and a frame replayed
+// or reordered fails its tag, its nonce being another sequence number.
+
+const prefixSize = 4
+
 // Send writes one frame: h's Type, Flags, Epoch and Comm, with payload.
 // Sender, Length and Seq are filled in. It blocks while the peer does not
 // read (back-pressure) until deadline (zero: none).
@@ -141,55 +158,52 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	defer c.wmu.Unlock()
 	c.sendSeq++
 	h.Sender, h.Length, h.Seq = c.local, uint32(len(payload)), c.sendSeq
-	n := HeaderSize + len(payload)
-	if cap(c.wbuf) < n+TagSize {
-		c.wbuf = make([]byte, n+TagSize, max(n+TagSize, 64<<10))
-	}
-	buf := c.wbuf[:n]
-	h.Put(buf)
-	copy(buf[HeaderSize:], payload)
+	h.Put(c.hdr[:])
+	binary.LittleEndian.PutUint32(c.whead[:], h.Length)
 	binary.LittleEndian.PutUint64(c.snonce[:], c.sendSeq)
-	buf = c.sendMAC.Seal(buf, c.snonce[:], nil, buf) // appends the tag
+	// Seal writes the encrypted header and then the tag.
+	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], payload)
+	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
+	c.wbufs = c.wvec
 	c.nc.SetWriteDeadline(deadline)
-	_, err := c.nc.Write(buf)
+	_, err := c.wbufs.WriteTo(c.nc)
+	c.wvec[1] = nil // do not keep the caller's buffer
 	return err
 }
 
 // Recv reads the next frame. The payload aliases a buffer reused by the
-// next Recv. A frame that fails its tag or its sequence is an error: the
-// connection cannot be trusted past it.
+// next Recv. A frame that fails its tag — forged, damaged, replayed or out
+// of sequence — is an error: the connection cannot be trusted past it.
 func (c *Conn) Recv() (Header, []byte, error) {
-	if cap(c.rbuf) < HeaderSize {
-		c.rbuf = make([]byte, HeaderSize, 64<<10)
-	}
-	hb := c.rbuf[:HeaderSize]
-	if _, err := io.ReadFull(c.br, hb); err != nil {
+	head := c.rhead[:]
+	if _, err := io.ReadFull(c.br, head); err != nil {
 		return Header{}, nil, err
 	}
-	h, err := ParseHeader(hb)
+	n := int(binary.LittleEndian.Uint32(head[:]))
+	if n > MaxPayload {
+		return Header{}, nil, fmt.Errorf("%w: payload of %d bytes", ErrFrame, n)
+	}
+	if cap(c.rbuf) < n+TagSize {
+		c.rbuf = make([]byte, n+TagSize, max(n+TagSize, 64<<10))
+	}
+	buf := c.rbuf[:n+TagSize]
+	if _, err := io.ReadFull(c.br, buf); err != nil {
+		return Header{}, nil, err
+	}
+	copy(c.sealed[:], head[prefixSize:])
+	copy(c.sealed[HeaderSize:], buf[n:])
+	seq := c.recvSeq + 1
+	binary.LittleEndian.PutUint64(c.rnonce[:], seq)
+	if _, err := c.recvMAC.Open(c.plain[:0], c.rnonce[:], c.sealed[:], buf[:n]); err != nil {
+		return Header{}, nil, fmt.Errorf("%w: frame %d from node %d: forged, damaged, replayed or out of sequence", ErrAuth, seq, c.remote)
+	}
+	h, err := ParseHeader(c.plain[:])
 	if err != nil {
 		return h, nil, err
 	}
-	n := HeaderSize + int(h.Length)
-	if cap(c.rbuf) < n+TagSize {
-		nb := make([]byte, n+TagSize)
-		copy(nb, hb)
-		c.rbuf = nb
+	if h.Sender != c.remote || h.Seq != seq || int(h.Length) != n {
+		return h, nil, fmt.Errorf("%w: header (node %d, frame %d, %d bytes) disagrees with its connection", ErrAuth, h.Sender, h.Seq, h.Length)
 	}
-	buf := c.rbuf[:n+TagSize]
-	if _, err := io.ReadFull(c.br, buf[HeaderSize:]); err != nil {
-		return h, nil, err
-	}
-	binary.LittleEndian.PutUint64(c.rnonce[:], h.Seq)
-	if _, err := c.recvMAC.Open(nil, c.rnonce[:], buf[n:], buf[:n]); err != nil {
-		return h, nil, fmt.Errorf("%w: %s frame %d from node %d", ErrAuth, h.Type, h.Seq, h.Sender)
-	}
-	if h.Sender != c.remote {
-		return h, nil, fmt.Errorf("%w: frame claims node %d on node %d's connection", ErrAuth, h.Sender, c.remote)
-	}
-	if h.Seq != c.recvSeq+1 {
-		return h, nil, fmt.Errorf("%w: frame %d after %d", ErrReplay, h.Seq, c.recvSeq)
-	}
-	c.recvSeq = h.Seq
-	return h, buf[HeaderSize:n], nil
+	c.recvSeq = seq
+	return h, buf[:n], nil
 }
