@@ -152,10 +152,10 @@ func TestConnFramesAndTamper(t *testing.T) {
 // bufConn is a net.Conn that only collects what is written.
 type bufConn struct {
 	net.Conn
-	bytes.Buffer
+	buf bytes.Buffer
 }
 
-func (b *bufConn) Write(p []byte) (int, error)       { return b.Buffer.Write(p) }
+func (b *bufConn) Write(p []byte) (int, error)       { return b.buf.Write(p) }
 func (b *bufConn) SetWriteDeadline(time.Time) error { return nil }
 
 // Any byte of a frame changed on the wire fails it.
@@ -164,7 +164,7 @@ func TestTamperedFramesFail(t *testing.T) {
 	w := &bufConn{}
 	sender := &Conn{nc: w, local: 1, remote: 2, sendMAC: mac}
 	sender.Send(Header{Type: TypeData, Comm: 3, Epoch: 4}, []byte("a payload worth protecting"), time.Time{})
-	frame := w.Bytes()
+	frame := w.buf.Bytes()
 	recv := func(b []byte) error {
 		c := &Conn{local: 2, remote: 1, recvMAC: mac, br: bufio.NewReader(bytes.NewReader(b))}
 		_, _, err := c.Recv()
