@@ -44,6 +44,8 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@scripts/need mkfs.ext4 e2fsprogs || true
 	@scripts/need cpio cpio || true
 	@scripts/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
+	@scripts/need etcd etcd-server || echo "SKIP: the etcd membership tests will skip (no etcd-server)"
+	@scripts/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)

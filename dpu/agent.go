@@ -18,6 +18,7 @@ import (
 	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/kv/resp"
 	"github.com/hecsys/hec/kv/udp"
+	"github.com/hecsys/hec/shared/peer"
 	"github.com/hecsys/hec/shared/ring"
 )
 
@@ -44,6 +45,7 @@ type Agent struct {
 
 	powerOff func() // set by RunInit: POST /v1/poweroff calls it
 
+	peers    *peer.Node // nil: the peer layer is off
 	profile  *Applied
 	platform *Platform
 	rails    []RailRate // under mu
@@ -111,6 +113,9 @@ func (a *Agent) Status() Status {
 	st := Status{Version: Version, PID: os.Getpid(), Started: a.started, UptimeSec: time.Since(a.started).Seconds(),
 		Generation: a.Generation(), StateDir: a.cfg.StateDir, Services: a.Services(),
 		QueuePairs: a.disp.QueuePairs(), Ops: a.disp.OpCounts(), Profile: a.profile, Rails: a.Rails()}
+	if a.peers != nil {
+		st.NodeID, st.Peers = a.cfg.NodeID, a.peers.Peers()
+	}
 	a.mu.Lock()
 	st.Platform = a.platform
 	a.mu.Unlock()
@@ -236,6 +241,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.addService(Service{Name: "tcp", Addr: ln.Addr().String(), Served: true})
 		wg.Add(1)
 		go func() { defer wg.Done(); tcp.serve(pollCtx) }()
+	}
+	if a.cfg.Peer != Off {
+		stopPeers, err := a.startPeers(pollCtx)
+		if err != nil {
+			return fmt.Errorf("peer layer: %w", err)
+		}
+		defer stopPeers()
+	} else {
+		a.addService(Service{Name: "peer", Addr: Off, Served: false, Note: "off (hecd --peer ADDR --node-id N --cluster-key-file F)"})
 	}
 	if a.cfg.RESP != Off {
 		ln, err := net.Listen("tcp", a.cfg.RESP)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -79,6 +80,28 @@ type Config struct {
 	Workers int `toml:"workers"`
 	// MaxFrame bounds one TCP frame's payload. Default 64 MiB.
 	MaxFrame int `toml:"max_frame"`
+
+	// The peer layer (agents talking to agents). Served when Peer is an
+	// address; NodeID and a cluster key are then required.
+	//
+	// NodeID is this agent's id in its cluster (1..).
+	NodeID uint32 `toml:"node_id"`
+	// Peer is the address other agents reach this one on. Default off.
+	Peer string `toml:"peer"`
+	// Peers is the static member list, "ID@HOST:PORT" each (this node may
+	// be in it).
+	Peers []string `toml:"peers"`
+	// ClusterKeyFile holds the cluster key (at least 16 bytes) that
+	// authenticates every peer connection.
+	ClusterKeyFile string `toml:"cluster_key_file"`
+	// Membership is "static" (default: Peers) or "etcd://HOST:PORT": the
+	// agent registers under a lease and follows the member set there.
+	Membership string `toml:"membership"`
+	// Cluster names the cluster (the etcd key prefix). Default "hec".
+	Cluster string `toml:"cluster"`
+	// PeerDeadline declares dead a peer that owes work and has sent
+	// nothing for this long. Default 2s.
+	PeerDeadline Duration `toml:"peer_deadline"`
 }
 
 // Duration is a time.Duration that reads from TOML as "3s".
@@ -123,6 +146,12 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Mgmt, DefaultMgmt)
 	def(&c.RESP, DefaultRESP)
 	def(&c.UDP, DefaultUDP)
+	def(&c.Peer, Off)
+	def(&c.Membership, "static")
+	def(&c.Cluster, "hec")
+	if c.PeerDeadline.Duration == 0 {
+		c.PeerDeadline.Duration = 2 * time.Second
+	}
 	if c.RegionSize == 0 {
 		c.RegionSize = DefaultRegionSize
 	}
@@ -171,6 +200,20 @@ func (c Config) validate() error {
 	}
 	if c.KVDurability != "" && c.KVDurability != "sync" && c.KVDurability != "async" {
 		return fmt.Errorf("kv_durability %q: want sync or async: %w", c.KVDurability, ErrConfig)
+	}
+	if c.Peer != Off {
+		if _, _, err := net.SplitHostPort(c.Peer); err != nil {
+			return fmt.Errorf("--peer %q: %v: %w", c.Peer, err, ErrConfig)
+		}
+		if c.NodeID == 0 || c.ClusterKeyFile == "" {
+			return fmt.Errorf("the peer layer needs a node id and a cluster key file: %w", ErrConfig)
+		}
+	}
+	if _, err := parsePeers(c.Peers); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrConfig)
+	}
+	if c.Membership != "static" && !strings.HasPrefix(c.Membership, "etcd://") {
+		return fmt.Errorf("membership %q: want static or etcd://HOST:PORT: %w", c.Membership, ErrConfig)
 	}
 	if _, err := ParseProfile(c.DPUProfile); err != nil {
 		return fmt.Errorf("%v: %w", err, ErrConfig)

@@ -1,6 +1,8 @@
 package dpu
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +15,7 @@ type collector struct {
 	kvOps, kvBytes, respClients, udpReqs          *prometheus.Desc
 	kvCommits, kvWrites, kvCacheHits, kvCache     *prometheus.Desc
 	kvCommitTime                                  *prometheus.Desc
+	peerUp, peerBytes, peerFrames, peerRefused    *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
@@ -32,6 +35,10 @@ func newCollector(a *Agent) *collector {
 		kvCommitTime: prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
 		kvCacheHits:  prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
 		kvCache:      prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
+		peerUp:       prometheus.NewDesc("hec_peer_up", "1 while a peer is alive (not declared dead), by peer node id.", []string{"peer"}, nil),
+		peerBytes:    prometheus.NewDesc("hec_peer_bytes_total", "Bytes of peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
+		peerFrames:   prometheus.NewDesc("hec_peer_frames_total", "Peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
+		peerRefused:  prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped).", []string{"reason"}, nil),
 		respClients:  prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
 		udpReqs:      prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
 	}
@@ -39,7 +46,8 @@ func newCollector(a *Agent) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs,
-		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime} {
+		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime,
+		c.peerUp, c.peerBytes, c.peerFrames, c.peerRefused} {
 		ch <- d
 	}
 }
@@ -77,6 +85,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.kvCacheHits, prometheus.CounterValue, float64(s.CacheHits))
 		ch <- prometheus.MustNewConstMetric(c.kvCache, prometheus.GaugeValue, float64(s.CacheEntries), "entries")
 		ch <- prometheus.MustNewConstMetric(c.kvCache, prometheus.GaugeValue, float64(s.CacheBytes), "bytes")
+	}
+	if n := c.a.peers; n != nil {
+		for _, p := range n.Peers() {
+			id := strconv.FormatUint(uint64(p.ID), 10)
+			up := 0.0
+			if p.Alive {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.peerUp, prometheus.GaugeValue, up, id)
+			ch <- prometheus.MustNewConstMetric(c.peerBytes, prometheus.CounterValue, float64(p.SentBytes), id, "sent")
+			ch <- prometheus.MustNewConstMetric(c.peerBytes, prometheus.CounterValue, float64(p.RecvBytes), id, "received")
+			ch <- prometheus.MustNewConstMetric(c.peerFrames, prometheus.CounterValue, float64(p.SentFrames), id, "sent")
+			ch <- prometheus.MustNewConstMetric(c.peerFrames, prometheus.CounterValue, float64(p.RecvFrames), id, "received")
+		}
+		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.AuthFailures.Load()), "auth")
+		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.BadFrames.Load()), "frame")
+		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.OldEpoch.Load()), "old_epoch")
 	}
 	if r := c.a.resp; r != nil {
 		ch <- prometheus.MustNewConstMetric(c.respClients, prometheus.GaugeValue, float64(r.Clients()))

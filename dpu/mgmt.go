@@ -2,6 +2,7 @@ package dpu
 
 import (
 	"encoding/json"
+	"github.com/hecsys/hec/shared/peer"
 	"net/http"
 	"time"
 
@@ -30,6 +31,9 @@ type Status struct {
 	Platform *Platform  `json:"platform,omitempty"`
 	Profile  *Applied   `json:"dpu_profile,omitempty"`
 	Rails    []RailRate `json:"rails"`
+	// NodeID and Peers: the peer layer, when served.
+	NodeID uint32            `json:"node_id,omitempty"`
+	Peers  []peer.PeerStatus `json:"peers,omitempty"`
 }
 
 // Service is one configured listener or transport and whether it is served.
@@ -46,6 +50,7 @@ func (a *Agent) mgmtHandler() http.Handler {
 		newCollector(a), a.disp.latency)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	a.servePeers(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

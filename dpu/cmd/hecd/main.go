@@ -46,6 +46,12 @@ func run(args []string) error {
 		doorbell   = fs.Bool("doorbell", true, "sleep on a futex doorbell hosts ring when idle (hosts share this kernel)")
 		durability = fs.String("durability", "sync", "kv writes acknowledged once on disk (sync) or in memory (async)")
 		respPass   = fs.String("resp-password", "", "password RESP clients must AUTH with (default none)")
+		nodeID     = fs.Uint("node-id", 0, "this agent's id in its cluster (peer layer)")
+		peerAddr   = fs.String("peer", "off", "address other agents reach this one on, or off")
+		peers      = fs.String("peers", "", "static members, ID@HOST:PORT,... (peer layer)")
+		keyFile    = fs.String("cluster-key-file", "", "file holding the cluster key (peer layer)")
+		membership = fs.String("membership", "static", "static (--peers) or etcd://HOST:PORT")
+		cluster    = fs.String("cluster", "hec", "cluster name (the etcd key prefix)")
 		profile    = fs.String("dpu-profile", "none", "behave like a DPU's Arm side: bf2, bf3 or none (own cores, CPU quota, no AVX)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
@@ -105,6 +111,18 @@ func run(args []string) error {
 			cfg.RESPPassword = *respPass
 		case "dpu-profile":
 			cfg.DPUProfile = *profile
+		case "node-id":
+			cfg.NodeID = uint32(*nodeID)
+		case "peer":
+			cfg.Peer = *peerAddr
+		case "peers":
+			cfg.Peers = []string{*peers}
+		case "cluster-key-file":
+			cfg.ClusterKeyFile = *keyFile
+		case "membership":
+			cfg.Membership = *membership
+		case "cluster":
+			cfg.Cluster = *cluster
 		}
 	})
 	prof, err := dpu.ParseProfile(cfg.DPUProfile)

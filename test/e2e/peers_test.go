@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/shared/peer"
+)
+
+// freePorts reserves n loopback ports (listen, note, close): static
+// member lists need addresses before the agents start.
+func freePorts(t *testing.T, n int) []string {
+	var out []string
+	var lns []net.Listener
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+func clusterKey(t *testing.T) string {
+	f := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(f, []byte("e2e cluster key, 32 bytes long.."), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func peerConfig(t *testing.T, id uint32, addr, key string, members []string) dpu.Config {
+	cfg := agentConfig(t)
+	cfg.Shm, cfg.TCP = dpu.Off, dpu.Off
+	cfg.NodeID, cfg.Peer, cfg.ClusterKeyFile, cfg.Peers = id, addr, key, members
+	cfg.PeerDeadline = dpu.Duration{Duration: time.Second}
+	return cfg
+}
+
+func getJSON(t *testing.T, method, url string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// Three agents with a static member list: round trips and a transfer
+// between each pair through the management API, as hecctl cluster ping
+// uses it; the peers on /v1/status and /metrics.
+func TestAgentsTalkToAgents(t *testing.T) {
+	key := clusterKey(t)
+	addrs := freePorts(t, 3)
+	var members []string
+	for i, a := range addrs {
+		members = append(members, fmt.Sprintf("%d@%s", i+1, a))
+	}
+	var agents []*testAgent
+	for i, a := range addrs {
+		agents = append(agents, startAgent(t, peerConfig(t, uint32(i+1), a, key, members)))
+	}
+	for i, a := range agents {
+		for j := range agents {
+			if i == j {
+				continue
+			}
+			var res dpu.PeerTest
+			url := fmt.Sprintf("http://%s/v1/peers/test?peer=%d&pings=20&bytes=%d", a.Addr("mgmt"), j+1, 32<<20)
+			if code := getJSON(t, "POST", url, &res); code != 200 || res.Error != "" || res.RTTP50Us <= 0 || res.GBPerSec <= 0 {
+				t.Fatalf("%d → %d: %d %+v", i+1, j+1, code, res)
+			}
+			t.Logf("%d → %d: rtt p50 %.0f µs, %.2f GB/s", i+1, j+1, res.RTTP50Us, res.GBPerSec)
+		}
+	}
+	var st dpu.Status
+	getJSON(t, "GET", "http://"+agents[0].Addr("mgmt")+"/v1/status", &st)
+	if st.NodeID != 1 || len(st.Peers) != 2 || !st.Peers[0].Alive || st.Peers[0].SentBytes < 32<<20 {
+		t.Fatalf("status peers: %+v", st.Peers)
+	}
+	resp, err := http.Get("http://" + agents[0].Addr("mgmt") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`hec_peer_up{peer="2"} 1`, `hec_peer_bytes_total{dir="sent",peer="3"}`, `hec_peer_refused_total{reason="auth"} 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// A bad request is refused, not served.
+	if code := getJSON(t, "POST", "http://"+agents[0].Addr("mgmt")+"/v1/peers/test?peer=x", nil); code != 400 {
+		t.Fatalf("bad request: %d", code)
+	}
+}
+
+// startEtcd runs Debian's etcd on loopback ports for the test.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("etcd not installed (make test installs etcd-server as root)")
+	}
+	ports := freePorts(t, 2)
+	client, peerURL := "http://"+ports[0], "http://"+ports[1]
+	cmd := exec.Command("etcd", "--data-dir", t.TempDir(), "--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
+	cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH="+os.Getenv("GOARCH"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(client + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return ports[0]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("etcd not healthy within 20 s")
+		}
+	}
+}
+
+// Members from etcd: each agent registers under a lease and follows the
+// set; an agent killed with SIGKILL leaves it when its lease expires.
+func TestEtcdMembership(t *testing.T) {
+	etcd := startEtcd(t)
+	key := clusterKey(t)
+	addrs := freePorts(t, 3)
+	var agents []*testAgent
+	for i := 0; i < 2; i++ {
+		cfg := peerConfig(t, uint32(i+1), addrs[i], key, nil)
+		cfg.Membership, cfg.Cluster = "etcd://"+etcd, "e2e"
+		agents = append(agents, startAgent(t, cfg))
+	}
+	// The third agent is a process of its own, to be killed.
+	hecd := filepath.Join(t.TempDir(), "hecd")
+	if out, err := exec.Command("go", "build", "-o", hecd, "../../dpu/cmd/hecd").CombinedOutput(); err != nil {
+		t.Fatalf("build hecd: %v\n%s", err, out)
+	}
+	third := exec.Command(hecd, "--shm", "off", "--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", "127.0.0.1:0",
+		"--state-dir", t.TempDir(), "--node-id", "3", "--peer", addrs[2], "--cluster-key-file", key,
+		"--membership", "etcd://"+etcd, "--cluster", "e2e", "--log-level", "warn")
+	third.Stderr = os.Stderr
+	if err := third.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { third.Process.Kill(); third.Wait() }()
+	members := func(a *testAgent) map[uint32]bool {
+		var st dpu.Status
+		getJSON(t, "GET", "http://"+a.Addr("mgmt")+"/v1/status", &st)
+		m := map[uint32]bool{}
+		for _, p := range st.Peers {
+			m[p.ID] = true
+		}
+		return m
+	}
+	waitUntil(t, 15*time.Second, func() bool { return members(agents[0])[2] && members(agents[0])[3] && members(agents[1])[3] })
+	// They talk, found through etcd.
+	var res dpu.PeerTest
+	if code := getJSON(t, "POST", fmt.Sprintf("http://%s/v1/peers/test?peer=3&pings=5&bytes=1048576", agents[0].Addr("mgmt")), &res); code != 200 {
+		t.Fatalf("1 → 3: %+v", res)
+	}
+	third.Process.Kill()
+	t0 := time.Now()
+	waitUntil(t, 15*time.Second, func() bool { return !members(agents[0])[3] && !members(agents[1])[3] })
+	took := time.Since(t0)
+	t.Logf("a killed agent left the member set after %v (lease %d s)", took.Round(100*time.Millisecond), 3)
+	if took > 8*time.Second {
+		t.Fatalf("left after %v: the lease is 3 s", took)
+	}
+	var _ = peer.ErrDead
+}
+
+func waitUntil(t *testing.T, d time.Duration, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !f(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+	}
+}
+
+var _ = context.Background
