@@ -32,6 +32,8 @@ commands:
   metrics     the agent's hec_* Prometheus series
   kv get KEY | put [--ttl D] KEY VALUE | del KEY | scan [--limit N] [PREFIX]
               the agent's key-value store over the handoff
+  cluster up|down|status|ping|exec
+              test clusters of network namespaces, an agent in each (hecctl cluster for more)
   qemu up|down|console|status [--name N]
               boot the arm64 image in QEMU (make image first), stop it, show its console or state
 
@@ -110,6 +112,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return railsCmd(ctx, c, *recal, out)
 	case "qemu":
 		return qemuCmd(ctx, rest, out)
+	case "cluster":
+		return clusterCmd(ctx, rest, out)
 	case "kv":
 		return kvCmd(ctx, rest, out)
 	case "metrics":

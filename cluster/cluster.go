@@ -1,0 +1,509 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options describe a cluster to make.
+type Options struct {
+	Name   string // default "hec"; letters and digits, at most 8
+	Agents int    // nodes, each a namespace with an agent (1..64)
+	// Rates limit links: node index → tc rate ("1gbit", "500mbit"); index
+	// 0 applies to every node's link.
+	Rates map[int]string
+	// Membership is "static" (default: each agent gets the member list) or
+	// "etcd" (an etcd in the switch namespace; agents register there).
+	Membership string
+	Hecd       string // the agent binary (default: hecd beside this program, then PATH)
+	StateDir   string // default /run/hec/cluster-NAME
+	Log        io.Writer
+}
+
+// Node is one node of a cluster.
+type Node struct {
+	Index int    `json:"index"`
+	NS    string `json:"netns"`
+	Addr  string `json:"addr"` // its address on the cluster's bridge
+	PID   int    `json:"pid"`  // its agent
+	Rate  string `json:"rate,omitempty"`
+}
+
+// Mgmt is the node agent's management address (reachable inside the
+// cluster's namespaces only: see Client).
+func (n Node) Mgmt() string { return net.JoinHostPort(n.Addr, "7600") }
+
+// Peer is the node agent's peer address.
+func (n Node) Peer() string { return net.JoinHostPort(n.Addr, "7700") }
+
+// State is a cluster that is up, as written to its state directory.
+type State struct {
+	Name       string `json:"name"`
+	Dir        string `json:"dir"`
+	Switch     string `json:"switch_netns"`
+	Subnet     string `json:"subnet"`
+	Membership string `json:"membership"`
+	Etcd       string `json:"etcd,omitempty"`
+	EtcdPID    int    `json:"etcd_pid,omitempty"`
+	Key        string `json:"cluster_key_file"`
+	Nodes      []Node `json:"nodes"`
+}
+
+const (
+	subnetPrefix = "10.77.0." // a private range, only inside the cluster's namespaces
+	switchAddr   = subnetPrefix + "254"
+)
+
+var validName = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
+
+// DefaultStateDir is where a cluster's state lives.
+func DefaultStateDir(name string) string { return filepath.Join("/run/hec", "cluster-"+name) }
+
+func nsName(cluster string, i int) string { return fmt.Sprintf("hec-%s-%d", cluster, i) }
+func switchNS(cluster string) string      { return "hec-" + cluster + "-sw" }
+
+func run(log io.Writer, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Up makes the cluster: namespaces, links, rate limits, etcd when asked,
+// and an agent per node, and waits until every agent is ready. On error
+// it removes what it made.
+func Up(ctx context.Context, o Options) (st *State, err error) {
+	if o.Name == "" {
+		o.Name = "hec"
+	}
+	if !validName.MatchString(o.Name) {
+		return nil, fmt.Errorf("cluster name %q: want 1 to 8 lower-case letters and digits", o.Name)
+	}
+	if o.Agents < 1 || o.Agents > 64 {
+		return nil, fmt.Errorf("cluster: %d agents: want 1 to 64", o.Agents)
+	}
+	if o.Membership == "" {
+		o.Membership = "static"
+	}
+	if o.Membership != "static" && o.Membership != "etcd" {
+		return nil, fmt.Errorf("cluster: membership %q: want static or etcd", o.Membership)
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir(o.Name)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("cluster: making network namespaces needs root")
+	}
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("cluster: %s not found (apt-get install iproute2)", tool)
+		}
+	}
+	hecd, err := findHecd(o.Hecd)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(o.StateDir, "state.json")); err == nil {
+		return nil, fmt.Errorf("cluster %q is up (state in %s): hecctl cluster down first", o.Name, o.StateDir)
+	}
+	if leftovers := namespaces(o.Name); len(leftovers) > 0 {
+		return nil, fmt.Errorf("cluster %q has namespaces left (%s): hecctl cluster down first", o.Name, strings.Join(leftovers, " "))
+	}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership,
+		Key: filepath.Join(o.StateDir, "cluster.key")}
+	defer func() {
+		if err != nil {
+			Down(o.Name, o.StateDir, o.Log)
+		}
+	}()
+	var key [32]byte
+	rand.Read(key[:])
+	if err := os.WriteFile(st.Key, []byte(hex.EncodeToString(key[:])), 0o600); err != nil {
+		return nil, err
+	}
+	// The switch: a namespace holding the bridge.
+	sw := st.Switch
+	for _, c := range [][]string{
+		{"netns", "add", sw},
+		{"-n", sw, "link", "set", "lo", "up"},
+		{"-n", sw, "link", "add", "br0", "type", "bridge"},
+		{"-n", sw, "addr", "add", switchAddr + "/24", "dev", "br0"},
+		{"-n", sw, "link", "set", "br0", "up"},
+	} {
+		if err := run(o.Log, "ip", c...); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; i <= o.Agents; i++ {
+		n := Node{Index: i, NS: nsName(o.Name, i), Addr: subnetPrefix + strconv.Itoa(i)}
+		v := "v" + strconv.Itoa(i)
+		for _, c := range [][]string{
+			{"netns", "add", n.NS},
+			{"-n", n.NS, "link", "set", "lo", "up"},
+			// One queue each way: AF_XDP binds a queue.
+			{"-n", sw, "link", "add", v, "numtxqueues", "1", "numrxqueues", "1", "type", "veth", "peer", "name", "eth0",
+				"numtxqueues", "1", "numrxqueues", "1", "netns", n.NS},
+			{"-n", sw, "link", "set", v, "master", "br0"},
+			{"-n", sw, "link", "set", v, "up"},
+			{"-n", n.NS, "addr", "add", n.Addr + "/24", "dev", "eth0"},
+			{"-n", n.NS, "link", "set", "eth0", "up"},
+		} {
+			if err := run(o.Log, "ip", c...); err != nil {
+				return nil, err
+			}
+		}
+		rate := o.Rates[i]
+		if rate == "" {
+			rate = o.Rates[0]
+		}
+		if rate != "" {
+			// Both directions: out of the node, and out of the switch
+			// towards it.
+			for _, at := range [][2]string{{n.NS, "eth0"}, {sw, v}} {
+				if err := run(o.Log, "ip", "netns", "exec", at[0], "tc", "qdisc", "add", "dev", at[1], "root", "tbf",
+					"rate", rate, "burst", "256kb", "latency", "50ms"); err != nil {
+					return nil, fmt.Errorf("rate %s on node %d: %w", rate, i, err)
+				}
+			}
+			n.Rate = rate
+		}
+		st.Nodes = append(st.Nodes, n)
+	}
+	if o.Membership == "etcd" {
+		if err := startEtcd(st, o.Log); err != nil {
+			return nil, err
+		}
+	}
+	var members []string
+	for _, n := range st.Nodes {
+		members = append(members, fmt.Sprintf("%d@%s", n.Index, n.Peer()))
+	}
+	for i := range st.Nodes {
+		if err := startAgent(st, &st.Nodes[i], hecd, strings.Join(members, ",")); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.save(); err != nil {
+		return nil, err
+	}
+	for _, n := range st.Nodes {
+		if err := st.waitReady(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(o.Log, "cluster %s: %d agents up (%s membership), state in %s\n", o.Name, len(st.Nodes), o.Membership, st.Dir)
+	return st, nil
+}
+
+func findHecd(path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "hecd"); fileExists(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("hecd"); err == nil {
+		return p, nil
+	}
+	if fileExists("bin/hecd") {
+		return filepath.Abs("bin/hecd")
+	}
+	return "", errors.New("cluster: no hecd beside this program, on PATH or in bin/ (make build)")
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// spawn starts argv inside namespace ns, in a session of its own (it
+// outlives the tool), output to logPath.
+func spawn(ns, logPath string, argv ...string) (int, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
+	}
+	// ip execs the program: this pid is the agent. Reap it should it end
+	// while this process lives; after that, init does.
+	go cmd.Wait()
+	return cmd.Process.Pid, nil
+}
+
+func startAgent(st *State, n *Node, hecd, members string) error {
+	dir := filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	args := []string{hecd,
+		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(16 << 20),
+		"--tcp", net.JoinHostPort(n.Addr, "7610"), "--mgmt", n.Mgmt(), "--resp", net.JoinHostPort(n.Addr, "6380"),
+		"--udp", net.JoinHostPort(n.Addr, "11311"), "--state-dir", dir,
+		"--node-id", strconv.Itoa(n.Index), "--peer", n.Peer(), "--cluster-key-file", st.Key, "--cluster", st.Name}
+	if st.Membership == "etcd" {
+		args = append(args, "--membership", "etcd://"+st.Etcd)
+	} else {
+		args = append(args, "--peers", members)
+	}
+	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), args...)
+	n.PID = pid
+	return err
+}
+
+func startEtcd(st *State, log io.Writer) error {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		return errors.New("cluster: etcd not found (apt-get install etcd-server)")
+	}
+	client, peerURL := "http://"+switchAddr+":2379", "http://127.0.0.1:2380"
+	pid, err := spawn(st.Switch, filepath.Join(st.Dir, "etcd.log"), "etcd", "--data-dir", filepath.Join(st.Dir, "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
+	if err != nil {
+		return err
+	}
+	st.Etcd, st.EtcdPID = switchAddr+":2379", pid
+	hc := Client(st.Switch)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := hc.Get(client + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				fmt.Fprintf(log, "etcd ready on %s (in %s)\n", st.Etcd, st.Switch)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: etcd not healthy within 20 s (log: %s)", filepath.Join(st.Dir, "etcd.log"))
+		}
+	}
+}
+
+func (st *State) waitReady(ctx context.Context, n Node) error {
+	hc := Client(n.NS)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := hc.Get("http://" + n.Mgmt() + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if !alive(n.PID) {
+			return fmt.Errorf("cluster: node %d's agent exited (log: %s)", n.Index, filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index), "hecd.log"))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("cluster: node %d's agent not ready within 20 s", n.Index)
+		}
+	}
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	if pid <= 0 || unix.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+func (st *State) save() error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(st.Dir, "state.json"), b, 0o644)
+}
+
+// Load reads a cluster's state.
+func Load(name, stateDir string) (*State, error) {
+	if stateDir == "" {
+		stateDir = DefaultStateDir(name)
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q is not up (%w)", name, err)
+	}
+	var st State
+	return &st, json.Unmarshal(b, &st)
+}
+
+// namespaces lists the network namespaces named after cluster name.
+func namespaces(name string) []string {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil
+	}
+	var ns []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && strings.HasPrefix(f[0], "hec-"+name+"-") {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
+}
+
+// Down removes cluster name: its processes (those recorded, and any other
+// still inside its namespaces), its namespaces with their links, its
+// shared-memory files and its state. It works from the names alone when the
+// state is gone, and does nothing, successfully, for a cluster that is not
+// there.
+func Down(name, stateDir string, log io.Writer) error {
+	if log == nil {
+		log = io.Discard
+	}
+	if stateDir == "" {
+		stateDir = DefaultStateDir(name)
+	}
+	var pids []int
+	if st, err := Load(name, stateDir); err == nil {
+		for _, n := range st.Nodes {
+			pids = append(pids, n.PID)
+		}
+		if st.EtcdPID > 0 {
+			pids = append(pids, st.EtcdPID)
+		}
+	}
+	nss := namespaces(name)
+	for _, ns := range nss {
+		out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	// Stop politely, then for good.
+	for _, pid := range pids {
+		unix.Kill(pid, unix.SIGTERM)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		left := false
+		for _, pid := range pids {
+			left = left || alive(pid)
+		}
+		if !left {
+			break
+		}
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	var errs []error
+	for _, ns := range nss {
+		if err := run(log, "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	shm, _ := filepath.Glob(fmt.Sprintf("/dev/shm/hec-%s-*", name))
+	for _, f := range shm {
+		os.Remove(f)
+	}
+	if err := os.RemoveAll(stateDir); err != nil {
+		errs = append(errs, err)
+	}
+	if len(nss) > 0 || len(pids) > 0 {
+		fmt.Fprintf(log, "cluster %s: stopped %d processes, removed %d namespaces\n", name, len(pids), len(nss))
+	}
+	return errors.Join(errs...)
+}
+
+// Client is an HTTP client whose connections are made inside network
+// namespace ns: the way in to a cluster's agents from outside.
+func Client(ns string) *http.Client {
+	return &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return DialIn(ctx, ns, network, addr)
+		}}}
+}
+
+// DialIn connects to addr from inside network namespace ns: the socket is
+// made there (on a thread switched into ns and back), then used from here.
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- result{nil, err}
+			runtime.UnlockOSThread()
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			ch <- result{nil, fmt.Errorf("namespace %s: %w", ns, err)}
+			runtime.UnlockOSThread()
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, fmt.Errorf("enter %s: %w", ns, err)}
+			runtime.UnlockOSThread()
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread() // back home: the thread may be reused
+		} // else the thread stays locked and ends with this goroutine
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// Exec returns a command that runs argv inside node's namespace.
+func (st *State) Exec(node int, argv ...string) (*exec.Cmd, error) {
+	for _, n := range st.Nodes {
+		if n.Index == node {
+			return exec.Command("ip", append([]string{"netns", "exec", n.NS}, argv...)...), nil
+		}
+	}
+	return nil, fmt.Errorf("cluster %s has no node %d (1..%d)", st.Name, node, len(st.Nodes))
+}

@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// hecd builds the agent for the cluster tests.
+func hecd(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("clusters are network namespaces: root only (CI runs as root)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip (iproute2): make test installs it as root")
+	}
+	bin := filepath.Join(t.TempDir(), "hecd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../dpu/cmd/hecd").CombinedOutput(); err != nil {
+		t.Fatalf("build hecd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// nothingLeft checks that cluster name left no namespace, process, shared
+// memory file or state behind.
+func nothingLeft(t *testing.T, name, stateDir string, pids []int) {
+	t.Helper()
+	if ns := namespaces(name); len(ns) > 0 {
+		t.Errorf("namespaces left: %v", ns)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d left", pid)
+		}
+	}
+	if shm, _ := filepath.Glob("/dev/shm/hec-" + name + "-*"); len(shm) > 0 {
+		t.Errorf("shared memory left: %v", shm)
+	}
+	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("state left in %s", stateDir)
+	}
+}
+
+// Eight nodes up, every agent talking to its neighbours, a rate limit
+// that shows, then down with nothing left behind.
+func TestEightNodesUpAndDown(t *testing.T) {
+	bin := hecd(t)
+	const name = "t8"
+	dir := filepath.Join(t.TempDir(), "state")
+	Down(name, dir, nil)
+	var log bytes.Buffer
+	ctx := context.Background()
+	st, err := Up(ctx, Options{Name: name, Agents: 8, Hecd: bin, StateDir: dir, Rates: map[int]string{8: "200mbit"}, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var pids []int
+	for _, n := range st.Nodes {
+		pids = append(pids, n.PID)
+	}
+	t.Cleanup(func() { Down(name, dir, nil) })
+	// Each node pings the next (a ring), and 1 sends to 2 and to 8.
+	hc := Client(st.Nodes[0].NS)
+	for _, to := range []int{2, 8} {
+		resp, err := hc.Post("http://"+st.Nodes[0].Mgmt()+"/v1/peers/test?peer="+itoa(to)+"&pings=10&bytes=16777216", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r PairResult
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if r.Error != "" || r.GBPerSec <= 0 {
+			t.Fatalf("1 → %d: %+v", to, r)
+		}
+		t.Logf("1 → %d: rtt p50 %.0f µs, %.3f GB/s", to, r.RTTP50Us, r.GBPerSec)
+		// 200 Mbit/s is 0.025 GB/s: the limited link must show it.
+		if to == 8 && r.GBPerSec > 0.05 {
+			t.Errorf("1 → 8 through a 200mbit link at %.3f GB/s", r.GBPerSec)
+		}
+	}
+	// A command inside a node sees its own address only.
+	cmd, err := st.Exec(5, "ip", "-br", "-4", "addr", "show", "dev", "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "10.77.0.5/24") {
+		t.Fatalf("exec in node 5: %q %v", out, err)
+	}
+	if err := Down(name, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	nothingLeft(t, name, dir, pids)
+}
+
+// The tool that made a cluster crashed and its state is gone: Down still
+// removes everything, from the names alone.
+func TestDownAfterACrash(t *testing.T) {
+	bin := hecd(t)
+	const name = "tcrash"
+	dir := filepath.Join(t.TempDir(), "state")
+	Down(name, dir, nil)
+	st, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Down(name, dir, nil) })
+	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID}
+	os.RemoveAll(dir) // the state is lost with the tool
+	if _, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir}); err == nil ||
+		!strings.Contains(err.Error(), "namespaces left") {
+		t.Fatalf("up over leftovers: %v", err)
+	}
+	if err := Down(name, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	nothingLeft(t, name, dir, pids)
+}
+
+// Members from etcd (in the switch namespace): an agent killed leaves the
+// member set of the others when its lease ends.
+func TestClusterEtcdMembership(t *testing.T) {
+	bin := hecd(t)
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd: make test installs etcd-server as root")
+	}
+	const name = "tetcd"
+	dir := filepath.Join(t.TempDir(), "state")
+	Down(name, dir, nil)
+	st, err := Up(context.Background(), Options{Name: name, Agents: 3, Hecd: bin, StateDir: dir, Membership: "etcd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Down(name, dir, nil) })
+	members := func() map[int]bool {
+		resp, err := Client(st.Nodes[0].NS).Get("http://" + st.Nodes[0].Mgmt() + "/v1/peers")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var ps []struct {
+			ID int `json:"id"`
+		}
+		json.NewDecoder(resp.Body).Decode(&ps)
+		m := map[int]bool{}
+		for _, p := range ps {
+			m[p.ID] = true
+		}
+		return m
+	}
+	waitFor(t, 15*time.Second, func() bool { m := members(); return m[2] && m[3] })
+	unix.Kill(st.Nodes[2].PID, unix.SIGKILL)
+	t0 := time.Now()
+	waitFor(t, 15*time.Second, func() bool { return !members()[3] })
+	t.Logf("node 3 killed: gone from node 1's member set after %v", time.Since(t0).Round(100*time.Millisecond))
+}
+
+func waitFor(t *testing.T, d time.Duration, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !f(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
