@@ -69,6 +69,7 @@ var scenarios = []scenario{
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},
 	{"rails", benchRails},
+	{"peers", benchPeers},
 }
 
 // children are the second-process halves of scenarios, by name.

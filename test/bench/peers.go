@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/hecsys/hec/cluster"
+)
+
+// The peers scenario (issue: peers and clusters): agent-to-agent bulk
+// bandwidth between two cluster nodes (network namespaces joined by veths
+// through a bridge) next to iperf3 between the same namespaces, in the
+// same run. Needs root (namespaces) and iperf3.
+func benchPeers(ctx context.Context, rep *Report, quick bool) error {
+	const s = "peers"
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the peers scenario makes network namespaces: run make bench as root")
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return fmt.Errorf("iperf3 not installed (make bench installs it as root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "hec-bench-peers")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hecd, err := buildHecd(dir)
+	if err != nil {
+		return err
+	}
+	const name = "bench"
+	state := filepath.Join(dir, "cluster")
+	cluster.Down(name, state, nil)
+	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: 2, Hecd: hecd, StateDir: state})
+	if err != nil {
+		return err
+	}
+	defer cluster.Down(name, state, nil)
+	runs, size := 5, int64(1<<30)
+	if quick {
+		runs, size = 2, 256<<20
+	}
+	var agent, iperf []float64
+	for i := 0; i < runs; i++ {
+		res, err := st.Ping(ctx, 20, size)
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Error != "" {
+				return fmt.Errorf("agent %d → %d: %s", r.From, r.To, r.Error)
+			}
+			if r.From == 1 {
+				agent = append(agent, r.GBPerSec)
+				if i == 0 {
+					rep.add(s, "agent-to-agent round trip p50 (peer frames, veth)", r.RTTP50Us, "µs")
+				}
+			}
+		}
+		g, err := iperf3(st)
+		if err != nil {
+			return err
+		}
+		iperf = append(iperf, g)
+	}
+	slices.Sort(agent)
+	slices.Sort(iperf)
+	a, p := agent[len(agent)/2], iperf[len(iperf)/2]
+	rep.add(s, fmt.Sprintf("agent-to-agent bandwidth, %d MiB in 1 MiB authenticated frames (median of %d)", size>>20, runs), a, "GB/s")
+	rep.add(s, fmt.Sprintf("iperf3 between the same namespaces, 3 s (median of %d)", runs), p, "GB/s")
+	rep.atLeast(s, "agent-to-agent bandwidth / iperf3", a/p, 0.8, "×")
+	return nil
+}
+
+// iperf3 runs one iperf3 test from node 1 to node 2 and returns GB/s.
+func iperf3(st *cluster.State) (float64, error) {
+	srv, err := st.Exec(2, "iperf3", "-s", "-1", "-B", st.Nodes[1].Addr, "-p", "5299")
+	if err != nil {
+		return 0, err
+	}
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	var out []byte
+	for i := 0; i < 50; i++ { // the server takes a moment to listen
+		cli, _ := st.Exec(1, "iperf3", "-c", st.Nodes[1].Addr, "-p", "5299", "-t", "3", "-J")
+		if out, err = cli.Output(); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("iperf3: %w: %s", err, out)
+	}
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return 0, fmt.Errorf("iperf3 output: %w", err)
+	}
+	return r.End.SumReceived.BitsPerSecond / 8e9, nil
+}
