@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,15 @@ import (
 //	hec.loglevel=info
 //	hec.lease_timeout=3s
 //	hec.durability=sync   kv writes acknowledged on disk (sync) or in memory (async)
+//
+// and for the peer layer (a node of a test cluster):
+//
+//	hec.node_id=5                this agent's node id
+//	hec.peer=10.77.0.5:7700      the address it takes peers on
+//	hec.peers=1@10.77.0.1:7700,… static members
+//	hec.cluster_key=HEX          the cluster key (a test cluster's, made per cluster)
+//	hec.cluster=NAME             the cluster's name
+//	hec.membership=etcd://H:P    members from etcd instead
 const stateMount = "/var/lib/hec"
 
 // IsInit reports whether this process is process 1 (the init of a VM or a
@@ -69,6 +79,10 @@ func RunInit(log *slog.Logger) error {
 	cfg.KVDurability = params["hec.durability"]
 	if d, err := time.ParseDuration(params["hec.lease_timeout"]); err == nil {
 		cfg.LeaseTimeout.Duration = d
+	}
+	if err := configurePeers(&cfg, params); err != nil {
+		log.Error("peer layer: off", "err", err)
+		cfg.Peer = Off
 	}
 	if err := mountState(log, params["hec.state"]); err != nil {
 		log.Error("state disk: running without persistent state", "err", err)
@@ -256,6 +270,32 @@ func configureNetwork(log *slog.Logger, params map[string]string) error {
 		}
 	}
 	log.Info("network", "link", link.Attrs().Name, "addr", ip, "gw", params["hec.gw"])
+	return nil
+}
+
+// configurePeers fills cfg's peer layer from hec.* parameters.
+func configurePeers(cfg *Config, params map[string]string) error {
+	if params["hec.peer"] == "" {
+		return nil
+	}
+	id, err := strconv.ParseUint(params["hec.node_id"], 10, 32)
+	if err != nil || id == 0 {
+		return fmt.Errorf("hec.node_id=%q: want a node id ≥ 1", params["hec.node_id"])
+	}
+	key := params["hec.cluster_key"]
+	if len(key) < 16 {
+		return fmt.Errorf("hec.cluster_key: want at least 16 characters")
+	}
+	os.MkdirAll("/run/hec", 0o700)
+	cfg.ClusterKeyFile = "/run/hec/cluster.key"
+	if err := os.WriteFile(cfg.ClusterKeyFile, []byte(key), 0o600); err != nil {
+		return err
+	}
+	cfg.NodeID, cfg.Peer = uint32(id), params["hec.peer"]
+	if p := params["hec.peers"]; p != "" {
+		cfg.Peers = []string{p}
+	}
+	cfg.Cluster, cfg.Membership = params["hec.cluster"], params["hec.membership"]
 	return nil
 }
 
