@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -34,6 +35,13 @@ type Options struct {
 	// KernelArgs are appended to the kernel command line (hec.* settings,
 	// such as hec.durability=async).
 	KernelArgs string
+	// A VM on a bridge instead of QEMU's user network (a test cluster's
+	// node): QEMU runs inside network namespace NetNS on tap device Tap
+	// (made there beforehand), the guest takes GuestIP (CIDR), and its
+	// agent is reached at GuestIP through HTTP (which must dial inside
+	// NetNS). The forwarded ports are then unused.
+	NetNS, Tap, GuestIP string
+	HTTP                *http.Client
 }
 
 func (o Options) withDefaults() Options {
@@ -112,6 +120,9 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		return nil, err
 	}
 	for _, p := range []int{o.MgmtPort, o.TCPPort, o.RESPPort} {
+		if o.Tap != "" {
+			break
+		}
 		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err != nil {
 			return nil, fmt.Errorf("host port %d is taken: %w", p, err)
 		} else {
@@ -132,25 +143,32 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	}
 	defer logf.Close()
 	appendArgs := "console=ttyAMA0 quiet hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
+	netdev := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
+		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
+	if o.Tap != "" {
+		appendArgs = "console=ttyAMA0 quiet hec.ip=" + o.GuestIP + " hec.state=/dev/vda"
+		netdev = "tap,id=n0,ifname=" + o.Tap + ",script=no,downscript=no"
+	}
 	if o.LeaseTimeout > 0 {
 		appendArgs += " hec.lease_timeout=" + o.LeaseTimeout.String()
 	}
 	if o.KernelArgs != "" {
 		appendArgs += " " + o.KernelArgs
 	}
-	fwd := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
-		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
 	args := []string{
 		"-M", "virt", "-cpu", "cortex-a72", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMB),
 		"-nographic", "-no-reboot", "-nic", "none",
 		"-kernel", filepath.Join(o.Bundle, "Image"), "-initrd", filepath.Join(o.Bundle, "initramfs.cpio"),
 		"-append", appendArgs,
-		"-netdev", fwd, "-device", "virtio-net-pci,netdev=n0,romfile=",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=",
 		"-object", fmt.Sprintf("memory-backend-file,id=shm,mem-path=%s,size=%d,share=on", o.Shm, o.ShmSize),
 		"-device", "ivshmem-plain,memdev=shm",
 		"-drive", "file=" + disk + ",if=none,format=raw,id=d0", "-device", "virtio-blk-pci,drive=d0",
 	}
 	cmd := exec.Command(bin, args...)
+	if o.NetNS != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", o.NetNS, bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	start := time.Now()
@@ -160,13 +178,21 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	vm := &VM{Name: o.Name, PID: cmd.Process.Pid, Agent: "shm://" + o.Shm, Mgmt: fmt.Sprintf("127.0.0.1:%d", o.MgmtPort),
 		TCP: fmt.Sprintf("127.0.0.1:%d", o.TCPPort), RESP: fmt.Sprintf("127.0.0.1:%d", o.RESPPort),
 		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, StartedAt: start}
+	client := &http.Client{Timeout: time.Second}
+	if o.Tap != "" {
+		ip, _, _ := strings.Cut(o.GuestIP, "/")
+		vm.Mgmt, vm.TCP, vm.RESP, vm.UDP = ip+":7600", ip+":7610", ip+":6380", ip+":11311"
+		if o.HTTP != nil {
+			client = o.HTTP
+		}
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := vm.save(); err != nil {
 		cmd.Process.Kill()
 		return nil, err
 	}
-	if err := waitReady(ctx, vm.Mgmt, o.ReadyTimeout, exited); err != nil {
+	if err := waitReady(ctx, client, vm.Mgmt, o.ReadyTimeout, exited); err != nil {
 		cmd.Process.Kill()
 		<-exited
 		tail, _ := os.ReadFile(console)
@@ -182,9 +208,8 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	return vm, vm.save()
 }
 
-func waitReady(ctx context.Context, mgmt string, timeout time.Duration, exited <-chan error) error {
+func waitReady(ctx context.Context, client *http.Client, mgmt string, timeout time.Duration, exited <-chan error) error {
 	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
 	for {
 		if resp, err := client.Get("http://" + mgmt + "/readyz"); err == nil {
 			resp.Body.Close()
