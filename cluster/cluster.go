@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hecsys/hec/qemu"
 )
 
 // Options describe a cluster to make.
@@ -34,9 +36,13 @@ type Options struct {
 	// Membership is "static" (default: each agent gets the member list) or
 	// "etcd" (an etcd in the switch namespace; agents register there).
 	Membership string
-	Hecd       string // the agent binary (default: hecd beside this program, then PATH)
-	StateDir   string // default /run/hec/cluster-NAME
-	Log        io.Writer
+	// VMs of the agents (the last ones) are arm64 VMs booted from Bundle
+	// (make image), joined to the bridge through a tap.
+	VMs      int
+	Bundle   string // default .cache/images/qemu
+	Hecd     string // the agent binary (default: hecd beside this program, then PATH)
+	StateDir string // default /run/hec/cluster-NAME
+	Log      io.Writer
 }
 
 // Node is one node of a cluster.
@@ -44,8 +50,9 @@ type Node struct {
 	Index int    `json:"index"`
 	NS    string `json:"netns"`
 	Addr  string `json:"addr"` // its address on the cluster's bridge
-	PID   int    `json:"pid"`  // its agent
+	PID   int    `json:"pid"`  // its agent, or its VM's QEMU
 	Rate  string `json:"rate,omitempty"`
+	VM    bool   `json:"vm,omitempty"` // an arm64 VM on the bridge; NS is then the switch's
 }
 
 // Mgmt is the node agent's management address (reachable inside the
@@ -102,6 +109,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	if o.Agents < 1 || o.Agents > 64 {
 		return nil, fmt.Errorf("cluster: %d agents: want 1 to 64", o.Agents)
+	}
+	if o.VMs < 0 || o.VMs > o.Agents {
+		return nil, fmt.Errorf("cluster: %d VMs among %d agents", o.VMs, o.Agents)
 	}
 	if o.Membership == "" {
 		o.Membership = "static"
@@ -164,6 +174,21 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	for i := 1; i <= o.Agents; i++ {
 		n := Node{Index: i, NS: nsName(o.Name, i), Addr: subnetPrefix + strconv.Itoa(i)}
 		v := "v" + strconv.Itoa(i)
+		if i > o.Agents-o.VMs {
+			// A VM: its tap on the bridge; QEMU runs in the switch.
+			n.VM, n.NS = true, sw
+			for _, c := range [][]string{
+				{"-n", sw, "tuntap", "add", "dev", v, "mode", "tap"},
+				{"-n", sw, "link", "set", v, "master", "br0"},
+				{"-n", sw, "link", "set", v, "up"},
+			} {
+				if err := run(o.Log, "ip", c...); err != nil {
+					return nil, err
+				}
+			}
+			st.Nodes = append(st.Nodes, n)
+			continue
+		}
 		for _, c := range [][]string{
 			{"netns", "add", n.NS},
 			{"-n", n.NS, "link", "set", "lo", "up"},
@@ -206,14 +231,31 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		members = append(members, fmt.Sprintf("%d@%s", n.Index, n.Peer()))
 	}
 	for i := range st.Nodes {
+		if st.Nodes[i].VM {
+			continue
+		}
 		if err := startAgent(st, &st.Nodes[i], hecd, strings.Join(members, ",")); err != nil {
 			return nil, err
+		}
+	}
+	// VMs last, one at a time: each boots on the machine's cores.
+	for i := range st.Nodes {
+		if st.Nodes[i].VM {
+			if err := startVM(ctx, st, &st.Nodes[i], o.Bundle, strings.Join(members, ","), o.Log); err != nil {
+				return nil, err
+			}
+			if err := st.save(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := st.save(); err != nil {
 		return nil, err
 	}
 	for _, n := range st.Nodes {
+		if n.VM {
+			continue // Up waited
+		}
 		if err := st.waitReady(ctx, n); err != nil {
 			return nil, err
 		}
@@ -280,6 +322,29 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), args...)
 	n.PID = pid
 	return err
+}
+
+func startVM(ctx context.Context, st *State, n *Node, bundle, members string, log io.Writer) error {
+	key, err := os.ReadFile(st.Key)
+	if err != nil {
+		return err
+	}
+	args := fmt.Sprintf("hec.node_id=%d hec.peer=%s hec.cluster_key=%s hec.cluster=%s", n.Index, n.Peer(), key, st.Name)
+	if st.Membership == "etcd" {
+		args += " hec.membership=etcd://" + st.Etcd
+	} else {
+		args += " hec.peers=" + members
+	}
+	vm, err := qemu.Up(ctx, qemu.Options{Name: fmt.Sprintf("hec-%s-%d", st.Name, n.Index), Bundle: bundle,
+		StateDir: filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index)), Shm: fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index),
+		ShmSize: 16 << 20, MemoryMB: 512, CPUs: 1, NetNS: st.Switch, Tap: "v" + strconv.Itoa(n.Index), GuestIP: n.Addr + "/24",
+		KernelArgs: args, HTTP: clientTimeout(st.Switch, time.Second), ReadyTimeout: 90 * time.Second})
+	if err != nil {
+		return fmt.Errorf("node %d (arm64 VM): %w", n.Index, err)
+	}
+	n.PID = vm.PID
+	fmt.Fprintf(log, "node %d: arm64 VM up in %v (QEMU pid %d)\n", n.Index, vm.BootTime.Round(10*time.Millisecond), vm.PID)
+	return nil
 }
 
 func startEtcd(st *State, log io.Writer) error {
@@ -451,8 +516,10 @@ func Down(name, stateDir string, log io.Writer) error {
 
 // Client is an HTTP client whose connections are made inside network
 // namespace ns: the way in to a cluster's agents from outside.
-func Client(ns string) *http.Client {
-	return &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{
+func Client(ns string) *http.Client { return clientTimeout(ns, 120*time.Second) }
+
+func clientTimeout(ns string, d time.Duration) *http.Client {
+	return &http.Client{Timeout: d, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return DialIn(ctx, ns, network, addr)
 		}}}
@@ -501,6 +568,9 @@ func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
 // Exec returns a command that runs argv inside node's namespace.
 func (st *State) Exec(node int, argv ...string) (*exec.Cmd, error) {
 	for _, n := range st.Nodes {
+		if n.Index == node && n.VM {
+			return nil, fmt.Errorf("node %d is an arm64 VM: no shell in it (its agent answers on %s)", node, n.Mgmt())
+		}
 		if n.Index == node {
 			return exec.Command("ip", append([]string{"netns", "exec", n.NS}, argv...)...), nil
 		}

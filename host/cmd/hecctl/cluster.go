@@ -16,10 +16,11 @@ import (
 
 const clusterUsage = `usage: hecctl cluster up|down|status|ping|exec [flags]
 
-  up --agents N [--membership static|etcd] [--rate LINK=RATE ...] [--name C]
+  up --agents N [--vm K] [--membership static|etcd] [--rate LINK=RATE ...] [--name C]
         one network namespace per node (10.77.0.N, a private range seen only
-        inside them), a veth from each to a bridge, a hecd per node; LINK is
-        a node number or "all", RATE a tc rate (1gbit, 500mbit)
+        inside them), a veth from each to a bridge, a hecd per node; the
+        last K agents are arm64 VMs (make image) on taps on the bridge; LINK
+        is a node number or "all", RATE a tc rate (1gbit, 500mbit)
   down [--name C]        remove everything of the cluster, also after a crash
   status [--name C]      nodes, their agents and peers
   ping [--name C] [--bytes B] [--pings N]
@@ -64,14 +65,12 @@ func clusterCmd(ctx context.Context, args []string, out io.Writer) error {
 		rates := rateFlags{}
 		fs.Var(rates, "rate", "LINK=RATE: a tc rate limit on a node's link (repeatable)")
 		hecd := fs.String("hecd", "", "agent binary (default: hecd beside hecctl)")
+		bundle := fs.String("bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
 		if err := fs.Parse(rest); err != nil {
 			return err
 		}
-		if *vms > 0 {
-			return errors.New("cluster up --vm: arm64 VMs in a cluster are not built yet (issue: peers and clusters)")
-		}
-		st, err := cluster.Up(ctx, cluster.Options{Name: *name, Agents: *agents, Rates: rates, Membership: *membership,
-			Hecd: *hecd, StateDir: *state, Log: out})
+		st, err := cluster.Up(ctx, cluster.Options{Name: *name, Agents: *agents, VMs: *vms, Bundle: *bundle, Rates: rates,
+			Membership: *membership, Hecd: *hecd, StateDir: *state, Log: out})
 		if err != nil {
 			return err
 		}
@@ -142,13 +141,17 @@ func printCluster(st *cluster.State, out io.Writer) error {
 	if st.Etcd != "" {
 		fmt.Fprintf(tw, " (etcd %s)", st.Etcd)
 	}
-	fmt.Fprintf(tw, "\nNODE\tNETNS\tADDRESS\tAGENT PID\tRATE\n")
+	fmt.Fprintf(tw, "\nNODE\tKIND\tNETNS\tADDRESS\tPID\tRATE\n")
 	for _, n := range st.Nodes {
 		rate := n.Rate
 		if rate == "" {
 			rate = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", n.Index, n.NS, n.Addr, n.PID, rate)
+		kind := "hecd"
+		if n.VM {
+			kind = "arm64 VM (QEMU)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", n.Index, kind, n.NS, n.Addr, n.PID, rate)
 	}
 	return tw.Flush()
 }
