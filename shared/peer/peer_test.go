@@ -155,7 +155,7 @@ type bufConn struct {
 	buf bytes.Buffer
 }
 
-func (b *bufConn) Write(p []byte) (int, error)       { return b.buf.Write(p) }
+func (b *bufConn) Write(p []byte) (int, error)      { return b.buf.Write(p) }
 func (b *bufConn) SetWriteDeadline(time.Time) error { return nil }
 
 // Any byte of a frame changed on the wire fails it.

@@ -110,7 +110,7 @@ func clusterCmd(ctx context.Context, args []string, out io.Writer) error {
 		}
 		argv := fs.Args()
 		if len(argv) < 2 {
-			return errors.New("cluster exec: want NODE -- CMD...")
+			return errors.New("cluster exec: want NODE -- CMD [ARGS]")
 		}
 		node, err := strconv.Atoi(argv[0])
 		if err != nil {
