@@ -309,7 +309,10 @@ func TestLiveness(t *testing.T) {
 	})
 	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestSenderHelper$")
+			// Under qemu-user (arm64 tests on x86) HEC_TEST_EXEC names the
+			// emulator: the binary cannot be executed directly.
+			argv := append(strings.Fields(os.Getenv("HEC_TEST_EXEC")), os.Args[0], "-test.run=^TestSenderHelper$")
+			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.Env = append(os.Environ(), "HEC_PEER_HELPER="+recv.Addr())
 			out, err := cmd.StdoutPipe()
 			if err != nil {
