@@ -2,6 +2,7 @@ package dpu
 
 import (
 	"context"
+	"runtime/debug"
 	"time"
 
 	"github.com/hecsys/hec/shared/rail"
@@ -24,7 +25,7 @@ type RailRate struct {
 const (
 	calibrationDelay = 300 * time.Millisecond
 	calibrationEvery = 10 * time.Minute
-	calibrationBytes = 64 << 20
+	calibrationBytes = 16 << 20               // two buffers: well past a BlueField's caches
 	calibrationTime  = 200 * time.Millisecond // per rate: many quota periods
 )
 
@@ -40,6 +41,7 @@ func (a *Agent) calibrate(ctx context.Context) {
 		}
 		ways := a.disp.workers
 		cp, crc := rail.MeasureCPU(calibrationBytes, ways, calibrationTime)
+		debug.FreeOSMemory() // the buffers are garbage: give them back now, not in minutes
 		a.mu.Lock()
 		a.rails = []RailRate{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
 		a.mu.Unlock()

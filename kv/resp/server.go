@@ -109,7 +109,7 @@ type client struct {
 // Bounds on what one client may have queued.
 const (
 	maxPending      = 1024
-	maxPendingBytes = 1 << 20
+	maxPendingBytes = 64 << 10 // a thousand idle clients hold little
 )
 
 // drain waits for the queued SETs and writes their replies.

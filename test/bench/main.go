@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -43,15 +44,29 @@ type Report struct {
 }
 
 func (r *Report) add(scenario, metric string, v float64, unit string) {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		// A measurement that came out infinite (a division by a zero
+		// time): say so instead of failing the whole report.
+		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not recorded\n", scenario, metric, v)
+		return
+	}
 	r.Rows = append(r.Rows, Row{scenario, metric, v, unit})
 }
 
 // atMost and atLeast record a check of value against a bound.
 func (r *Report) atMost(scenario, what string, v, bound float64, unit string) {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not checked\n", scenario, what, v)
+		return
+	}
 	r.Checks = append(r.Checks, Check{scenario, what, v, fmt.Sprintf("≤ %g%s", bound, unit), v <= bound})
 }
 
 func (r *Report) atLeast(scenario, what string, v, bound float64, unit string) {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not checked\n", scenario, what, v)
+		return
+	}
 	r.Checks = append(r.Checks, Check{scenario, what, v, fmt.Sprintf("≥ %g%s", bound, unit), v >= bound})
 }
 

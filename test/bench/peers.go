@@ -80,7 +80,7 @@ func benchPeers(ctx context.Context, rep *Report, quick bool) error {
 
 // iperf3 runs one iperf3 test from node 1 to node 2 and returns GB/s.
 func iperf3(st *cluster.State) (float64, error) {
-	srv, err := st.Exec(2, "iperf3", "-s", "-1", "-B", st.Nodes[1].Addr, "-p", "5299")
+	srv, err := st.Exec(2, "iperf3", "-s", "-B", st.Nodes[1].Addr, "-p", "5299")
 	if err != nil {
 		return 0, err
 	}
@@ -88,26 +88,25 @@ func iperf3(st *cluster.State) (float64, error) {
 		return 0, err
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
-	var out []byte
-	for i := 0; i < 50; i++ { // the server takes a moment to listen
-		cli, _ := st.Exec(1, "iperf3", "-c", st.Nodes[1].Addr, "-p", "5299", "-t", "3", "-J")
-		if out, err = cli.Output(); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("iperf3: %w: %s", err, out)
-	}
 	var r struct {
-		End struct {
+		Error string `json:"error"`
+		End   struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		return 0, fmt.Errorf("iperf3 output: %w", err)
+	var out []byte
+	for i := 0; i < 50; i++ { // the server takes a moment to listen
+		cli, _ := st.Exec(1, "iperf3", "-c", st.Nodes[1].Addr, "-p", "5299", "-t", "3", "-J")
+		out, err = cli.Output()
+		r.Error, r.End.SumReceived.BitsPerSecond = "", 0
+		if err == nil {
+			if err = json.Unmarshal(out, &r); err == nil && r.End.SumReceived.BitsPerSecond > 0 {
+				return r.End.SumReceived.BitsPerSecond / 8e9, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return r.End.SumReceived.BitsPerSecond / 8e9, nil
+	return 0, fmt.Errorf("iperf3 measured nothing: %v %s: %s", err, r.Error, out)
 }
