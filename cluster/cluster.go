@@ -374,12 +374,19 @@ func startEtcd(st *State, log io.Writer) error {
 	}
 }
 
+// waitReady waits until node n's agent is ready and has calibrated its
+// rail (it does so in the background just after; measuring the cluster
+// meanwhile would measure the calibration too).
 func (st *State) waitReady(ctx context.Context, n Node) error {
 	hc := Client(n.NS)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := hc.Get("http://" + n.Mgmt() + "/readyz"); err == nil {
+		if resp, err := hc.Get("http://" + n.Mgmt() + "/v1/status"); err == nil {
+			var status struct {
+				Rails []json.RawMessage `json:"rails"`
+			}
+			err := json.NewDecoder(resp.Body).Decode(&status)
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == 200 && err == nil && len(status.Rails) > 0 {
 				return nil
 			}
 		}
