@@ -10,21 +10,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hecsys/hec/shared/peer"
 	"github.com/hecsys/hec/shared/rail"
 )
 
 // PairResult is what one agent measured to another (POST
 // /v1/peers/test on the first).
 type PairResult struct {
-	From     int     `json:"from"`
-	To       int     `json:"peer"`
-	Pings    int     `json:"pings"`
-	RTTMinUs float64 `json:"rtt_min_us"`
-	RTTP50Us float64 `json:"rtt_p50_us"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
-	GBPerSec float64 `json:"gb_per_s"`
-	Error    string  `json:"error,omitempty"`
+	From int `json:"from"`
+	To   int `json:"to"`
+	peer.LinkTest
 }
 
 // Ping has every agent measure round trips (pings of them) and a bulk
@@ -48,10 +43,9 @@ func (st *State) Ping(ctx context.Context, pings int, bytes int64) ([]PairResult
 			} else {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if err := json.Unmarshal(body, &r); err != nil {
+				if err := json.Unmarshal(body, &r.LinkTest); err != nil {
 					r.Error = fmt.Sprintf("%s: %s", resp.Status, body)
 				}
-				r.From = a.Index
 			}
 			out = append(out, r)
 		}

@@ -82,19 +82,6 @@ func (a *Agent) startPeers(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// PeerTest is what POST /v1/peers/test measured between this agent and one
-// peer.
-type PeerTest struct {
-	Peer     uint32  `json:"peer"`
-	Pings    int     `json:"pings"`
-	RTTMinUs float64 `json:"rtt_min_us"`
-	RTTP50Us float64 `json:"rtt_p50_us"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
-	GBPerSec float64 `json:"gb_per_s"`
-	Error    string  `json:"error,omitempty"`
-}
-
 // servePeers adds the peer endpoints to mux: GET /v1/peers, and POST
 // /v1/peers/test?peer=ID&pings=N&bytes=B, the round trips and bulk
 // transfer behind hecctl cluster ping.
@@ -122,7 +109,7 @@ func (a *Agent) servePeers(mux *http.ServeMux) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 		defer cancel()
-		res := PeerTest{Peer: uint32(id), Pings: pings, Bytes: size}
+		res := peer.LinkTest{Peer: uint32(id), Pings: pings, Bytes: size}
 		var rtts []time.Duration
 		for i := 0; i < pings && res.Error == ""; i++ {
 			d, err := a.peers.Ping(ctx, uint32(id))

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -408,5 +407,3 @@ func waitFor(t testing.TB, f func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-var _ = strconv.Itoa

@@ -8,6 +8,19 @@ import (
 	"time"
 )
 
+// LinkTest is what a node measured to one peer: round trips (Ping) and a
+// bulk Transfer. The agent's POST /v1/peers/test answers with it.
+type LinkTest struct {
+	Peer     uint32  `json:"peer"`
+	Pings    int     `json:"pings"`
+	RTTMinUs float64 `json:"rtt_min_us"`
+	RTTP50Us float64 `json:"rtt_p50_us"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+	GBPerSec float64 `json:"gb_per_s"`
+	Error    string  `json:"error,omitempty"`
+}
+
 // FlagSink marks Data frames of a Transfer: the receiver counts and drops
 // them, and acknowledges the count when the last arrives.
 const FlagSink = 2

@@ -97,14 +97,19 @@ func redisBench(s *kvServer, tests string, n, pipeline int) (map[string]float64,
 	return rps, cpu, nil
 }
 
-// buildHecd builds this tree's hecd into dir, so the bench measures the
-// agent it was built with.
-func buildHecd(dir string) (string, error) {
-	hecd := filepath.Join(dir, "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build hecd: %v: %s", err, out)
+// scratchHecd makes a scratch directory for a scenario (the caller
+// removes it) and builds this tree's hecd into it, so the bench measures
+// the agent it was built with.
+func scratchHecd(tag string) (dir, hecd string, err error) {
+	if dir, err = os.MkdirTemp("", "hec-bench-"+tag); err != nil {
+		return "", "", err
 	}
-	return hecd, nil
+	hecd = filepath.Join(dir, "hecd")
+	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("build hecd: %v: %s", err, out)
+	}
+	return dir, hecd, nil
 }
 
 func benchKV(ctx context.Context, rep *Report, quick bool) error {
@@ -113,15 +118,11 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 			return fmt.Errorf("%s not installed (make bench installs redis-server and redis-tools as root): %w", bin, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "hec-bench-kv")
+	dir, hecd, err := scratchHecd("kv")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd, err := buildHecd(dir)
-	if err != nil {
-		return err
-	}
 	n := 200_000
 	if quick {
 		n = 30_000
@@ -223,15 +224,11 @@ func rssBytes(pid int) float64 {
 // benchKVClients: 1,000 RESP clients at once, each pipelining SETs and
 // GETs of 1 KiB values; hecd's resident memory before, at the peak, after.
 func benchKVClients(ctx context.Context, rep *Report, quick bool) error {
-	dir, err := os.MkdirTemp("", "hec-bench-clients")
+	dir, hecd, err := scratchHecd("clients")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd, err := buildHecd(dir)
-	if err != nil {
-		return err
-	}
 	const port = 26410
 	h, err := startKV("hecd", port, hecd, "--shm", "off", "--tcp", "off", "--mgmt", "off", "--udp", "off",
 		"--resp", fmt.Sprintf("127.0.0.1:%d", port), "--state-dir", filepath.Join(dir, "state"), "--durability", "async", "--log-level", "error")

@@ -25,15 +25,11 @@ func benchPeers(ctx context.Context, rep *Report, quick bool) error {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return fmt.Errorf("iperf3 not installed (make bench installs it as root): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "hec-bench-peers")
+	dir, hecd, err := scratchHecd("peers")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd, err := buildHecd(dir)
-	if err != nil {
-		return err
-	}
 	const name = "bench"
 	state := filepath.Join(dir, "cluster")
 	cluster.Down(name, state, nil)

@@ -65,15 +65,11 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 	if quick {
 		runs = 3
 	}
-	dir, err := os.MkdirTemp("", "hec-bench-rails")
+	dir, hecd, err := scratchHecd("rails")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecd, err := buildHecd(dir)
-	if err != nil {
-		return err
-	}
 	shm := shmPath("rails")
 	defer os.Remove(shm)
 	const mgmt = "127.0.0.1:26420"

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,7 +88,7 @@ func TestAgentsTalkToAgents(t *testing.T) {
 			if i == j {
 				continue
 			}
-			var res dpu.PeerTest
+			var res peer.LinkTest
 			url := fmt.Sprintf("http://%s/v1/peers/test?peer=%d&pings=20&bytes=%d", a.Addr("mgmt"), j+1, 32<<20)
 			if code := getJSON(t, "POST", url, &res); code != 200 || res.Error != "" || res.RTTP50Us <= 0 || res.GBPerSec <= 0 {
 				t.Fatalf("%d → %d: %d %+v", i+1, j+1, code, res)
@@ -183,7 +182,7 @@ func TestEtcdMembership(t *testing.T) {
 	}
 	waitUntil(t, 15*time.Second, func() bool { return members(agents[0])[2] && members(agents[0])[3] && members(agents[1])[3] })
 	// They talk, found through etcd.
-	var res dpu.PeerTest
+	var res peer.LinkTest
 	if code := getJSON(t, "POST", fmt.Sprintf("http://%s/v1/peers/test?peer=3&pings=5&bytes=1048576", agents[0].Addr("mgmt")), &res); code != 200 {
 		t.Fatalf("1 → 3: %+v", res)
 	}
@@ -195,7 +194,6 @@ func TestEtcdMembership(t *testing.T) {
 	if took > 8*time.Second {
 		t.Fatalf("left after %v: the lease is 3 s", took)
 	}
-	var _ = peer.ErrDead
 }
 
 func waitUntil(t *testing.T, d time.Duration, f func() bool) {
@@ -206,5 +204,3 @@ func waitUntil(t *testing.T, d time.Duration, f func() bool) {
 		}
 	}
 }
-
-var _ = context.Background
