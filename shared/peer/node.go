@@ -14,6 +14,15 @@ import (
 	"time"
 )
 
+// Bounds on what peers can make a node hold.
+const (
+	maxAborted       = 4096 // aborted communicators remembered
+	maxSinksPerPeer  = 256  // transfers under way from one peer
+	inboundPerMember = 4    // inbound connections per member, plus some
+)
+
+func maxInbound(members int) int { return inboundPerMember*members + 16 }
+
 // Errors of a node.
 var (
 	ErrDead    = errors.New("peer: declared dead")
@@ -60,6 +69,9 @@ type Node struct {
 	// wrong keys and frames that fail their tag (forged, damaged,
 	// replayed, reordered); OldEpoch frames of an older epoch dropped.
 	AuthFailures, BadFrames, OldEpoch atomic.Uint64
+	// Refused counts connections and transfers refused for exceeding a
+	// bound (inbound connections, transfers under way per peer).
+	Refused atomic.Uint64
 
 	nextComm atomic.Uint64
 	sinks    sinks
@@ -116,7 +128,7 @@ func NewNode(cfg Config) (*Node, error) {
 	n.nextComm.Store(rand.Uint64() >> 1)
 	n.SetPeers(cfg.Peers)
 	n.handlers[TypePing] = n.servePing
-	n.sinks.m = map[sinkKey]*sink{}
+	n.sinks.m, n.sinks.perKey = map[sinkKey]*sink{}, map[uint32]int{}
 	return n, nil
 }
 
@@ -246,6 +258,12 @@ func (n *Node) accept(ln net.Listener) {
 			nc.Close()
 			return
 		}
+		if len(n.inbound) >= maxInbound(len(n.peers)) {
+			n.mu.Unlock()
+			n.Refused.Add(1)
+			nc.Close() // more connections than members could make: someone is flooding
+			continue
+		}
 		n.inbound[nc] = struct{}{}
 		n.mu.Unlock()
 		n.wg.Add(1)
@@ -318,6 +336,9 @@ func (n *Node) deliver(p *Peer, h Header, payload []byte) {
 		waiter = n.waiters[h.Comm]
 		delete(n.waiters, h.Comm)
 	case TypeAbort:
+		if len(n.aborted) >= maxAborted {
+			clear(n.aborted) // a bounded memory of aborts; waiters were woken already
+		}
 		n.aborted[h.Comm] = string(payload)
 		if w, ok := n.waiters[h.Comm]; ok {
 			close(w)
@@ -479,6 +500,7 @@ func (n *Node) declareDead(p *Peer, why string) {
 		p.out = nil
 	}
 	p.mu.Unlock()
+	n.dropSinks(p.ID)
 	n.cfg.Log.Warn("peer: declared dead", "node", p.ID, "why", why)
 }
 

@@ -249,6 +249,13 @@ func TestReplayAndOldEpochDropped(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d distinct frames delivered, want 1", n)
 	}
+
+	// A peer that opens transfers without end is bounded.
+	c3, _ := dialAs1()
+	for i := 0; i < maxSinksPerPeer+10; i++ {
+		c3.Send(Header{Type: TypeData, Comm: uint64(1000 + i), Flags: FlagSink}, []byte("x"), time.Time{})
+	}
+	waitFor(t, func() bool { return b.Refused.Load() == 10 })
 }
 
 func TestPingTransferAbort(t *testing.T) {

@@ -39,8 +39,9 @@ type sink struct {
 
 // sinks are the transfers this node is receiving.
 type sinks struct {
-	mu sync.Mutex
-	m  map[sinkKey]*sink
+	mu     sync.Mutex
+	m      map[sinkKey]*sink
+	perKey map[uint32]int // transfers under way, by sender
 }
 
 // serveSink counts a Transfer's frames; while one is under way the sender
@@ -50,13 +51,22 @@ func (n *Node) serveSink(from uint32, h Header, payload []byte) {
 	n.sinks.mu.Lock()
 	s := n.sinks.m[k]
 	if s == nil {
+		if n.sinks.perKey[from] >= maxSinksPerPeer {
+			n.sinks.mu.Unlock()
+			n.Refused.Add(1) // too many transfers under way from one peer: dropped
+			return
+		}
 		s = &sink{done: n.Expect(from)}
 		n.sinks.m[k] = s
+		n.sinks.perKey[from]++
 	}
 	s.bytes += uint64(len(payload))
 	last := h.Flags&FlagLast != 0
 	if last {
 		delete(n.sinks.m, k)
+		if n.sinks.perKey[from]--; n.sinks.perKey[from] == 0 {
+			delete(n.sinks.perKey, from)
+		}
 	}
 	n.sinks.mu.Unlock()
 	if !last {
@@ -115,4 +125,18 @@ func (n *Node) Transfer(ctx context.Context, to uint32, total int64, frame int, 
 		return 0, fmt.Errorf("peer: node %d acknowledged %x, want %d bytes", to, b, total)
 	}
 	return time.Since(t0), nil
+}
+
+// dropSinks forgets the transfers under way from a peer declared dead:
+// they will not finish, and must not count against its next incarnation.
+func (n *Node) dropSinks(from uint32) {
+	n.sinks.mu.Lock()
+	defer n.sinks.mu.Unlock()
+	for k, s := range n.sinks.m {
+		if k.from == from {
+			s.done()
+			delete(n.sinks.m, k)
+		}
+	}
+	delete(n.sinks.perKey, from)
 }
