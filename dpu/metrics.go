@@ -38,7 +38,7 @@ func newCollector(a *Agent) *collector {
 		peerUp:       prometheus.NewDesc("hec_peer_up", "1 while a peer is alive (not declared dead), by peer node id.", []string{"peer"}, nil),
 		peerBytes:    prometheus.NewDesc("hec_peer_bytes_total", "Bytes of peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
 		peerFrames:   prometheus.NewDesc("hec_peer_frames_total", "Peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
-		peerRefused:  prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped).", []string{"reason"}, nil),
+		peerRefused:  prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped; bound: over a limit on connections or transfers).", []string{"reason"}, nil),
 		respClients:  prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
 		udpReqs:      prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
 	}
@@ -102,6 +102,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.AuthFailures.Load()), "auth")
 		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.BadFrames.Load()), "frame")
 		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.OldEpoch.Load()), "old_epoch")
+		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(n.Refused.Load()), "bound")
 	}
 	if r := c.a.resp; r != nil {
 		ch <- prometheus.MustNewConstMetric(c.respClients, prometheus.GaugeValue, float64(r.Clients()))
