@@ -182,23 +182,27 @@ func (s *Store) view(f func(txn *badger.Txn) error) error {
 // are serialised, so read-modify-write ops are atomic. keys are those f may
 // change; size and count bound what f adds to the transaction.
 func (s *Store) update(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
 	return s.start(keys, size, count, f).Wait()
 }
 
 // Pending is a write queued by PutAsync.
 type Pending struct{ w *write }
 
-// start queues a write for the committer and returns at once.
+// start queues a write for the committer and returns at once. Once the
+// store is closed the committer refuses it: ErrClosed.
 func (s *Store) start(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) Pending {
 	w := writePool.Get().(*write)
 	w.apply, w.keys, w.size, w.count = f, keys, size, count
 	if err := s.commit.submit(w); err != nil {
-		w.err = err
-		w.done <- struct{}{}
+		return failed(w, err)
 	}
+	return Pending{w}
+}
+
+// failed is a Pending already done with err.
+func failed(w *write, err error) Pending {
+	w.err = err
+	w.done <- struct{}{}
 	return Pending{w}
 }
 
@@ -233,6 +237,9 @@ func entryOf(item *badger.Item, dst []byte) (Entry, error) {
 func (s *Store) Get(key, dst []byte) (Entry, error) {
 	if err := checkKey(key); err != nil {
 		return Entry{}, err
+	}
+	if s.closed.Load() {
+		return Entry{}, ErrClosed
 	}
 	s.gets.Add(1)
 	var seq uint64
@@ -294,10 +301,7 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 // returns. Writes queued by one goroutine commit in the order queued.
 func (s *Store) PutAsync(key, value []byte, o PutOptions) Pending {
 	if err := checkPut(key, value); err != nil {
-		w := writePool.Get().(*write)
-		w.err = err
-		w.done <- struct{}{}
-		return Pending{w}
+		return failed(writePool.Get().(*write), err)
 	}
 	o.ReturnPrior = false
 	return s.putWrite(key, value, o, nil)
@@ -314,12 +318,6 @@ func checkPut(key, value []byte) error {
 }
 
 func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pending {
-	if s.closed.Load() {
-		w := writePool.Get().(*write)
-		w.err = ErrClosed
-		w.done <- struct{}{}
-		return Pending{w}
-	}
 	s.puts.Add(1)
 	return s.start([][]byte{key}, entrySize(key, value), 1, func(txn *badger.Txn) error {
 		var prior []byte
