@@ -572,6 +572,32 @@ func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
 	return r.c, r.err
 }
 
+// Remains lists what cluster name left behind: namespaces, the processes
+// among pids still running, shared-memory files and the state directory.
+// Empty after a clean Down.
+func Remains(name, stateDir string, pids []int) []string {
+	var left []string
+	for _, ns := range namespaces(name) {
+		left = append(left, "namespace "+ns)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			left = append(left, fmt.Sprintf("process %d", pid))
+		}
+	}
+	shm, _ := filepath.Glob(fmt.Sprintf("/dev/shm/hec-%s-*", name))
+	for _, f := range shm {
+		left = append(left, "file "+f)
+	}
+	if stateDir == "" {
+		stateDir = DefaultStateDir(name)
+	}
+	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
+		left = append(left, "state "+stateDir)
+	}
+	return left
+}
+
 // Exec returns a command that runs argv inside node's namespace.
 func (st *State) Exec(node int, argv ...string) (*exec.Cmd, error) {
 	for _, n := range st.Nodes {

@@ -31,23 +31,11 @@ func hecd(t *testing.T) string {
 	return bin
 }
 
-// nothingLeft checks that cluster name left no namespace, process, shared
-// memory file or state behind.
+// nothingLeft checks that cluster name left nothing behind.
 func nothingLeft(t *testing.T, name, stateDir string, pids []int) {
 	t.Helper()
-	if ns := namespaces(name); len(ns) > 0 {
-		t.Errorf("namespaces left: %v", ns)
-	}
-	for _, pid := range pids {
-		if alive(pid) {
-			t.Errorf("process %d left", pid)
-		}
-	}
-	if shm, _ := filepath.Glob("/dev/shm/hec-" + name + "-*"); len(shm) > 0 {
-		t.Errorf("shared memory left: %v", shm)
-	}
-	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
-		t.Errorf("state left in %s", stateDir)
+	if left := Remains(name, stateDir, pids); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
 

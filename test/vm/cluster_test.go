@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/hecsys/hec/cluster"
@@ -45,36 +43,11 @@ func TestClusterWithAVM(t *testing.T) {
 		}
 		t.Logf("%d → %d: rtt p50 %.0f µs, %.3f GB/s", r.From, r.To, r.RTTP50Us, r.GBPerSec)
 	}
-	qemuPID := st.Nodes[2].PID
+	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID, st.Nodes[2].PID} // two agents and QEMU
 	if err := cluster.Down(name, dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	if len(out) > 0 && containsPrefix(string(out), "hec-"+name+"-") {
-		t.Fatalf("namespaces left: %s", out)
+	if left := cluster.Remains(name, dir, pids); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
 	}
-	if _, err := os.Stat(filepath.Join("/proc", itoa(qemuPID))); err == nil {
-		if b, _ := os.ReadFile(filepath.Join("/proc", itoa(qemuPID), "stat")); len(b) > 0 && !zombie(string(b)) {
-			t.Fatalf("QEMU (pid %d) left", qemuPID)
-		}
-	}
-	if shm, _ := filepath.Glob("/dev/shm/hec-" + name + "-*"); len(shm) > 0 {
-		t.Fatalf("shared memory left: %v", shm)
-	}
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }
-
-func zombie(stat string) bool {
-	i := strings.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
-func containsPrefix(list, prefix string) bool {
-	for _, l := range strings.Fields(list) {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
 }
