@@ -61,6 +61,3 @@ func (a *Agent) Rails() []RailRate {
 	}
 	return out
 }
-
-// SetProfile records the DPU profile main applied, for /v1/status.
-func (a *Agent) SetProfile(p Applied) { a.profile = &p }

@@ -242,3 +242,6 @@ func cpuCgroupRoot() (string, bool, error) {
 	}
 	return "", false, errors.New("no cgroup cpu controller mounted")
 }
+
+// SetProfile records the DPU profile main applied, for /v1/status.
+func (a *Agent) SetProfile(p Applied) { a.profile = &p }

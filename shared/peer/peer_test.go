@@ -340,7 +340,10 @@ func TestLiveness(t *testing.T) {
 			waitFor(t, func() bool { return recv.Dead(1) != "" })
 			took := time.Since(t0)
 			t.Logf("%s: declared dead after %v: %s", sig, took.Round(time.Millisecond), recv.Dead(1))
-			if took > deadline+deadline/2 {
+			// The semantics, not a speed: dead once the deadline passed in
+			// silence (watched every deadline/8), with room for a loaded
+			// machine's scheduling.
+			if took > 3*deadline {
 				t.Fatalf("declared dead after %v, deadline %v", took, deadline)
 			}
 		})

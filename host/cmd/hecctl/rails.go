@@ -183,7 +183,7 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 	if agentErr != nil {
 		return nil
 	}
-	if agentErr == nil && len(st.Rails) == 0 {
+	if len(st.Rails) == 0 {
 		fmt.Fprintf(tw, "dpu\t(the agent has not calibrated yet: it does in the background once ready)\n")
 	}
 	cl, err := dial(ctx, c)
