@@ -18,6 +18,16 @@ import (
 // has not moved. A reader that started before a commit therefore never
 // caches what the commit replaced; one that started after it reads the new
 // value from Badger. Expiry is checked on every hit, as Badger would.
+//
+// In Async mode the cache is also where plain SETs land (write-back): a
+// dirty entry is acknowledged from here, read from here, never evicted,
+// and written to Badger by the committer at its next round, which comes
+// at once for any other write, after the flush interval otherwise, and
+// early when a shard's dirty bytes pass a quarter of its budget. Writers
+// of a shard whose dirty bytes reach half its budget wait for the
+// committer instead. A dirty entry's version comes from the store's own
+// clock, far above Badger's commit timestamps, so a key's version changes
+// with every write and never returns to an earlier value.
 
 const (
 	cacheShards    = 64
@@ -27,18 +37,32 @@ const (
 
 type cacheEntry struct {
 	absent  bool // the key is not in the store (a cached miss)
-	value   []byte
+	dirty   bool // written here, not yet in Badger
+	listed  bool // in its shard's dirty list
+	klen    uint32
+	buf     []byte // key, then value: one allocation, the map's key points into it
 	version uint64
 	expires int64 // Unix seconds, 0: never (Badger's resolution)
 }
 
+func (e *cacheEntry) value() []byte { return e.buf[e.klen:] }
+
+// key is the map's key string for e, in e's own buffer: storing under it
+// (re)points the map's key there.
+func (e *cacheEntry) key() string { return unsafe.String(unsafe.SliceData(e.buf), e.klen) }
+
+func (e *cacheEntry) cost() int64 { return int64(len(e.buf)) + cacheEntryCost }
+
 type cacheShard struct {
-	mu    sync.Mutex
-	seq   uint64
-	bytes int64
-	hits  uint64
-	m     map[string]cacheEntry
-	_     [32]byte // keep shards' locks on separate cache lines
+	mu         sync.Mutex
+	seq        uint64
+	bytes      int64
+	dirtyBytes int64
+	hits       uint64
+	closed     bool     // the committer took its last dirty entries
+	dirty      []string // keys of dirty entries
+	m          map[string]cacheEntry
+	_          [32]byte // keep shards' locks on separate cache lines
 }
 
 type cache struct {
@@ -67,14 +91,11 @@ func (c *cache) get(key, dst []byte) (e Entry, absent bool, seq uint64, ok bool)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	ce, found := sh.m[string(key)]
-	if found && ce.expires != 0 && ce.expires <= time.Now().Unix() {
-		found = false
-	}
-	if found && ce.absent {
+	if found && ce.absent || found && ce.expires != 0 && ce.expires <= time.Now().Unix() {
 		absent = true
 		sh.hits++
 	} else if found {
-		e = Entry{Value: append(dst[:0], ce.value...), Version: ce.version}
+		e = Entry{Value: append(dst[:0], ce.value()...), Version: ce.version}
 		if ce.expires != 0 {
 			e.ExpiresAt = time.Unix(ce.expires, 0)
 		}
@@ -99,16 +120,12 @@ func (c *cache) fill(key []byte, e Entry, absent bool, seq uint64) {
 		return
 	}
 	if old, ok := sh.m[string(key)]; ok {
-		sh.bytes -= int64(len(key)+len(old.value)) + cacheEntryCost
-	}
-	// Evict arbitrary entries (map order) until the new one fits.
-	for k, old := range sh.m {
-		if sh.bytes+cost <= c.perShard {
-			break
+		if old.dirty {
+			return // written meanwhile (seq moved too)
 		}
-		delete(sh.m, k)
-		sh.bytes -= int64(len(k)+len(old.value)) + cacheEntryCost
+		sh.bytes -= old.cost()
 	}
+	c.evict(sh, cost, key)
 	if sh.bytes+cost > c.perShard {
 		return
 	}
@@ -120,26 +137,28 @@ func (c *cache) fill(key []byte, e Entry, absent bool, seq uint64) {
 	}
 	buf := make([]byte, n)
 	copy(buf, key)
-	ce := cacheEntry{absent: true}
+	ce := cacheEntry{absent: true, buf: buf, klen: uint32(len(key))}
 	if !absent {
 		copy(buf[len(key):], e.Value)
-		ce = cacheEntry{value: buf[len(key):], version: e.Version}
+		ce = cacheEntry{buf: buf, klen: uint32(len(key)), version: e.Version}
 	}
 	if !e.ExpiresAt.IsZero() {
 		ce.expires = e.ExpiresAt.Unix()
 	}
-	sh.m[unsafe.String(&buf[0], len(key))] = ce
+	sh.m[ce.key()] = ce
 	sh.bytes += cost
 }
 
 // forget drops key and moves its shard's sequence, so a fill that read
-// Badger before the write that calls this is refused.
+// Badger before the write that calls this is refused. A dirty entry stays:
+// it was written after the committed write (the committer flushes dirty
+// entries before the writes of its round).
 func (c *cache) forget(key []byte) {
 	sh := c.shard(key)
 	sh.mu.Lock()
-	if old, ok := sh.m[string(key)]; ok {
+	if old, ok := sh.m[string(key)]; ok && !old.dirty {
 		delete(sh.m, string(key))
-		sh.bytes -= int64(len(key)+len(old.value)) + cacheEntryCost
+		sh.bytes -= old.cost()
 	}
 	sh.seq++
 	sh.mu.Unlock()
@@ -156,4 +175,124 @@ func (c *cache) stats() (entries int, bytes int64, hits uint64) {
 		sh.mu.Unlock()
 	}
 	return
+}
+
+// putDirty stores a write in the cache, to be flushed to Badger by the
+// committer. It reports false — the caller takes the committer's path —
+// when the value is too big to cache, the shard holds its share of dirty
+// bytes or the store is closing; wake says the committer should flush now.
+func (c *cache) putDirty(key, value []byte, expires int64, version uint64) (ok, wake bool) {
+	if len(value) > cacheMaxValue {
+		return false, false
+	}
+	cost := int64(len(key)+len(value)) + cacheEntryCost
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed || sh.dirtyBytes+cost > c.perShard/2 {
+		return false, true
+	}
+	old, had := sh.m[string(key)]
+	if had {
+		sh.bytes -= old.cost()
+		if old.dirty {
+			sh.dirtyBytes -= old.cost()
+		}
+	}
+	if sh.bytes+cost > c.perShard {
+		c.evict(sh, cost, key)
+	}
+	buf := make([]byte, len(key)+len(value))
+	copy(buf, key)
+	copy(buf[len(key):], value)
+	ce := cacheEntry{dirty: true, listed: had && old.listed, buf: buf, klen: uint32(len(key)), version: version,
+		expires: expires}
+	if !ce.listed {
+		ce.listed = true
+		sh.dirty = append(sh.dirty, ce.key())
+	}
+	sh.m[ce.key()] = ce
+	sh.bytes += cost
+	sh.dirtyBytes += cost
+	sh.seq++ // a Badger read that began before this must not fill
+	return true, sh.dirtyBytes > c.perShard/4
+}
+
+// dirtyEntry is a dirty entry taken for a flush.
+type dirtyEntry struct {
+	key, value []byte
+	version    uint64
+	expires    int64
+}
+
+// takeDirty returns the dirty entries, in no particular order, for the
+// committer to write; they stay dirty (and readable) until markClean.
+// With last, the shards take no more dirty writes.
+func (c *cache) takeDirty(dst []dirtyEntry, last bool) []dirtyEntry {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.closed = sh.closed || last
+		for _, k := range sh.dirty {
+			e, ok := sh.m[k]
+			if !ok || !e.listed {
+				continue
+			}
+			e.listed = false
+			sh.m[e.key()] = e
+			if e.dirty {
+				dst = append(dst, dirtyEntry{key: e.buf[:e.klen:e.klen], value: e.value(), version: e.version,
+					expires: e.expires})
+			}
+		}
+		clear(sh.dirty)
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return dst
+}
+
+// markClean marks flushed entries clean, unless written again meanwhile
+// (a newer version, dirty and listed again).
+func (c *cache) markClean(flushed []dirtyEntry) {
+	for _, d := range flushed {
+		sh := c.shard(d.key)
+		sh.mu.Lock()
+		if e, ok := sh.m[string(d.key)]; ok && e.dirty && e.version == d.version {
+			e.dirty = false
+			sh.m[e.key()] = e
+			sh.dirtyBytes -= e.cost()
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// relist puts entries whose flush failed back on their shards' dirty
+// lists, unless written again meanwhile.
+func (c *cache) relist(failed []dirtyEntry) {
+	for _, d := range failed {
+		sh := c.shard(d.key)
+		sh.mu.Lock()
+		if e, ok := sh.m[string(d.key)]; ok && e.dirty && !e.listed {
+			e.listed = true
+			sh.m[e.key()] = e
+			sh.dirty = append(sh.dirty, e.key())
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// evict drops clean entries (any but key), in map order, until cost more
+// bytes fit the shard; dirty entries are at most half of it.
+func (c *cache) evict(sh *cacheShard, cost int64, key []byte) {
+	for k, e := range sh.m {
+		if sh.bytes+cost <= c.perShard {
+			return
+		}
+		if e.dirty || k == string(key) {
+			continue
+		}
+		delete(sh.m, k)
+		sh.bytes -= e.cost()
+	}
 }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,12 @@ func cleanErr(err error) bool {
 type committer struct {
 	db    *badger.DB
 	cache *cache // nil: no read cache
+	log   *slog.Logger
+
+	flushEvery time.Duration // how long a dirty cache entry may wait
+	dirty      []dirtyEntry  // taken for this round's flush, reused
+	hasDirty   atomic.Bool   // a dirty entry was written since the last take
+	flushNow   atomic.Bool   // a shard's dirty share is filling up
 
 	mu      sync.Mutex
 	queue   []*write
@@ -61,8 +68,8 @@ type committer struct {
 	commitNanos    atomic.Uint64 // time spent in Badger's Commit
 }
 
-func newCommitter(db *badger.DB, c *cache) *committer {
-	cm := &committer{db: db, cache: c, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+func newCommitter(db *badger.DB, c *cache, flushEvery time.Duration, log *slog.Logger) *committer {
+	cm := &committer{db: db, cache: c, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 		// Half of Badger's limits: Badger's own size estimate of an entry is
 		// a little larger than ours, and a transaction that hits its limit
 		// would have to be redone write by write.
@@ -81,11 +88,28 @@ func (cm *committer) submit(w *write) error {
 	}
 	cm.queue = append(cm.queue, w)
 	cm.mu.Unlock()
+	cm.signal()
+	return nil
+}
+
+// signal wakes the committer.
+func (cm *committer) signal() {
 	select {
 	case cm.wake <- struct{}{}:
 	default:
 	}
-	return nil
+}
+
+// dirtied tells the committer the cache holds a new dirty entry — the
+// first since its last flush starts the flush timer — and with now asks for
+// a flush at once.
+func (cm *committer) dirtied(now bool) {
+	if now {
+		cm.flushNow.Store(true)
+		cm.signal()
+	} else if !cm.hasDirty.Load() && !cm.hasDirty.Swap(true) {
+		cm.signal()
+	}
 }
 
 // close commits what is queued, stops the committer and waits for it.
@@ -103,24 +127,87 @@ func (cm *committer) close() {
 	<-cm.stopped
 }
 
+// run commits rounds: the queued writes, and before them the cache's
+// dirty entries — taken after the queue, so every dirty write acknowledged
+// before a queued write was submitted is in Badger before it applies.
 func (cm *committer) run() {
 	defer close(cm.stopped)
 	var group []*write
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	timing, due := false, false
 	for {
 		cm.mu.Lock()
 		group, cm.queue = cm.queue, group[:0]
 		closed := cm.closed
 		cm.mu.Unlock()
-		if len(group) == 0 {
-			if closed {
-				return
-			}
+		if cm.cache != nil && (len(group) > 0 || closed || due || cm.flushNow.Swap(false)) {
+			due = false
+			cm.hasDirty.Store(false)
+			cm.flushDirty(closed && len(group) == 0)
+		}
+		if len(group) > 0 {
+			cm.commitAll(group)
+			clear(group)
+			continue
+		}
+		if closed {
+			return
+		}
+		if cm.hasDirty.Load() && !timing {
+			timer.Reset(cm.flushEvery)
+			timing = true
+		}
+		if !timing {
 			<-cm.wake
 			continue
 		}
-		cm.commitAll(group)
-		clear(group)
+		select {
+		case <-cm.wake:
+		case <-timer.C:
+			timing, due = false, true
+		}
 	}
+}
+
+// flushDirty writes the cache's dirty entries to Badger, in transactions
+// within the limits; last closes the cache to dirty writes first. A flush
+// that fails leaves its entries dirty, for the next round.
+func (cm *committer) flushDirty(last bool) {
+	cm.dirty = cm.cache.takeDirty(cm.dirty[:0], last)
+	for rest := cm.dirty; len(rest) > 0; {
+		txn := cm.db.NewTransaction(true)
+		n, size := 0, int64(0)
+		for ; n < len(rest) && (n == 0 || (size < cm.maxSize && int64(n) < cm.maxCount)); n++ {
+			d := rest[n]
+			size += entrySize(d.key, d.value)
+			e := badger.NewEntry(d.key, d.value)
+			e.ExpiresAt = uint64(d.expires)
+			if err := txn.SetEntry(e); err != nil {
+				break // too big after all: commit what fits
+			}
+		}
+		var err error
+		if n == 0 {
+			txn.Discard()
+			err = errors.New("an entry does not fit a transaction")
+		} else {
+			t0 := time.Now()
+			err = txn.Commit()
+			cm.commitNanos.Add(uint64(time.Since(t0)))
+		}
+		cm.groups.Add(1)
+		cm.writes.Add(uint64(n))
+		if err != nil {
+			cm.log.Error("kv: flushing cached writes", "entries", n, "err", err)
+			cm.hasDirty.Store(true)
+			cm.cache.relist(rest)
+			break
+		}
+		cm.cache.markClean(rest[:n])
+		rest = rest[n:]
+	}
+	clear(cm.dirty)
 }
 
 // commitAll commits group in as few transactions as the limits allow.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Concurrent sync writers share commits: many writes per transaction.
@@ -89,7 +90,18 @@ func TestGroupedWritesFailAlone(t *testing.T) {
 // Readers racing writers through the read cache never see a value older
 // than the last one acknowledged before their read began.
 func TestCacheNeverStale(t *testing.T) {
-	s := open(t, WithDurability(Async))
+	for _, tt := range []struct {
+		name string
+		opts []Option
+	}{
+		{"async writes acknowledged from the cache", []Option{WithDurability(Async)}},
+		{"writes through the committer", []Option{WithDurability(Sync), WithInMemory()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testCacheNeverStale(t, open(t, tt.opts...)) })
+	}
+}
+
+func testCacheNeverStale(t *testing.T, s *Store) {
 	const keys = 8
 	var acked [keys]atomic.Uint64 // highest value acknowledged per key
 	var stop atomic.Bool
@@ -105,6 +117,9 @@ func TestCacheNeverStale(t *testing.T) {
 					return
 				}
 				acked[w].Store(v)
+				if v%64 == 0 {
+					runtime.Gosched() // as a client would, waiting for its network
+				}
 			}
 		}()
 	}
@@ -134,8 +149,8 @@ func TestCacheNeverStale(t *testing.T) {
 			}
 		}()
 	}
-	for reads.Load() < 200000 && !t.Failed() {
-		runtime.Gosched()
+	for deadline := time.Now().Add(10 * time.Second); reads.Load() < 200000 && !t.Failed() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -146,5 +161,72 @@ func TestCacheNeverStale(t *testing.T) {
 	}
 	if hits == 0 {
 		t.Fatal("the cache was never hit: the test did not test it")
+	}
+}
+
+// TestWriteBack: Async plain Puts are acknowledged from the cache and
+// reach Badger — after the flush interval on their own, before any other
+// write that needs the committer, before a scan, and at Close — in order.
+func TestWriteBack(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, WithDurability(Async), WithFlushInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := s.Put([]byte(k), []byte(v), PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		put(fmt.Sprintf("wb%03d", i), fmt.Sprint(i))
+	}
+	if st := s.Stats(); st.Writes >= 100 {
+		t.Fatalf("all %d writes reached Badger at once: not acknowledged from the cache", st.Writes)
+	}
+	for deadline := time.Now().Add(5 * time.Second); s.Stats().Writes < 100; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the flush interval only %d of 100 writes reached Badger", s.Stats().Writes)
+		}
+	}
+	// A queued write sees the cached writes before it; a cached write after
+	// it wins.
+	put("n", "41")
+	if n, err := s.IncrBy([]byte("n"), 1); err != nil || n != 42 {
+		t.Fatalf("INCR after a cached SET: %d, %v", n, err)
+	}
+	put("gone", "x")
+	if n, err := s.Delete([]byte("gone")); err != nil || n != 1 {
+		t.Fatalf("DEL of a cached key: %d, %v", n, err)
+	}
+	if _, err := s.Get([]byte("gone"), nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GET after DEL: %v", err)
+	}
+	put("wb000", "again")
+	if n, err := s.Count(); err != nil || n != 101 {
+		t.Fatalf("DBSIZE: %d, %v, want 101", n, err)
+	}
+	kvs, _, err := s.Scan([]byte("wb00"), nil, 100, false)
+	if err != nil || len(kvs) != 10 || string(kvs[0].Value) != "again" {
+		t.Fatalf("scan: %d entries, first %q, %v", len(kvs), kvs[0].Value, err)
+	}
+	put("last", "written just before Close")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened (no cache): every write is in Badger.
+	r, err := Open(dir, WithCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for k, want := range map[string]string{"wb000": "again", "wb099": "99", "n": "42", "last": "written just before Close"} {
+		if e, err := r.Get([]byte(k), nil); err != nil || string(e.Value) != want {
+			t.Errorf("after reopen %s = %q, %v; want %q", k, e.Value, err, want)
+		}
+	}
+	if _, err := r.Get([]byte("gone"), nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted key back after reopen: %v", err)
 	}
 }

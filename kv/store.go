@@ -69,6 +69,7 @@ type config struct {
 	indexCache  int64
 	valueThresh int64
 	cacheBytes  int64
+	flushEvery  time.Duration
 	inMemory    bool
 	log         *slog.Logger
 }
@@ -86,6 +87,13 @@ func WithMemory(memtable, blockCache, indexCache int64) Option {
 // off). It holds values of up to 4 KiB.
 func WithCache(bytes int64) Option { return func(c *config) { c.cacheBytes = bytes } }
 
+// WithFlushInterval sets how long, at most, an Async write acknowledged
+// from the cache waits before the committer writes it to Badger (default
+// 1s; sooner whenever another write needs the committer, or the cache's
+// dirty share fills). A crash loses at most that much more than Badger's
+// own asynchronous writes would.
+func WithFlushInterval(d time.Duration) Option { return func(c *config) { c.flushEvery = d } }
+
 // WithInMemory keeps everything in memory (tests).
 func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
 
@@ -99,6 +107,7 @@ type Store struct {
 	closed atomic.Bool
 	cache  *cache // nil: off
 	commit *committer
+	clock  atomic.Uint64 // versions of writes acknowledged from the cache
 
 	gets, puts, dels, scans, misses atomic.Uint64
 }
@@ -106,9 +115,16 @@ type Store struct {
 // Open opens (creating) the store in dir.
 func Open(dir string, opts ...Option) (*Store, error) {
 	cfg := config{durability: Sync, memtable: 16 << 20, memtables: 2, blockCache: 16 << 20, indexCache: 8 << 20, valueThresh: 1 << 10,
-		cacheBytes: 32 << 20}
+		cacheBytes: 32 << 20, flushEvery: time.Second}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.flushEvery <= 0 {
+		cfg.flushEvery = time.Second
+	}
+	log := cfg.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(cfg.durability == Sync).
@@ -135,7 +151,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.cacheBytes > 0 {
 		s.cache = newCache(cfg.cacheBytes)
 	}
-	s.commit = newCommitter(db, s.cache)
+	// Versions of writes acknowledged from the cache: far above Badger's
+	// commit timestamps (one per transaction), so they never meet.
+	s.clock.Store(max(db.MaxVersion(), 1) << 40)
+	s.commit = newCommitter(db, s.cache, cfg.flushEvery, log)
 	return s, nil
 }
 
@@ -160,7 +179,7 @@ func (s *Store) Close() error {
 // Entry is a stored value with what a cache needs to know about it.
 type Entry struct {
 	Value     []byte
-	Version   uint64    // grows with every write of the key
+	Version   uint64    // changes with every write of the key, never back to an earlier value
 	ExpiresAt time.Time // zero: never
 }
 
@@ -291,8 +310,53 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 	if err := checkPut(key, value); err != nil {
 		return nil, err
 	}
+	if s.putCached(key, value, o) {
+		return nil, nil
+	}
 	err = s.putWrite(key, value, o, &prior).Wait()
 	return prior, err
+}
+
+// PutNoWait stores value under key if it can without waiting — in Async
+// mode, a plain Put of a cacheable value is acknowledged from the cache —
+// and reports whether it did; err is a bad key or value. An event loop
+// runs it inline and hands the other Puts to a goroutine.
+func (s *Store) PutNoWait(key, value []byte, o PutOptions) (done bool, err error) {
+	if err := checkPut(key, value); err != nil {
+		return true, err
+	}
+	return s.putCached(key, value, o), nil
+}
+
+// putCached acknowledges an Async plain Put from the cache (see cache.go),
+// and reports whether it could.
+func (s *Store) putCached(key, value []byte, o PutOptions) bool {
+	if s.cfg.durability != Async || s.cache == nil || o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior ||
+		s.closed.Load() {
+		return false
+	}
+	var exp int64
+	if o.TTL > 0 {
+		exp = int64(expiresAt(o.TTL))
+	}
+	ok, now := s.cache.putDirty(key, value, exp, s.clock.Add(1))
+	if ok {
+		s.puts.Add(1)
+		s.commit.dirtied(now)
+	} else if now {
+		s.commit.signal()
+	}
+	return ok
+}
+
+// settle makes Badger hold every write acknowledged so far, for reads that
+// go to Badger past the cache (scans): it waits for a committer round,
+// which flushes the cache's dirty entries.
+func (s *Store) settle() error {
+	if s.cfg.durability != Async || s.cache == nil {
+		return nil
+	}
+	return s.update(nil, 0, 0, func(*badger.Txn) error { return nil })
 }
 
 // PutAsync queues a Put (ReturnPrior ignored) and returns at once: a
@@ -304,6 +368,8 @@ func (s *Store) PutAsync(key, value []byte, o PutOptions) Pending {
 		return failed(writePool.Get().(*write), err)
 	}
 	o.ReturnPrior = false
+	// Always queued, never taken from the cache: a cached write would
+	// overtake the caller's queued ones.
 	return s.putWrite(key, value, o, nil)
 }
 
@@ -550,6 +616,9 @@ func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []b
 		limit = 10
 	}
 	s.scans.Add(1)
+	if err := s.settle(); err != nil {
+		return nil, nil, err
+	}
 	var out []KV
 	var next []byte
 	err := s.view(func(txn *badger.Txn) error {
@@ -585,6 +654,9 @@ func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []b
 
 // Count returns the number of live keys (DBSIZE). It iterates keys.
 func (s *Store) Count() (int, error) {
+	if err := s.settle(); err != nil {
+		return 0, err
+	}
 	n := 0
 	err := s.view(func(txn *badger.Txn) error {
 		o := badger.DefaultIteratorOptions
