@@ -1,10 +1,9 @@
 package resp
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 )
 
@@ -14,7 +13,7 @@ type Limits struct {
 	MaxBulk     int // bytes per argument (default 64 MiB)
 	MaxRequest  int // bytes per request, all arguments (default 128 MiB)
 	MaxInline   int // bytes of an inline command line (default 64 KiB)
-	ReplyBuffer int // bytes buffered per client before a blocking flush (default 16 KiB)
+	ReplyBuffer int // reply bytes a client may have unwritten before its requests wait (default 64 KiB)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -31,7 +30,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxInline = 64 << 10
 	}
 	if l.ReplyBuffer <= 0 {
-		l.ReplyBuffer = 16 << 10
+		l.ReplyBuffer = 64 << 10
 	}
 	return l
 }
@@ -40,43 +39,49 @@ func (l Limits) withDefaults() Limits {
 // after replying with it.
 var ErrProtocol = errors.New("protocol error")
 
-// Reader reads commands: RESP multibulk arrays or inline lines.
-type Reader struct {
-	r     *bufio.Reader
-	lim   Limits
-	args  [][]byte
-	buf   []byte
-	spans []span
-}
-
-type span struct{ off, n int }
-
-// NewReader returns a Reader over r with limits lim.
-func NewReader(r io.Reader, lim Limits) *Reader {
-	lim = lim.withDefaults()
-	return &Reader{r: bufio.NewReaderSize(r, 16<<10), lim: lim}
-}
-
-// Buffered reports bytes already read from the connection and not yet
-// parsed (a pipelined request follows).
-func (r *Reader) Buffered() int { return r.r.Buffered() }
-
-// line reads one CRLF-terminated line (without it), at most max bytes.
-func (r *Reader) line(max int) ([]byte, error) {
-	l, err := r.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) || len(l) > max+2 {
-		return nil, fmt.Errorf("%w: line too long", ErrProtocol)
-	}
-	if err != nil {
-		if len(l) > 0 && errors.Is(err, io.EOF) {
-			return nil, io.ErrUnexpectedEOF
+// Parse parses the first command in buf: RESP multibulk arrays or inline
+// lines. It returns the command's arguments, which alias buf (appended to
+// args[:0]), and the bytes it used. n is 0 with a nil error when buf does
+// not hold a whole command yet: the caller reads more and calls again with
+// the same bytes in front. Empty commands (an empty line, *0, *-1) are
+// used up and skipped: n > 0 with no arguments says only those were there. Every length is checked against lim before anything
+// is trusted, so a request that breaks a limit fails as soon as its header
+// says so, without waiting for its bytes.
+func Parse(buf []byte, lim Limits, args [][]byte) (_ [][]byte, n int, err error) {
+	for {
+		if len(buf) == n {
+			return args[:0], n, nil // nothing, or only empty commands
 		}
-		return nil, err
+		var used int
+		if buf[n] == '*' {
+			args, used, err = parseMultibulk(buf[n:], lim, args[:0])
+		} else {
+			args, used, err = parseInline(buf[n:], lim, args[:0])
+		}
+		if err != nil || used == 0 {
+			return args[:0], 0, err
+		}
+		n += used
+		if len(args) > 0 {
+			return args, n, nil
+		}
 	}
-	if len(l) < 2 || l[len(l)-2] != '\r' {
-		return nil, fmt.Errorf("%w: expected CRLF", ErrProtocol)
+}
+
+// line returns the CRLF-terminated line at the start of b (without CRLF)
+// and its length with CRLF; next is 0 when the line is not complete yet.
+func line(b []byte, max int) (l []byte, next int, err error) {
+	i := bytes.IndexByte(b[:min(len(b), max+2)], '\n')
+	if i < 0 {
+		if len(b) >= max+2 {
+			return nil, 0, fmt.Errorf("%w: line too long", ErrProtocol)
+		}
+		return nil, 0, nil
 	}
-	return l[:len(l)-2], nil
+	if i < 1 || b[i-1] != '\r' {
+		return nil, 0, fmt.Errorf("%w: expected CRLF", ErrProtocol)
+	}
+	return b[:i-1], i + 1, nil
 }
 
 func parseLen(b []byte, max int) (int, error) {
@@ -90,70 +95,42 @@ func parseLen(b []byte, max int) (int, error) {
 	return n, nil
 }
 
-// ReadCommand returns the next command's arguments. They alias the
-// reader's buffer and are valid until the next call.
-func (r *Reader) ReadCommand() ([][]byte, error) {
-	for {
-		first, err := r.r.Peek(1)
-		if err != nil {
-			return nil, err
-		}
-		if first[0] != '*' {
-			args, err := r.inline()
-			if err != nil || len(args) > 0 {
-				return args, err
-			}
-			continue // empty line
-		}
-		l, err := r.line(64)
-		if err != nil {
-			return nil, err
-		}
-		n, err := parseLen(l[1:], r.lim.MaxArgs)
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			continue // *0 or *-1: nothing to do
-		}
-		r.args = r.args[:0]
-		r.buf = r.buf[:0]
-		spans := r.spans[:0]
-		total := 0
-		for i := 0; i < n; i++ {
-			l, err := r.line(64)
-			if err != nil {
-				return nil, err
-			}
-			if len(l) == 0 || l[0] != '$' {
-				return nil, fmt.Errorf("%w: expected '$', got '%c'", ErrProtocol, firstByte(l))
-			}
-			size, err := parseLen(l[1:], r.lim.MaxBulk)
-			if err != nil || size < 0 {
-				return nil, fmt.Errorf("%w: invalid bulk length", ErrProtocol)
-			}
-			if total += size; total > r.lim.MaxRequest {
-				return nil, fmt.Errorf("%w: request larger than %d bytes", ErrProtocol, r.lim.MaxRequest)
-			}
-			off := len(r.buf)
-			r.buf = append(r.buf, make([]byte, size+2)...)
-			if _, err := io.ReadFull(r.r, r.buf[off:]); err != nil {
-				return nil, noEOF(err)
-			}
-			if r.buf[off+size] != '\r' || r.buf[off+size+1] != '\n' {
-				return nil, fmt.Errorf("%w: bulk not terminated by CRLF", ErrProtocol)
-			}
-			r.buf = r.buf[:off+size]
-			spans = append(spans, span{off, size})
-		}
-		for _, s := range spans {
-			r.args = append(r.args, r.buf[s.off:s.off+s.n:s.off+s.n])
-		}
-		if cap(spans) <= 1024 { // keep a small table only
-			r.spans = spans
-		}
-		return r.args, nil
+func parseMultibulk(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
+	l, off, err := line(b, 64)
+	if err != nil || off == 0 {
+		return args, 0, err
 	}
+	count, err := parseLen(l[1:], lim.MaxArgs)
+	if err != nil {
+		return args, 0, err
+	}
+	total := 0
+	for i := 0; i < count; i++ {
+		l, next, err := line(b[off:], 64)
+		if err != nil || next == 0 {
+			return args, 0, err
+		}
+		if len(l) == 0 || l[0] != '$' {
+			return args, 0, fmt.Errorf("%w: expected '$', got '%c'", ErrProtocol, firstByte(l))
+		}
+		size, err := parseLen(l[1:], lim.MaxBulk)
+		if err != nil || size < 0 {
+			return args, 0, fmt.Errorf("%w: invalid bulk length", ErrProtocol)
+		}
+		if total += size; total > lim.MaxRequest {
+			return args, 0, fmt.Errorf("%w: request larger than %d bytes", ErrProtocol, lim.MaxRequest)
+		}
+		off += next
+		if len(b)-off < size+2 {
+			return args, 0, nil
+		}
+		if b[off+size] != '\r' || b[off+size+1] != '\n' {
+			return args, 0, fmt.Errorf("%w: bulk not terminated by CRLF", ErrProtocol)
+		}
+		args = append(args, b[off:off+size:off+size])
+		off += size + 2
+	}
+	return args, off, nil
 }
 
 func firstByte(b []byte) byte {
@@ -163,86 +140,73 @@ func firstByte(b []byte) byte {
 	return b[0]
 }
 
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
+// parseInline parses a space-separated command line (telnet style).
+func parseInline(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
+	l, next, err := line(b, lim.MaxInline)
+	if err != nil || next == 0 {
+		return args, 0, err
 	}
-	return err
-}
-
-// inline parses a space-separated command line (telnet style).
-func (r *Reader) inline() ([][]byte, error) {
-	l, err := r.line(r.lim.MaxInline)
-	if err != nil {
-		return nil, err
-	}
-	r.args = r.args[:0]
-	r.buf = append(r.buf[:0], l...)
-	b := r.buf
-	for i := 0; i < len(b); {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+	for i := 0; i < len(l); {
+		for i < len(l) && (l[i] == ' ' || l[i] == '\t') {
 			i++
 		}
 		j := i
-		for j < len(b) && b[j] != ' ' && b[j] != '\t' {
+		for j < len(l) && l[j] != ' ' && l[j] != '\t' {
 			j++
 		}
 		if j > i {
-			if len(r.args) == r.lim.MaxArgs {
-				return nil, fmt.Errorf("%w: too many arguments", ErrProtocol)
+			if len(args) == lim.MaxArgs {
+				return args, 0, fmt.Errorf("%w: too many arguments", ErrProtocol)
 			}
-			r.args = append(r.args, b[i:j:j])
+			args = append(args, l[i:j:j])
 		}
 		i = j
 	}
-	return r.args, nil
+	return args, next, nil
 }
 
-// Writer buffers replies.
+// Writer appends replies to a buffer; the connection's owner writes it
+// out.
 type Writer struct {
-	w   *bufio.Writer
-	num []byte
+	buf []byte
 }
 
-// NewWriter returns a Writer with a buffer of size bytes.
-func NewWriter(w io.Writer, size int) *Writer {
-	return &Writer{w: bufio.NewWriterSize(w, size)}
-}
+// Len reports the bytes buffered.
+func (w *Writer) Len() int { return len(w.buf) }
 
-func (w *Writer) Flush() error { return w.w.Flush() }
+func (w *Writer) str(s string) { w.buf = append(w.buf, s...) }
 
 func (w *Writer) Simple(s string) {
-	w.w.WriteByte('+')
-	w.w.WriteString(s)
-	w.w.WriteString("\r\n")
+	w.buf = append(w.buf, '+')
+	w.buf = append(w.buf, s...)
+	w.str("\r\n")
 }
 
 func (w *Writer) Error(s string) {
-	w.w.WriteByte('-')
-	w.w.WriteString(s)
-	w.w.WriteString("\r\n")
+	w.buf = append(w.buf, '-')
+	w.buf = append(w.buf, s...)
+	w.str("\r\n")
 }
 
 func (w *Writer) prefixed(c byte, n int64) {
-	w.w.WriteByte(c)
-	w.num = strconv.AppendInt(w.num[:0], n, 10)
-	w.w.Write(w.num)
-	w.w.WriteString("\r\n")
+	w.buf = append(w.buf, c)
+	w.buf = strconv.AppendInt(w.buf, n, 10)
+	w.str("\r\n")
 }
 
 func (w *Writer) Int(n int64) { w.prefixed(':', n) }
 func (w *Writer) Array(n int) { w.prefixed('*', int64(n)) }
-func (w *Writer) NullBulk()   { w.w.WriteString("$-1\r\n") }
-func (w *Writer) NullArray()  { w.w.WriteString("*-1\r\n") }
-func (w *Writer) OK()         { w.w.WriteString("+OK\r\n") }
+func (w *Writer) NullBulk()   { w.str("$-1\r\n") }
+func (w *Writer) NullArray()  { w.str("*-1\r\n") }
+func (w *Writer) OK()         { w.str("+OK\r\n") }
 func (w *Writer) BulkString(s string) {
 	w.prefixed('$', int64(len(s)))
-	w.w.WriteString(s)
-	w.w.WriteString("\r\n")
+	w.str(s)
+	w.str("\r\n")
 }
 
 func (w *Writer) Bulk(b []byte) {
 	w.prefixed('$', int64(len(b)))
-	w.w.Write(b)
-	w.w.WriteString("\r\n")
+	w.buf = append(w.buf, b...)
+	w.str("\r\n")
 }

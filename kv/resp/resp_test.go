@@ -274,26 +274,62 @@ func TestBadClientsDoNotDisturbOthers(t *testing.T) {
 	}
 }
 
-func FuzzReader(f *testing.F) {
-	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"))
-	f.Add([]byte("PING\r\n"))
-	f.Add([]byte("*1\r\n$-1\r\n"))
-	f.Fuzz(func(t *testing.T, in []byte) {
-		r := NewReader(bytes.NewReader(in), Limits{MaxArgs: 64, MaxBulk: 1024, MaxRequest: 4096, MaxInline: 256})
-		for i := 0; i < 16; i++ {
-			args, err := r.ReadCommand()
+// FuzzParse: limits hold for any input, and a request split anywhere
+// across reads parses exactly as it does whole.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), uint8(3))
+	f.Add([]byte("PING\r\n\r\n*0\r\n*1\r\n$4\r\nPING\r\n"), uint8(1))
+	f.Add([]byte("*1\r\n$-1\r\n"), uint8(5))
+	lim := Limits{MaxArgs: 64, MaxBulk: 1024, MaxRequest: 4096, MaxInline: 256}.withDefaults()
+	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
+		whole := parseAll(t, in, len(in), lim)
+		split := parseAll(t, in, int(step)+1, lim)
+		if whole != split {
+			t.Fatalf("whole input parses as %q, fed %d bytes at a time as %q", whole, int(step)+1, split)
+		}
+	})
+}
+
+// parseAll feeds in to Parse step bytes at a time, as reads would, and
+// returns the commands it found and how it ended.
+func parseAll(t *testing.T, in []byte, step int, lim Limits) string {
+	var out strings.Builder
+	var buf []byte
+	var args [][]byte
+	for fed := 0; fed < len(in); {
+		next := min(len(in), fed+step)
+		buf = append(buf, in[fed:next]...)
+		fed = next
+		for {
+			var n int
+			var err error
+			args, n, err = Parse(buf, lim, args)
 			if err != nil {
-				return
+				if !errors.Is(err, ErrProtocol) {
+					t.Fatalf("error not a protocol error: %v", err)
+				}
+				return out.String() + "error"
+			}
+			if n == 0 {
+				break
+			}
+			if n > len(buf) {
+				t.Fatalf("used %d of %d bytes", n, len(buf))
 			}
 			total := 0
 			for _, a := range args {
 				total += len(a)
 			}
-			if len(args) > 64 || total > 4096 {
+			if len(args) > lim.MaxArgs || total > lim.MaxRequest {
 				t.Fatalf("limits broken: %d args, %d bytes", len(args), total)
 			}
+			if len(args) > 0 {
+				fmt.Fprintf(&out, "%q;", args)
+			}
+			buf = buf[n:]
 		}
-	})
+	}
+	return out.String()
 }
 
 func TestGlob(t *testing.T) {

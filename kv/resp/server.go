@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -30,72 +29,40 @@ type Server struct {
 	Version string
 
 	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
+	loops   []*loop
+	closed  bool
 	started time.Time
 	ids     atomic.Int64
+	next    atomic.Uint64  // round-robin over loops
+	running sync.WaitGroup // loops and the workers they start
 
 	connected, total, commands, rejected atomic.Int64
-}
-
-// Serve accepts clients on ln until it is closed.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	s.mu.Lock()
-	s.conns = map[net.Conn]struct{}{}
-	s.started = time.Now()
-	s.mu.Unlock()
-	s.Limits = s.Limits.withDefaults()
-	if s.WriteTimeout == 0 {
-		s.WriteTimeout = 30 * time.Second
-	}
-	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("resp accept: %w", err)
-		}
-		s.mu.Lock()
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.handle(ctx, c)
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-		}()
-	}
-}
-
-// Close disconnects every client and waits for their goroutines.
-func (s *Server) Close() {
-	s.mu.Lock()
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
 }
 
 // Clients returns the number of connected clients.
 func (s *Server) Clients() int64 { return s.connected.Load() }
 
 type client struct {
-	s       *Server
-	conn    net.Conn
-	w       *Writer
-	id      int64
-	name    string
-	authed  bool
+	s      *Server
+	lp     *loop
+	fd     int
+	remote string
+	w      Writer
+	id     int64
+	name   string
+	authed bool
+	quit   bool
+
+	// Owned by the loop, or by a worker while busy.
+	in           []byte    // bytes read and not yet parsed
+	args         [][]byte  // Parse's table, reused
+	wrote        int       // bytes of w already written
+	busy         bool      // a worker runs its requests
+	closing      bool      // close once the replies are written
+	stalledSince time.Time // replies could not be written since
+
 	cursors map[uint64][]byte
 	nextCur uint64
-	quit    bool
 	scratch []byte // GET's value buffer, reused
 
 	// Pipelined SETs queued in the store, their replies not yet written:
@@ -125,60 +92,56 @@ func (c *client) drain() {
 	c.arena = c.arena[:0]
 }
 
-func (s *Server) handle(ctx context.Context, conn net.Conn) {
-	defer conn.Close()
-	s.connected.Add(1)
-	s.total.Add(1)
-	defer s.connected.Add(-1)
-	r := NewReader(conn, s.Limits)
-	c := &client{s: s, conn: conn, w: NewWriter(&deadlineWriter{c: conn, d: s.WriteTimeout}, s.Limits.ReplyBuffer),
-		id: s.ids.Add(1), authed: s.Password == ""}
-	for {
-		args, err := r.ReadCommand()
+// protocolError answers a malformed request; the client is closed once the
+// reply is written.
+func (c *client) protocolError(err error) {
+	c.s.rejected.Add(1)
+	msg := err.Error() // Redis writes "ERR Protocol error: ..."
+	c.w.Error("ERR P" + msg[1:])
+	c.closing = true
+	c.s.Log.Warn("resp: closing client", "remote", c.remote, "err", err)
+}
+
+// inline reports whether cmd runs on the event loop: it never waits for
+// the committer or walks the store. The others run on a worker goroutine.
+func inline(cmd string) bool {
+	switch cmd {
+	case "PING", "ECHO", "GET", "MGET", "EXISTS", "TTL", "PTTL", "SELECT", "HELLO", "COMMAND", "CONFIG", "CLIENT",
+		"AUTH", "QUIT":
+		return true
+	}
+	_, known := commands[cmd]
+	return !known // an unknown command's error
+}
+
+// runBlocking runs the client's buffered requests on a worker goroutine,
+// where a command may wait. A run of pipelined SETs is queued in the store
+// and shares its commit.
+func (c *client) runBlocking(ctx context.Context) {
+	lim := c.s.Limits
+	data := c.in
+	for !c.quit && !c.closing && c.w.Len() < lim.ReplyBuffer {
+		args, used, err := Parse(data, lim, c.args)
 		if err != nil {
 			c.drain()
-			if errors.Is(err, ErrProtocol) {
-				s.rejected.Add(1)
-				msg := err.Error() // Redis writes "ERR Protocol error: ..."
-				c.w.Error("ERR P" + msg[1:])
-				c.w.Flush()
-				s.Log.Warn("resp: closing client", "remote", conn.RemoteAddr().String(), "err", err)
-			}
-			return
+			c.protocolError(err)
+			data = nil
+			break
 		}
-		s.commands.Add(1)
-		c.canDefer = r.Buffered() > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
-		c.exec(ctx, args)
-		if c.quit {
-			c.w.Flush()
-			return
+		if used == 0 {
+			break
 		}
-		// Pipelining: flush only when no further request is buffered.
-		if r.Buffered() == 0 {
-			c.drain()
-			if err := c.w.Flush(); err != nil {
-				return
-			}
+		data = data[used:]
+		c.args = args[:0]
+		if len(args) == 0 {
+			continue
 		}
+		c.s.commands.Add(1)
+		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
+		c.exec(ctx, commandName(args[0]), args)
 	}
-}
-
-// deadlineWriter gives each write a deadline, so a client that stops
-// reading is dropped instead of holding a goroutine forever. Setting a
-// deadline costs a timer update, so it is moved only once a quarter of it
-// has passed: a client is dropped after 3/4 to all of d without progress.
-type deadlineWriter struct {
-	c   net.Conn
-	d   time.Duration
-	set time.Time // when the deadline was last moved
-}
-
-func (w *deadlineWriter) Write(p []byte) (int, error) {
-	if now := time.Now(); now.Sub(w.set) > w.d/4 {
-		w.c.SetWriteDeadline(now.Add(w.d))
-		w.set = now
-	}
-	return w.c.Write(p)
+	c.drain()
+	c.in = append(c.in[:0], data...)
 }
 
 // commands interns the upper-case names of the commands served, so
@@ -234,9 +197,8 @@ func parseInt(b []byte) (int64, bool) {
 	return n, err == nil
 }
 
-// exec runs one command.
-func (c *client) exec(ctx context.Context, args [][]byte) {
-	cmd := commandName(args[0])
+// exec runs one command; cmd is its name in upper case.
+func (c *client) exec(ctx context.Context, cmd string, args [][]byte) {
 	if !c.authed && cmd != "AUTH" && cmd != "HELLO" && cmd != "QUIT" {
 		c.w.Error("NOAUTH Authentication required.")
 		return
@@ -495,6 +457,29 @@ func b2i(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// setNoWait runs SET on the event loop if the store can take it without
+// waiting (see kv.Store.PutNoWait), and reports whether it did.
+func (c *client) setNoWait(args [][]byte) bool {
+	o, wantGet, errReply := parseSet(args)
+	switch {
+	case errReply != "":
+		c.w.Error(errReply)
+		return true
+	case wantGet:
+		return false
+	}
+	done, err := c.s.Store.PutNoWait(args[1], args[2], o)
+	switch {
+	case !done:
+		return false
+	case err != nil:
+		c.storeErr(err)
+	default:
+		c.w.OK()
+	}
+	return true
 }
 
 func (c *client) set(args [][]byte) {

@@ -1,0 +1,508 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The front end is an epoll event loop, one per usable core, as in Redis:
+// a loop reads every ready client, runs the commands that cannot wait (GET
+// and friends) straight away, then writes every reply of the round. One
+// read and one write per client per round, no goroutine switch per
+// request, and idle clients hold no buffers.
+//
+// A command that waits (writes wait for the committer, except Async SETs
+// the store takes from its cache; SCAN, DBSIZE and INFO walk the store)
+// makes its client busy: the loop stops watching it
+// and a worker goroutine runs its buffered requests (pipelined SETs queued
+// together) and hands it back through an eventfd.
+//
+// Under load the loop polls epoll without sleeping for a few microseconds
+// before it blocks, yielding to other goroutines in between: waking a
+// sleeping core costs more than the poll.
+
+const (
+	readSize  = 64 << 10
+	spinFor   = 20 * time.Microsecond
+	maxEvents = 256
+)
+
+type loop struct {
+	s       *Server
+	ctx     context.Context
+	ep      int
+	wake    int // eventfd: new clients, clients handed back, stop
+	clients map[int32]*client
+	rbuf    []byte
+	evs     []unix.EpollEvent
+	dirty   []*client // have replies to write this round
+	busy    int       // clients with a worker
+	stalled int       // clients whose replies wait for EPOLLOUT
+	checked time.Time // stalled clients last checked against WriteTimeout
+
+	mu       sync.Mutex // guards what other goroutines hand the loop
+	incoming []int
+	back     []*client
+	stop     bool
+	woken    bool
+}
+
+func newLoop(ctx context.Context, s *Server) (*loop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("resp: epoll: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("resp: eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, fmt.Errorf("resp: epoll add: %w", err)
+	}
+	return &loop{s: s, ctx: ctx, ep: ep, wake: wake, clients: map[int32]*client{}, rbuf: make([]byte, readSize),
+		evs: make([]unix.EpollEvent, maxEvents)}, nil
+}
+
+// signalLocked wakes the loop once per batch of news.
+func (lp *loop) signalLocked() {
+	if !lp.woken {
+		lp.woken = true
+		one := uint64(1)
+		unix.Write(lp.wake, (*[8]byte)(unsafe.Pointer(&one))[:])
+	}
+}
+
+func (lp *loop) add(fd int) {
+	lp.mu.Lock()
+	if lp.stop {
+		lp.mu.Unlock()
+		unix.Close(fd)
+		return
+	}
+	lp.incoming = append(lp.incoming, fd)
+	lp.signalLocked()
+	lp.mu.Unlock()
+}
+
+func (lp *loop) giveBack(c *client) {
+	lp.mu.Lock()
+	lp.back = append(lp.back, c)
+	lp.signalLocked()
+	lp.mu.Unlock()
+}
+
+func (lp *loop) shutdown() {
+	lp.mu.Lock()
+	lp.stop = true
+	lp.signalLocked()
+	lp.mu.Unlock()
+}
+
+// Serve accepts clients on ln until it is closed, and serves them on the
+// event loops.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.started = time.Now()
+	s.Limits = s.Limits.withDefaults()
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = 30 * time.Second
+	}
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	for range runtime.GOMAXPROCS(0) {
+		lp, err := newLoop(ctx, s)
+		if err != nil {
+			s.mu.Unlock()
+			s.Close()
+			return err
+		}
+		s.loops = append(s.loops, lp)
+		s.running.Add(1)
+		go func() { defer s.running.Done(); lp.run() }()
+	}
+	loops := s.loops
+	s.mu.Unlock()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("resp accept: %w", err)
+		}
+		remote := conn.RemoteAddr().String()
+		fd, err := takeFD(conn)
+		if err != nil {
+			s.Log.Warn("resp: dropping client", "remote", remote, "err", err)
+			continue
+		}
+		s.connected.Add(1)
+		s.total.Add(1)
+		loops[s.next.Add(1)%uint64(len(loops))].add(fd)
+	}
+}
+
+// takeFD moves an accepted connection's socket out of Go's poller into a
+// non-blocking descriptor of our own.
+func takeFD(conn net.Conn) (int, error) {
+	defer conn.Close()
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("resp: %T has no descriptor", conn)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("resp: dup: %w", derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// Close disconnects every client and waits for the loops and workers.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	loops := s.loops
+	s.mu.Unlock()
+	for _, lp := range loops {
+		lp.shutdown()
+	}
+	s.running.Wait()
+}
+
+func (lp *loop) run() {
+	defer func() {
+		for _, c := range lp.clients {
+			lp.closeClient(c)
+		}
+		unix.Close(lp.wake)
+		unix.Close(lp.ep)
+	}()
+	for {
+		n := lp.poll()
+		stop := false
+		for _, ev := range lp.evs[:n] {
+			if ev.Fd == int32(lp.wake) {
+				stop = lp.news()
+				continue
+			}
+			c := lp.clients[ev.Fd]
+			if c == nil || c.busy {
+				continue
+			}
+			if ev.Events&unix.EPOLLOUT != 0 && c.wrote < c.w.Len() {
+				if lp.writeOut(c) {
+					lp.process(c, c.in) // go on with held-back requests
+					lp.markDirty(c)
+				}
+				continue
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				lp.readFrom(c)
+			}
+		}
+		lp.flush()
+		if stop && lp.busy == 0 {
+			return
+		}
+		if lp.stalled > 0 {
+			lp.dropStalled()
+		}
+	}
+}
+
+// poll waits for events: a short spin of non-blocking polls first, then a
+// blocking wait (with a timeout while stalled clients need watching).
+func (lp *loop) poll() int {
+	var until time.Time
+	for i := 0; ; i++ {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(lp.ep), uintptr(unsafe.Pointer(&lp.evs[0])),
+			uintptr(len(lp.evs)), 0, 0, 0)
+		if e == 0 && r > 0 {
+			return int(r)
+		}
+		if i%8 == 0 {
+			now := time.Now()
+			if i == 0 {
+				until = now.Add(spinFor)
+			} else if now.After(until) {
+				break
+			}
+		}
+		runtime.Gosched()
+	}
+	timeout := -1
+	if lp.stalled > 0 {
+		timeout = 1000
+	}
+	n, err := unix.EpollWait(lp.ep, lp.evs, timeout)
+	if err != nil {
+		return 0 // EINTR
+	}
+	return n
+}
+
+// news takes new clients and clients handed back by workers; it reports
+// whether the server is closing.
+func (lp *loop) news() bool {
+	var b [8]byte
+	unix.Read(lp.wake, b[:])
+	lp.mu.Lock()
+	incoming, back, stop := lp.incoming, lp.back, lp.stop
+	lp.incoming, lp.back, lp.woken = nil, nil, false
+	lp.mu.Unlock()
+	for _, fd := range incoming {
+		if stop {
+			unix.Close(fd)
+			lp.s.connected.Add(-1)
+			continue
+		}
+		c := &client{s: lp.s, lp: lp, fd: fd, id: lp.s.ids.Add(1), authed: lp.s.Password == ""}
+		if sa, err := unix.Getpeername(fd); err == nil {
+			c.remote = sockaddrString(sa)
+		}
+		if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(fd)
+			lp.s.connected.Add(-1)
+			continue
+		}
+		lp.clients[int32(fd)] = c
+	}
+	for _, c := range back {
+		c.busy = false
+		lp.busy--
+		if stop {
+			continue // closed with the rest on the way out
+		}
+		if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)}); err != nil {
+			lp.closeClient(c)
+			continue
+		}
+		lp.process(c, c.in)
+		lp.markDirty(c)
+	}
+	return stop
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return (&net.TCPAddr{IP: a.Addr[:], Port: a.Port}).String()
+	case *unix.SockaddrInet6:
+		return (&net.TCPAddr{IP: a.Addr[:], Port: a.Port}).String()
+	case *unix.SockaddrUnix:
+		return a.Name
+	}
+	return "?"
+}
+
+func (lp *loop) readFrom(c *client) {
+	n, err := rawIO(unix.SYS_READ, c.fd, lp.rbuf)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		return
+	}
+	if n <= 0 {
+		lp.closeClient(c) // EOF or error; its queued writes were drained already
+		return
+	}
+	data := lp.rbuf[:n]
+	if len(c.in) > 0 {
+		c.in = append(c.in, data...)
+		data = c.in
+	}
+	lp.process(c, data)
+	lp.markDirty(c)
+}
+
+// process runs the complete requests in data (which is c.in, or the read
+// buffer) until one must wait, the replies grow past the limit or data
+// runs out; what is left is kept in c.in.
+func (lp *loop) process(c *client, data []byte) {
+	lim := lp.s.Limits
+	for !c.quit && !c.closing && c.w.Len()-c.wrote < lim.ReplyBuffer {
+		args, used, err := Parse(data, lim, c.args)
+		if err != nil {
+			c.protocolError(err)
+			data = nil
+			break
+		}
+		if used == 0 {
+			break
+		}
+		c.args = args[:0]
+		if len(args) == 0 {
+			data = data[used:]
+			continue
+		}
+		cmd := commandName(args[0])
+		switch {
+		case !c.authed:
+			lp.handOff(c, data)
+			return
+		case cmd == "SET":
+			if !c.setNoWait(args) {
+				lp.handOff(c, data)
+				return
+			}
+		case !inline(cmd):
+			lp.handOff(c, data)
+			return
+		default:
+			c.exec(lp.ctx, cmd, args)
+		}
+		data = data[used:]
+		lp.s.commands.Add(1)
+	}
+	c.in = append(c.in[:0], data...)
+	if len(c.in) == 0 && cap(c.in) > readSize {
+		c.in = nil // idle clients hold little
+	}
+}
+
+// handOff gives c, with its requests from data on, to a worker.
+func (lp *loop) handOff(c *client, data []byte) {
+	c.in = append(c.in[:0], data...)
+	// Not watched while busy: the worker owns it.
+	if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_DEL, c.fd, nil); err != nil {
+		lp.closeClient(c)
+		return
+	}
+	c.busy = true
+	lp.busy++
+	lp.s.running.Add(1)
+	go func() {
+		defer lp.s.running.Done()
+		c.runBlocking(lp.ctx)
+		lp.giveBack(c)
+	}()
+}
+
+func (lp *loop) markDirty(c *client) {
+	if !c.busy && (c.w.Len() > c.wrote || c.closing || c.quit) {
+		lp.dirty = append(lp.dirty, c)
+	}
+}
+
+// flush writes the round's replies. A client whose replies are all written
+// goes on with requests it had to hold back.
+func (lp *loop) flush() {
+	for i := 0; i < len(lp.dirty); i++ {
+		c := lp.dirty[i]
+		lp.dirty[i] = nil
+		if c.busy || lp.clients[int32(c.fd)] != c || c.stalledSince != (time.Time{}) {
+			continue
+		}
+		if lp.writeOut(c) && len(c.in) > 0 {
+			lp.process(c, c.in) // go on with held-back requests
+			lp.markDirty(c)
+		}
+	}
+	lp.dirty = lp.dirty[:0]
+}
+
+// writeOut writes c's replies and reports whether all are written and c
+// is still open; what the socket does not take waits for EPOLLOUT, and c's
+// requests wait with it.
+func (lp *loop) writeOut(c *client) bool {
+	for c.wrote < c.w.Len() {
+		n, err := rawIO(unix.SYS_WRITE, c.fd, c.w.buf[c.wrote:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			if c.stalledSince == (time.Time{}) {
+				c.stalledSince = time.Now()
+				lp.stalled++
+				unix.EpollCtl(lp.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(c.fd)})
+			}
+			return false
+		}
+		if err != nil || n <= 0 {
+			lp.closeClient(c)
+			return false
+		}
+		c.wrote += n
+	}
+	c.wrote = 0
+	c.w.buf = c.w.buf[:0]
+	if cap(c.w.buf) > readSize {
+		c.w.buf = nil
+	}
+	if c.stalledSince != (time.Time{}) {
+		c.stalledSince = time.Time{}
+		lp.stalled--
+		unix.EpollCtl(lp.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)})
+	}
+	if c.closing || c.quit {
+		lp.closeClient(c)
+		return false
+	}
+	return true
+}
+
+// dropStalled closes clients that have not read their replies for
+// WriteTimeout, checking once a second.
+func (lp *loop) dropStalled() {
+	now := time.Now()
+	if now.Sub(lp.checked) < time.Second {
+		return
+	}
+	lp.checked = now
+	for _, c := range lp.clients {
+		if c.stalledSince != (time.Time{}) && now.Sub(c.stalledSince) > lp.s.WriteTimeout {
+			lp.s.Log.Warn("resp: dropping a client that does not read its replies", "remote", c.remote)
+			lp.closeClient(c)
+		}
+	}
+}
+
+func (lp *loop) closeClient(c *client) {
+	if lp.clients[int32(c.fd)] != c {
+		return
+	}
+	delete(lp.clients, int32(c.fd))
+	if c.stalledSince != (time.Time{}) {
+		c.stalledSince = time.Time{}
+		lp.stalled--
+	}
+	unix.Close(c.fd)
+	lp.s.connected.Add(-1)
+}
+
+// rawIO reads or writes a non-blocking descriptor without telling the
+// scheduler: it never blocks.
+func rawIO(trap uintptr, fd int, b []byte) (int, error) {
+	r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}

@@ -1,0 +1,20 @@
+//go:build !linux
+
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+)
+
+type loop struct{}
+
+// Serve reports that the RESP front end needs Linux: it is an epoll loop.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return fmt.Errorf("resp: the front end needs Linux epoll: %w", errors.ErrUnsupported)
+}
+
+// Close does nothing where Serve cannot run.
+func (s *Server) Close() {}
