@@ -14,6 +14,7 @@ type collector struct {
 	ops, errs, qps, faults, fences, gen, services *prometheus.Desc
 	kvOps, kvBytes, respClients, udpReqs          *prometheus.Desc
 	kvCommits, kvWrites, kvCacheHits, kvCache     *prometheus.Desc
+	kvFlushes, kvFlushed                          *prometheus.Desc
 	kvCommitTime                                  *prometheus.Desc
 	peerUp, peerBytes, peerFrames, peerRefused    *prometheus.Desc
 }
@@ -30,8 +31,10 @@ func newCollector(a *Agent) *collector {
 		services:     prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (not built or disabled).", []string{"service"}, nil),
 		kvOps:        prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
 		kvBytes:      prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
-		kvCommits:    prometheus.NewDesc("hec_kv_commits_total", "Transactions the store's group committer made (one WAL sync each in sync mode).", nil, nil),
-		kvWrites:     prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes committed in those transactions; writes/commits is the mean group size.", nil, nil),
+		kvCommits:    prometheus.NewDesc("hec_kv_commits_total", "Durable rounds of the store's group committer: log syncs in sync mode, Badger transactions in async mode.", nil, nil),
+		kvWrites:     prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes in those rounds; writes/commits is the mean group size.", nil, nil),
+		kvFlushes:    prometheus.NewDesc("hec_kv_flushes_total", "Badger transactions writing SETs acknowledged from the cache.", nil, nil),
+		kvFlushed:    prometheus.NewDesc("hec_kv_flushed_writes_total", "Writes in those transactions (a key written many times between flushes counts once).", nil, nil),
 		kvCommitTime: prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
 		kvCacheHits:  prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
 		kvCache:      prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
@@ -46,7 +49,7 @@ func newCollector(a *Agent) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs,
-		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime,
+		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime, c.kvFlushes, c.kvFlushed,
 		c.peerUp, c.peerBytes, c.peerFrames, c.peerRefused} {
 		ch <- d
 	}
@@ -81,6 +84,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.kvBytes, prometheus.GaugeValue, float64(s.VlogBytes), "vlog")
 		ch <- prometheus.MustNewConstMetric(c.kvCommits, prometheus.CounterValue, float64(s.Commits))
 		ch <- prometheus.MustNewConstMetric(c.kvWrites, prometheus.CounterValue, float64(s.Writes))
+		ch <- prometheus.MustNewConstMetric(c.kvFlushes, prometheus.CounterValue, float64(s.Flushes))
+		ch <- prometheus.MustNewConstMetric(c.kvFlushed, prometheus.CounterValue, float64(s.Flushed))
 		ch <- prometheus.MustNewConstMetric(c.kvCommitTime, prometheus.CounterValue, s.CommitTime.Seconds())
 		ch <- prometheus.MustNewConstMetric(c.kvCacheHits, prometheus.CounterValue, float64(s.CacheHits))
 		ch <- prometheus.MustNewConstMetric(c.kvCache, prometheus.GaugeValue, float64(s.CacheEntries), "entries")

@@ -23,9 +23,12 @@ import (
 // dirty entry is acknowledged from here, read from here, never evicted,
 // and written to Badger by the committer at its next round, which comes
 // at once for any other write, after the flush interval otherwise, and
-// early when a shard's dirty bytes pass a quarter of its budget. Writers
-// of a shard whose dirty bytes reach half its budget wait for the
-// committer instead. A dirty entry's version comes from the store's own
+// early when a shard's dirty bytes pass dirtyFlush of its budget. Writers
+// of a shard whose dirty bytes would pass dirtyMax of it wait for the
+// committer instead. The share is large on purpose: a key written many
+// times between flushes costs Badger one write, and Badger's write path
+// (skiplist insert, WAL, memtable flush) costs more per write than the
+// rest of a SET. A dirty entry's version comes from the store's own
 // clock, far above Badger's commit timestamps, so a key's version changes
 // with every write and never returns to an earlier value.
 
@@ -33,6 +36,10 @@ const (
 	cacheShards    = 64
 	cacheMaxValue  = 4 << 10
 	cacheEntryCost = 80 // map slot, entry header, slice headers
+
+	// Shares of a shard's budget that dirty entries may hold (eighths).
+	dirtyFlush = 6 // flush now above 3/4
+	dirtyMax   = 7 // writers wait above 7/8
 )
 
 type cacheEntry struct {
@@ -189,33 +196,11 @@ func (c *cache) putDirty(key, value []byte, expires int64, version uint64) (ok, 
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.closed || sh.dirtyBytes+cost > c.perShard/2 {
+	if sh.closed || sh.dirtyBytes+cost > c.perShard*dirtyMax/8 {
 		return false, true
 	}
-	old, had := sh.m[string(key)]
-	if had {
-		sh.bytes -= old.cost()
-		if old.dirty {
-			sh.dirtyBytes -= old.cost()
-		}
-	}
-	if sh.bytes+cost > c.perShard {
-		c.evict(sh, cost, key)
-	}
-	buf := make([]byte, len(key)+len(value))
-	copy(buf, key)
-	copy(buf[len(key):], value)
-	ce := cacheEntry{dirty: true, listed: had && old.listed, buf: buf, klen: uint32(len(key)), version: version,
-		expires: expires}
-	if !ce.listed {
-		ce.listed = true
-		sh.dirty = append(sh.dirty, ce.key())
-	}
-	sh.m[ce.key()] = ce
-	sh.bytes += cost
-	sh.dirtyBytes += cost
-	sh.seq++ // a Badger read that began before this must not fill
-	return true, sh.dirtyBytes > c.perShard/4
+	c.insertDirty(sh, key, value, expires, version, cost)
+	return true, sh.dirtyBytes > c.perShard*dirtyFlush/8
 }
 
 // dirtyEntry is a dirty entry taken for a flush.
@@ -283,7 +268,7 @@ func (c *cache) relist(failed []dirtyEntry) {
 }
 
 // evict drops clean entries (any but key), in map order, until cost more
-// bytes fit the shard; dirty entries are at most half of it.
+// bytes fit the shard; dirty entries are at most dirtyMax eighths of it.
 func (c *cache) evict(sh *cacheShard, cost int64, key []byte) {
 	for k, e := range sh.m {
 		if sh.bytes+cost <= c.perShard {
@@ -295,4 +280,44 @@ func (c *cache) evict(sh *cacheShard, cost int64, key []byte) {
 		delete(sh.m, k)
 		sh.bytes -= e.cost()
 	}
+}
+
+// install puts a logged, synced Sync-mode Put in the cache as a dirty
+// entry, and reports whether the shard's dirty share asks for a flush.
+// Only the committer calls it, so the share may run over by a round.
+func (c *cache) install(key, value []byte, expires int64, version uint64) (full bool) {
+	cost := int64(len(key)+len(value)) + cacheEntryCost
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c.insertDirty(sh, key, value, expires, version, cost)
+	return sh.dirtyBytes > c.perShard*dirtyFlush/8
+}
+
+// insertDirty stores a dirty entry, listed for the next flush, in sh
+// (locked).
+func (c *cache) insertDirty(sh *cacheShard, key, value []byte, expires int64, version uint64, cost int64) {
+	old, had := sh.m[string(key)]
+	if had {
+		sh.bytes -= old.cost()
+		if old.dirty {
+			sh.dirtyBytes -= old.cost()
+		}
+	}
+	if sh.bytes+cost > c.perShard {
+		c.evict(sh, cost, key)
+	}
+	buf := make([]byte, len(key)+len(value))
+	copy(buf, key)
+	copy(buf[len(key):], value)
+	ce := cacheEntry{dirty: true, listed: had && old.listed, buf: buf, klen: uint32(len(key)), version: version,
+		expires: expires}
+	if !ce.listed {
+		ce.listed = true
+		sh.dirty = append(sh.dirty, ce.key())
+	}
+	sh.m[ce.key()] = ce
+	sh.bytes += cost
+	sh.dirtyBytes += cost
+	sh.seq++ // a Badger read that began before this must not fill
 }

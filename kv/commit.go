@@ -21,6 +21,13 @@ import (
 // later write in a group sees the earlier ones (a transaction reads its own
 // pending writes), so INCR twice in one group counts twice.
 //
+// In Sync mode the committer also keeps the store's own log (wal.go): each
+// round's effects — cached SETs taken from the cache, then the queued
+// writes' sets and deletes — are appended with one write and one
+// fdatasync before any writer of the round is acknowledged. Badger itself
+// then runs without syncing, and cached SETs reach Badger only when
+// flushed (coalesced), as in Async mode.
+//
 // A write's apply must return a clean error (the write's own failure, such
 // as ErrExists) only before its first txn.Set or Delete, so a failed write
 // leaves nothing in the group's transaction. Any other error, or a
@@ -29,15 +36,57 @@ import (
 
 // write is one queued write.
 type write struct {
-	apply func(txn *badger.Txn) error
-	keys  [][]byte // keys it may change: the read cache forgets them
-	size  int64    // estimated bytes in the transaction
-	count int64    // entries it may write
+	apply func(txn *wtxn) error
+	put   *cachedPut // a plain Put the cache may take (Sync mode with the log)
+	keys  [][]byte   // keys it may change: the read cache forgets them
+	size  int64      // estimated bytes in the transaction
+	count int64      // entries it may write
 	err   error
 	done  chan struct{}
+
+	installed bool // put went to the cache: nothing to forget
+}
+
+// cachedPut is a plain Put in Sync mode. In a round of nothing but such
+// Puts the committer logs them, syncs the log and then installs them in
+// the cache as dirty entries — visible only once durable — for a later,
+// coalesced flush to Badger. In a round with other writes, which may read
+// them from Badger, apply writes them to Badger instead.
+type cachedPut struct {
+	key, value []byte
+	expires    uint64
 }
 
 var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
+
+// wtxn is the committer's transaction: its sets and deletes are also
+// logged when the store keeps its own log.
+type wtxn struct {
+	*badger.Txn
+	log *wal // nil: none
+}
+
+func (t *wtxn) SetEntry(e *badger.Entry) error {
+	if err := t.Txn.SetEntry(e); err != nil {
+		return err
+	}
+	if t.log != nil {
+		t.log.add(walSet, e.Key, e.Value, e.ExpiresAt)
+	}
+	return nil
+}
+
+func (t *wtxn) Set(key, value []byte) error { return t.SetEntry(badger.NewEntry(key, value)) }
+
+func (t *wtxn) Delete(key []byte) error {
+	if err := t.Txn.Delete(key); err != nil {
+		return err
+	}
+	if t.log != nil {
+		t.log.add(walDelete, key, nil, 0)
+	}
+	return nil
+}
 
 // cleanErr reports whether err is a write's own failure, returned before it
 // wrote anything.
@@ -49,12 +98,14 @@ func cleanErr(err error) bool {
 type committer struct {
 	db    *badger.DB
 	cache *cache // nil: no read cache
+	wal   *wal   // nil: Badger syncs (or nothing does)
 	log   *slog.Logger
 
-	flushEvery time.Duration // how long a dirty cache entry may wait
-	dirty      []dirtyEntry  // taken for this round's flush, reused
-	hasDirty   atomic.Bool   // a dirty entry was written since the last take
-	flushNow   atomic.Bool   // a shard's dirty share is filling up
+	clock      *atomic.Uint64 // the store's versions for cached writes
+	flushEvery time.Duration  // how long a dirty cache entry may wait for Badger
+	unflushed  []dirtyEntry   // dirty entries being flushed, reused
+	hasDirty   atomic.Bool    // a dirty entry was written since the last take
+	flushNow   atomic.Bool    // a shard's dirty share is filling up
 
 	mu      sync.Mutex
 	queue   []*write
@@ -64,12 +115,15 @@ type committer struct {
 
 	maxSize, maxCount int64 // a group's transaction stays under these
 
-	groups, writes atomic.Uint64 // transactions committed, writes in them
-	commitNanos    atomic.Uint64 // time spent in Badger's Commit
+	groups, writes   atomic.Uint64 // rounds made durable (log syncs, or Badger commits without the log), writes in them
+	flushes, flushed atomic.Uint64 // Badger commits of cached writes, the writes in them
+	commitNanos      atomic.Uint64 // time spent in Badger's Commit and the log's sync
 }
 
-func newCommitter(db *badger.DB, c *cache, flushEvery time.Duration, log *slog.Logger) *committer {
-	cm := &committer{db: db, cache: c, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+func newCommitter(db *badger.DB, c *cache, l *wal, clock *atomic.Uint64, flushEvery time.Duration,
+	log *slog.Logger) *committer {
+	cm := &committer{db: db, cache: c, wal: l, clock: clock, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1),
+		stopped: make(chan struct{}),
 		// Half of Badger's limits: Badger's own size estimate of an entry is
 		// a little larger than ours, and a transaction that hits its limit
 		// would have to be redone write by write.
@@ -101,8 +155,8 @@ func (cm *committer) signal() {
 }
 
 // dirtied tells the committer the cache holds a new dirty entry — the
-// first since its last flush starts the flush timer — and with now asks for
-// a flush at once.
+// first since its last take wakes it, to start the flush timer — and with
+// now asks for a flush at once.
 func (cm *committer) dirtied(now bool) {
 	if now {
 		cm.flushNow.Store(true)
@@ -112,24 +166,25 @@ func (cm *committer) dirtied(now bool) {
 	}
 }
 
-// close commits what is queued, stops the committer and waits for it.
+// close commits what is queued, flushes and checkpoints, stops the
+// committer and waits for it.
 func (cm *committer) close() {
 	cm.mu.Lock()
 	already := cm.closed
 	cm.closed = true
 	cm.mu.Unlock()
 	if !already {
-		select {
-		case cm.wake <- struct{}{}:
-		default:
-		}
+		cm.signal()
 	}
 	<-cm.stopped
 }
 
-// run commits rounds: the queued writes, and before them the cache's
-// dirty entries — taken after the queue, so every dirty write acknowledged
-// before a queued write was submitted is in Badger before it applies.
+// run commits rounds. A round takes the queued writes, then the cache's
+// new dirty entries — after the queue, so every cached write acknowledged
+// before a queued write was submitted is applied before it — logs those,
+// flushes cached writes to Badger when due (always before queued writes
+// other than barriers, which may read them), applies the queued writes,
+// makes the log durable and acknowledges everyone.
 func (cm *committer) run() {
 	defer close(cm.stopped)
 	var group []*write
@@ -141,17 +196,26 @@ func (cm *committer) run() {
 		group, cm.queue = cm.queue, group[:0]
 		closed := cm.closed
 		cm.mu.Unlock()
-		if cm.cache != nil && (len(group) > 0 || closed || due || cm.flushNow.Swap(false)) {
-			due = false
-			cm.hasDirty.Store(false)
-			cm.flushDirty(closed && len(group) == 0)
+		last := closed && len(group) == 0
+		real := false // a write that may read Badger
+		for _, w := range group {
+			real = real || w.put == nil || cm.wal == nil
 		}
+		if cm.cache != nil && (real || last || due || cm.flushNow.Swap(false)) {
+			due = false
+			cm.flushDirty(last)
+		}
+		if cm.commitAll(group, !real) {
+			due = true
+		}
+		if last || cm.wal != nil && cm.wal.size > walCheckpoint {
+			cm.checkpoint()
+		}
+		clear(group)
 		if len(group) > 0 {
-			cm.commitAll(group)
-			clear(group)
 			continue
 		}
-		if closed {
+		if last {
 			return
 		}
 		if cm.hasDirty.Load() && !timing {
@@ -174,93 +238,196 @@ func (cm *committer) run() {
 // within the limits; last closes the cache to dirty writes first. A flush
 // that fails leaves its entries dirty, for the next round.
 func (cm *committer) flushDirty(last bool) {
-	cm.dirty = cm.cache.takeDirty(cm.dirty[:0], last)
-	for rest := cm.dirty; len(rest) > 0; {
+	cm.hasDirty.Store(false)
+	cm.unflushed = cm.cache.takeDirty(cm.unflushed[:0], last)
+	for rest := cm.unflushed; len(rest) > 0; {
 		txn := cm.db.NewTransaction(true)
 		n, size := 0, int64(0)
+		var err error
 		for ; n < len(rest) && (n == 0 || (size < cm.maxSize && int64(n) < cm.maxCount)); n++ {
 			d := rest[n]
 			size += entrySize(d.key, d.value)
 			e := badger.NewEntry(d.key, d.value)
 			e.ExpiresAt = uint64(d.expires)
-			if err := txn.SetEntry(e); err != nil {
-				break // too big after all: commit what fits
+			if err = txn.SetEntry(e); err != nil {
+				break
 			}
 		}
-		var err error
 		if n == 0 {
 			txn.Discard()
-			err = errors.New("an entry does not fit a transaction")
 		} else {
 			t0 := time.Now()
 			err = txn.Commit()
 			cm.commitNanos.Add(uint64(time.Since(t0)))
+			cm.flushes.Add(1)
+			cm.flushed.Add(uint64(n))
 		}
-		cm.groups.Add(1)
-		cm.writes.Add(uint64(n))
-		if err != nil {
-			cm.log.Error("kv: flushing cached writes", "entries", n, "err", err)
-			cm.hasDirty.Store(true)
+		if err != nil || n == 0 {
+			cm.log.Error("kv: flushing cached writes to Badger", "entries", len(rest), "err", err)
 			cm.cache.relist(rest)
+			cm.hasDirty.Store(true)
 			break
 		}
 		cm.cache.markClean(rest[:n])
 		rest = rest[n:]
 	}
-	clear(cm.dirty)
+	clear(cm.unflushed)
+	cm.unflushed = cm.unflushed[:0]
 }
 
-// commitAll commits group in as few transactions as the limits allow.
-func (cm *committer) commitAll(group []*write) {
-	for len(group) > 0 {
-		n, size, count := 0, int64(0), int64(0)
-		for n < len(group) && (n == 0 || (size+group[n].size <= cm.maxSize && count+group[n].count <= cm.maxCount)) {
-			size += group[n].size
-			count += group[n].count
-			n++
+// checkpoint makes Badger hold, synced, every effect in the log, then
+// empties the log.
+func (cm *committer) checkpoint() {
+	if cm.wal == nil {
+		return
+	}
+	if cm.cache != nil {
+		cm.flushDirty(false)
+		if cm.hasDirty.Load() {
+			return // a flush failed: the log keeps them
 		}
-		cm.commitGroup(group[:n])
-		group = group[n:]
+	}
+	if err := cm.db.Sync(); err != nil {
+		cm.log.Error("kv: sync Badger for a checkpoint", "err", err)
+		return
+	}
+	if err := cm.wal.reset(); err != nil {
+		cm.log.Error("kv: checkpoint", "err", err)
 	}
 }
 
-func (cm *committer) commitGroup(group []*write) {
-	txn := cm.db.NewTransaction(true)
-	ok := true
+// commitAll commits group in as few transactions as the limits allow,
+// makes the round's log durable, then acknowledges the writes. With
+// onlyPuts (every write a cachedPut) and the log, the Puts are logged and
+// then installed in the cache instead; it reports whether the cache's
+// dirty share asks for a flush.
+func (cm *committer) commitAll(group []*write, onlyPuts bool) (flush bool) {
+	if onlyPuts && cm.wal != nil && cm.cache != nil && len(group) > 0 {
+		for _, w := range group {
+			cm.wal.add(walSet, w.put.key, w.put.value, w.put.expires)
+		}
+		t0 := time.Now()
+		err := cm.wal.commit()
+		cm.commitNanos.Add(uint64(time.Since(t0)))
+		cm.groups.Add(1)
+		cm.writes.Add(uint64(len(group)))
+		for _, w := range group {
+			if err != nil {
+				w.err = err
+				continue
+			}
+			flush = cm.cache.install(w.put.key, w.put.value, int64(w.put.expires), cm.clock.Add(1)) || flush
+			cm.hasDirty.Store(true)
+			w.installed = true
+		}
+		if err != nil {
+			cm.log.Error("kv: log", "err", err)
+		}
+		for _, w := range group {
+			cm.release(w)
+		}
+		return flush
+	}
+	for rest := group; len(rest) > 0; {
+		n, size, count := 0, int64(0), int64(0)
+		for n < len(rest) && (n == 0 || (size+rest[n].size <= cm.maxSize && count+rest[n].count <= cm.maxCount)) {
+			size += rest[n].size
+			count += rest[n].count
+			n++
+		}
+		cm.commitGroup(rest[:n])
+		rest = rest[n:]
+	}
+	if cm.wal != nil {
+		t0 := time.Now()
+		err := cm.wal.commit()
+		cm.commitNanos.Add(uint64(time.Since(t0)))
+		cm.groups.Add(1)
+		cm.writes.Add(uint64(len(group)))
+		if err != nil {
+			cm.log.Error("kv: log", "err", err)
+			for _, w := range group {
+				if w.err == nil {
+					w.err = err
+				}
+			}
+		}
+	}
 	for _, w := range group {
+		cm.release(w)
+	}
+	return false
+}
+
+// commitGroup applies group's writes in one transaction and commits it;
+// on an unclean error it redoes each write alone. The writes are
+// acknowledged by the caller.
+func (cm *committer) commitGroup(group []*write) {
+	txn := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal}
+	mark := 0
+	if cm.wal != nil {
+		mark = cm.wal.mark()
+	}
+	ok, applied := true, 0
+	for _, w := range group {
+		if w.apply == nil {
+			continue
+		}
+		applied++
 		w.err = w.apply(txn)
 		if w.err != nil && !cleanErr(w.err) {
 			ok = false
 			break
 		}
 	}
+	if applied == 0 {
+		txn.Discard()
+		return
+	}
 	if ok {
 		t0 := time.Now()
 		err := txn.Commit()
 		cm.commitNanos.Add(uint64(time.Since(t0)))
-		cm.groups.Add(1)
-		cm.writes.Add(uint64(len(group)))
+		if cm.wal == nil {
+			cm.groups.Add(1)
+			cm.writes.Add(uint64(applied))
+		}
+		if err != nil && cm.wal != nil {
+			cm.wal.cut(mark) // not applied: not logged either
+		}
 		for _, w := range group {
 			if err != nil && w.err == nil {
 				w.err = err
 			}
-			cm.release(w)
 		}
 		return
 	}
 	// Redo each write in its own transaction.
 	txn.Discard()
+	if cm.wal != nil {
+		cm.wal.cut(mark)
+	}
 	for _, w := range group {
-		t := cm.db.NewTransaction(true)
+		if w.apply == nil {
+			continue
+		}
+		t := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal}
+		if cm.wal != nil {
+			mark = cm.wal.mark()
+		}
 		w.err = w.apply(t)
 		if w.err == nil {
 			w.err = t.Commit()
 		} else {
 			t.Discard()
 		}
-		cm.groups.Add(1)
-		cm.writes.Add(1)
-		cm.release(w)
+		if w.err != nil && cm.wal != nil {
+			cm.wal.cut(mark)
+		}
+		if cm.wal == nil {
+			cm.groups.Add(1)
+			cm.writes.Add(1)
+		}
 	}
 }
 
@@ -268,7 +435,7 @@ func (cm *committer) commitGroup(group []*write) {
 // reader that missed before it cannot cache the old value — and wakes its
 // writer.
 func (cm *committer) release(w *write) {
-	if cm.cache != nil {
+	if cm.cache != nil && !w.installed {
 		for _, k := range w.keys {
 			cm.cache.forget(k)
 		}

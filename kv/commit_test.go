@@ -182,12 +182,12 @@ func TestWriteBack(t *testing.T) {
 	for i := range 100 {
 		put(fmt.Sprintf("wb%03d", i), fmt.Sprint(i))
 	}
-	if st := s.Stats(); st.Writes >= 100 {
-		t.Fatalf("all %d writes reached Badger at once: not acknowledged from the cache", st.Writes)
+	if st := s.Stats(); st.Flushed >= 100 {
+		t.Fatalf("all %d writes reached Badger at once: not acknowledged from the cache", st.Flushed)
 	}
-	for deadline := time.Now().Add(5 * time.Second); s.Stats().Writes < 100; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); s.Stats().Flushed < 100; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the flush interval only %d of 100 writes reached Badger", s.Stats().Writes)
+			t.Fatalf("after the flush interval only %d of 100 writes reached Badger", s.Stats().Flushed)
 		}
 	}
 	// A queued write sees the cached writes before it; a cached write after

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -126,8 +127,11 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Sync mode keeps its own log (wal.go) and lets Badger write without
+	// syncing; without a disk there is nothing to sync.
+	useWAL := cfg.durability == Sync && !cfg.inMemory
 	bo := badger.DefaultOptions(dir).
-		WithSyncWrites(cfg.durability == Sync).
+		WithSyncWrites(false).
 		WithMemTableSize(cfg.memtable).
 		WithNumMemtables(cfg.memtables).
 		WithNumLevelZeroTables(2).
@@ -147,15 +151,70 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
+	var l *wal
+	if useWAL {
+		if l, err = recoverWAL(db, filepath.Join(dir, walName), log); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	s := &Store{db: db, cfg: cfg}
 	if cfg.cacheBytes > 0 {
 		s.cache = newCache(cfg.cacheBytes)
 	}
-	// Versions of writes acknowledged from the cache: far above Badger's
-	// commit timestamps (one per transaction), so they never meet.
-	s.clock.Store(max(db.MaxVersion(), 1) << 40)
-	s.commit = newCommitter(db, s.cache, cfg.flushEvery, log)
+	// Versions of writes acknowledged from the cache: the top bit set, so
+	// never one of Badger's commit timestamps, and counting on from the
+	// time in nanoseconds, which a restart's new start outruns.
+	s.clock.Store(1<<63 | uint64(time.Now().UnixNano())&(1<<63-1))
+	s.commit = newCommitter(db, s.cache, l, &s.clock, cfg.flushEvery, log)
 	return s, nil
+}
+
+// recoverWAL opens the store's log and replays it onto Badger: effects of
+// acknowledged writes that Badger lost in a crash come back. Badger then
+// syncs and the log starts empty.
+func recoverWAL(db *badger.DB, path string, log *slog.Logger) (*wal, error) {
+	l, err := openWAL(path)
+	if err != nil {
+		return nil, err
+	}
+	txn := db.NewTransaction(true)
+	var size, count int64
+	n, err := l.replay(func(r walRecord) error {
+		if size+entrySize(r.key, r.value) > db.MaxBatchSize()/2 || count+1 > db.MaxBatchCount()/2 {
+			if err := txn.Commit(); err != nil {
+				return err
+			}
+			txn, size, count = db.NewTransaction(true), 0, 0
+		}
+		size += entrySize(r.key, r.value)
+		count++
+		if r.op == walDelete {
+			return txn.Delete(bytes.Clone(r.key))
+		}
+		e := badger.NewEntry(bytes.Clone(r.key), bytes.Clone(r.value))
+		e.ExpiresAt = r.expires
+		return txn.SetEntry(e)
+	})
+	if err == nil {
+		err = txn.Commit()
+	} else {
+		txn.Discard()
+	}
+	if err == nil {
+		err = db.Sync()
+	}
+	if err == nil {
+		err = l.reset()
+	}
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("kv: replay the log: %w", err)
+	}
+	if n > 0 {
+		log.Info("kv: replayed the log", "records", n)
+	}
+	return l, nil
 }
 
 // MemoryBudget is the memory the store is configured to hold at most in
@@ -173,7 +232,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.commit.close()
-	return s.db.Close()
+	err := s.db.Close()
+	if s.commit.wal != nil {
+		err = errors.Join(err, s.commit.wal.close())
+	}
+	return err
 }
 
 // Entry is a stored value with what a cache needs to know about it.
@@ -200,7 +263,7 @@ func (s *Store) view(f func(txn *badger.Txn) error) error {
 // update runs f in the committer's transaction (see commit.go): writes
 // are serialised, so read-modify-write ops are atomic. keys are those f may
 // change; size and count bound what f adds to the transaction.
-func (s *Store) update(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) error {
+func (s *Store) update(keys [][]byte, size, count int64, f func(txn *wtxn) error) error {
 	return s.start(keys, size, count, f).Wait()
 }
 
@@ -209,9 +272,14 @@ type Pending struct{ w *write }
 
 // start queues a write for the committer and returns at once. Once the
 // store is closed the committer refuses it: ErrClosed.
-func (s *Store) start(keys [][]byte, size, count int64, f func(txn *badger.Txn) error) Pending {
+func (s *Store) start(keys [][]byte, size, count int64, f func(txn *wtxn) error) Pending {
+	return s.startPut(nil, keys, size, count, f)
+}
+
+// startPut is start for a Put the committer may take into the cache.
+func (s *Store) startPut(put *cachedPut, keys [][]byte, size, count int64, f func(txn *wtxn) error) Pending {
 	w := writePool.Get().(*write)
-	w.apply, w.keys, w.size, w.count = f, keys, size, count
+	w.apply, w.put, w.keys, w.size, w.count = f, put, keys, size, count
 	if err := s.commit.submit(w); err != nil {
 		return failed(w, err)
 	}
@@ -329,7 +397,8 @@ func (s *Store) PutNoWait(key, value []byte, o PutOptions) (done bool, err error
 }
 
 // putCached acknowledges an Async plain Put from the cache (see cache.go),
-// and reports whether it could.
+// and reports whether it could. (Sync plain Puts go through the committer,
+// which may put them in the cache once logged: putWrite.)
 func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	if s.cfg.durability != Async || s.cache == nil || o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior ||
 		s.closed.Load() {
@@ -353,10 +422,10 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 // go to Badger past the cache (scans): it waits for a committer round,
 // which flushes the cache's dirty entries.
 func (s *Store) settle() error {
-	if s.cfg.durability != Async || s.cache == nil {
+	if s.cache == nil {
 		return nil
 	}
-	return s.update(nil, 0, 0, func(*badger.Txn) error { return nil })
+	return s.update(nil, 0, 0, func(*wtxn) error { return nil })
 }
 
 // PutAsync queues a Put (ReturnPrior ignored) and returns at once: a
@@ -385,7 +454,14 @@ func checkPut(key, value []byte) error {
 
 func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pending {
 	s.puts.Add(1)
-	return s.start([][]byte{key}, entrySize(key, value), 1, func(txn *badger.Txn) error {
+	var put *cachedPut
+	if s.cache != nil && !(o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior) && len(value) <= cacheMaxValue {
+		put = &cachedPut{key: key, value: value}
+		if o.TTL > 0 {
+			put.expires = expiresAt(o.TTL)
+		}
+	}
+	return s.startPut(put, [][]byte{key}, entrySize(key, value), 1, func(txn *wtxn) error {
 		var prior []byte
 		if priorOut != nil {
 			*priorOut = nil
@@ -443,7 +519,7 @@ func (s *Store) Delete(keys ...[]byte) (int, error) {
 		size += entrySize(k, nil)
 	}
 	s.dels.Add(uint64(len(keys)))
-	err := s.update(keys, size, int64(len(keys)), func(txn *badger.Txn) error {
+	err := s.update(keys, size, int64(len(keys)), func(txn *wtxn) error {
 		n = 0
 		for _, k := range keys {
 			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
@@ -468,7 +544,7 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 		return false, err
 	}
 	found := false
-	err := s.update([][]byte{key}, entrySize(key, nil), 1, func(txn *badger.Txn) error {
+	err := s.update([][]byte{key}, entrySize(key, nil), 1, func(txn *wtxn) error {
 		item, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			found = false
@@ -498,7 +574,7 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	err := s.update([][]byte{key}, entrySize(key, nil)+20, 1, func(txn *badger.Txn) error {
+	err := s.update([][]byte{key}, entrySize(key, nil)+20, 1, func(txn *wtxn) error {
 		var cur int64
 		var exp uint64
 		item, err := txn.Get(key)
@@ -535,7 +611,7 @@ func (s *Store) CompareAndSwap(key, old, new []byte) error {
 		return err
 	}
 	s.puts.Add(1)
-	return s.update([][]byte{key}, entrySize(key, new), 1, func(txn *badger.Txn) error {
+	return s.update([][]byte{key}, entrySize(key, new), 1, func(txn *wtxn) error {
 		item, err := txn.Get(key)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
@@ -583,7 +659,7 @@ func (s *Store) Batch(ops []Op) error {
 		size += entrySize(o.Key, o.Value)
 	}
 	s.puts.Add(uint64(len(ops)))
-	return s.update(keys, size, int64(len(ops)), func(txn *badger.Txn) error {
+	return s.update(keys, size, int64(len(ops)), func(txn *wtxn) error {
 		for _, o := range ops {
 			var err error
 			if o.Delete {
@@ -677,10 +753,14 @@ type Stats struct {
 	LSMBytes, VlogBytes                int64
 	MemoryBudget                       int64
 	Durability                         string
-	// Commits are the transactions the committer made for Writes writes:
-	// Writes/Commits is the mean group size.
-	Commits, Writes uint64
-	CommitTime      time.Duration // spent committing them
+	// Commits are the durable rounds the committer made — log syncs in
+	// Sync mode, Badger transactions in Async mode — for Writes writes:
+	// Writes/Commits is the mean group size. Flushes are the Badger
+	// transactions that wrote Flushed writes acknowledged from the cache
+	// (several writes of a key between flushes cost one).
+	Commits, Writes  uint64
+	Flushes, Flushed uint64
+	CommitTime       time.Duration // spent committing and syncing
 	// The read cache: entries, bytes held and hits so far.
 	CacheEntries int
 	CacheBytes   int64
@@ -692,7 +772,8 @@ func (s *Store) Stats() Stats {
 	lsm, vlog := s.db.Size()
 	st := Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
 		Misses: s.misses.Load(), LSMBytes: lsm, VlogBytes: vlog, MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String(),
-		Commits: s.commit.groups.Load(), Writes: s.commit.writes.Load(), CommitTime: time.Duration(s.commit.commitNanos.Load())}
+		Commits: s.commit.groups.Load(), Writes: s.commit.writes.Load(),
+		Flushes: s.commit.flushes.Load(), Flushed: s.commit.flushed.Load(), CommitTime: time.Duration(s.commit.commitNanos.Load())}
 	if s.cache != nil {
 		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()
 	}
