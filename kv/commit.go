@@ -44,7 +44,9 @@ type write struct {
 	err   error
 	done  chan struct{}
 
-	installed bool // put went to the cache: nothing to forget
+	installed bool                   // put went to the cache: nothing to forget
+	finished  atomic.Bool            // released
+	notify    atomic.Pointer[func()] // run once released (Pending.Notify)
 }
 
 // cachedPut is a plain Put in Sync mode. In a round of nothing but such
@@ -440,5 +442,10 @@ func (cm *committer) release(w *write) {
 			cm.cache.forget(k)
 		}
 	}
+	w.finished.Store(true)
+	f := w.notify.Swap(nil)
 	w.done <- struct{}{}
+	if f != nil {
+		(*f)()
+	}
 }

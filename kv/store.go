@@ -289,8 +289,21 @@ func (s *Store) startPut(put *cachedPut, keys [][]byte, size, count int64, f fun
 // failed is a Pending already done with err.
 func failed(w *write, err error) Pending {
 	w.err = err
+	w.finished.Store(true)
 	w.done <- struct{}{}
 	return Pending{w}
+}
+
+// Notify arranges for f to run once the write is done, so an event loop
+// can wait for it without blocking: f runs on the committer (it must not
+// block), or at once here if the write is done already. Call Wait after.
+func (p Pending) Notify(f func()) {
+	p.w.notify.Store(&f)
+	if p.w.finished.Load() {
+		if g := p.w.notify.Swap(nil); g != nil {
+			(*g)()
+		}
+	}
 }
 
 // Wait waits until the write is committed — on disk in Sync mode — and
@@ -298,7 +311,9 @@ func failed(w *write, err error) Pending {
 func (p Pending) Wait() error {
 	<-p.w.done
 	err := p.w.err
-	*p.w = write{done: p.w.done}
+	done := p.w.done
+	*p.w = write{}
+	p.w.done = done
 	writePool.Put(p.w)
 	return err
 }

@@ -297,6 +297,16 @@ func (lp *loop) news() bool {
 		lp.clients[int32(fd)] = c
 	}
 	for _, c := range back {
+		if c.parked {
+			if lp.clients[int32(c.fd)] != c {
+				c.parked = false // closed while parked
+				lp.busy--
+				c.drain()
+				continue
+			}
+			lp.unpark(c)
+			continue
+		}
 		c.busy = false
 		lp.busy--
 		if stop {
@@ -334,9 +344,16 @@ func (lp *loop) readFrom(c *client) {
 		return
 	}
 	data := lp.rbuf[:n]
-	if len(c.in) > 0 {
+	if len(c.in) > 0 || c.parked {
 		c.in = append(c.in, data...)
 		data = c.in
+	}
+	if c.parked {
+		if len(c.in) > 4*readSize && !c.inOff {
+			c.inOff = true // enough held: stop reading until the commit
+			unix.EpollCtl(lp.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Fd: int32(c.fd)})
+		}
+		return
 	}
 	lp.process(c, data)
 	lp.markDirty(c)
@@ -346,6 +363,10 @@ func (lp *loop) readFrom(c *client) {
 // buffer) until one must wait, the replies grow past the limit or data
 // runs out; what is left is kept in c.in.
 func (lp *loop) process(c *client, data []byte) {
+	if c.parked {
+		c.in = append(c.in[:0], data...)
+		return // goes on when its SETs are committed
+	}
 	lim := lp.s.Limits
 	for !c.quit && !c.closing && c.w.Len()-c.wrote < lim.ReplyBuffer {
 		args, used, err := Parse(data, lim, c.args)
@@ -364,15 +385,14 @@ func (lp *loop) process(c *client, data []byte) {
 		}
 		cmd := commandName(args[0])
 		switch {
-		case !c.authed:
-			lp.handOff(c, data)
+		case cmd == "SET" && c.authed && len(c.pending) == 0 && c.setNoWait(args):
+		case cmd == "SET" && c.authed && c.queueSet(args):
+		case len(c.pending) > 0:
+			// Anything else waits for the queued SETs: it may read them,
+			// and its reply comes after theirs.
+			lp.park(c, data)
 			return
-		case cmd == "SET":
-			if !c.setNoWait(args) {
-				lp.handOff(c, data)
-				return
-			}
-		case !inline(cmd):
+		case !c.authed || cmd == "SET" || !inline(cmd):
 			lp.handOff(c, data)
 			return
 		default:
@@ -381,10 +401,42 @@ func (lp *loop) process(c *client, data []byte) {
 		data = data[used:]
 		lp.s.commands.Add(1)
 	}
+	if len(c.pending) > 0 {
+		lp.park(c, data)
+		return
+	}
 	c.in = append(c.in[:0], data...)
 	if len(c.in) == 0 && cap(c.in) > readSize {
 		c.in = nil // idle clients hold little
 	}
+}
+
+// park keeps c, with its requests from data on, until its queued SETs are
+// committed: the last one's notification hands it back to the loop. Its
+// socket is still read, up to a bound, so a pipelining client is not
+// stalled by the kernel's buffers; its requests wait.
+func (lp *loop) park(c *client, data []byte) {
+	c.in = append(c.in[:0], data...)
+	c.parked = true
+	lp.busy++ // Close waits for the commit, as for a worker
+	c.pending[len(c.pending)-1].Notify(func() { lp.giveBack(c) })
+}
+
+// unpark writes the replies of c's committed SETs and goes on with its
+// requests.
+func (lp *loop) unpark(c *client) {
+	c.parked = false
+	lp.busy--
+	c.drain() // all committed: writes of one client commit in order
+	if c.inOff {
+		c.inOff = false
+		if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)}); err != nil {
+			lp.closeClient(c)
+			return
+		}
+	}
+	lp.process(c, c.in)
+	lp.markDirty(c)
 }
 
 // handOff gives c, with its requests from data on, to a worker.

@@ -58,6 +58,8 @@ type client struct {
 	args         [][]byte  // Parse's table, reused
 	wrote        int       // bytes of w already written
 	busy         bool      // a worker runs its requests
+	parked       bool      // waits for its queued SETs (the loop's)
+	inOff        bool      // parked, holding enough: its socket is not watched
 	closing      bool      // close once the replies are written
 	stalledSince time.Time // replies could not be written since
 
@@ -457,6 +459,27 @@ func b2i(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// queueSet queues SET in the store (the loop parks the client once its
+// run of requests ends) and reports whether it could: not a SET ... GET,
+// which needs the prior value, nor a bad one, whose error must not
+// overtake replies still queued, nor past the bounds.
+func (c *client) queueSet(args [][]byte) bool {
+	if len(c.pending) >= maxPending || len(c.arena) >= maxPendingBytes {
+		return false
+	}
+	o, wantGet, errReply := parseSet(args)
+	if wantGet || errReply != "" {
+		return false
+	}
+	// Copies of key and value: the read buffer moves on.
+	start := len(c.arena)
+	c.arena = append(append(c.arena, args[1]...), args[2]...)
+	key := c.arena[start : start+len(args[1]) : start+len(args[1])]
+	value := c.arena[start+len(args[1]):]
+	c.pending = append(c.pending, c.s.Store.PutAsync(key, value, o))
+	return true
 }
 
 // setNoWait runs SET on the event loop if the store can take it without
