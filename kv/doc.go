@@ -6,20 +6,25 @@
 // # Durability
 //
 // Sync (the default) acknowledges a write only after it is on disk. Every
-// write goes through one committer goroutine (commit.go) that applies all
-// writes queued meanwhile in one Badger transaction and commits it once, so
-// concurrent writers — and a client's pipelined SETs, queued with PutAsync
-// — share one WAL sync. Async acknowledges once the write is in Badger's
-// memtable; a crash or power cut can lose the last writes. Sync is the
-// default because a store that loses acknowledged writes surprises its
-// users; async is for caches.
+// write goes through one committer goroutine (commit.go) that takes all
+// writes queued meanwhile — concurrent writers', and a client's pipelined
+// SETs, queued with PutAsync — applies them in order and makes the round
+// durable once: in Sync mode by appending its effects to the store's own
+// log with one write and one fdatasync (wal.go), Badger running unsynced;
+// the log is replayed onto Badger when the store opens. Async acknowledges
+// from memory; a crash or power cut loses up to the flush interval (1s) of
+// writes. Sync is the default because a store that loses acknowledged
+// writes surprises its users; async is for caches.
 //
-// # Reads
+// # Reads and write-back
 //
-// Gets go through a read cache of recent entries, hits and misses both
+// Gets go through a cache of recent entries, hits and misses both
 // (cache.go), in front of Badger's memtable skiplist. A per-shard sequence
 // keeps it from ever returning a value older than the last write
-// acknowledged before the Get began.
+// acknowledged before the Get began. Plain Puts are written back: held
+// dirty in the cache (Async: at once; Sync: once logged) and flushed to
+// Badger by the committer, coalesced, within the flush interval, before
+// any other write or scan, or early when the dirty share fills.
 //
 // # Memory
 //
@@ -30,7 +35,10 @@
 //
 // # What the XDP fast path needs
 //
-// Every entry has a version (Badger's commit timestamp, which grows with
-// every write of the key) and an expiry; Get returns both, so a cache of hot
-// keys outside the store can tell a stale copy from a fresh one.
+// Every entry has a version — Badger's commit timestamp, or for a write
+// held in the cache the store's own clock, with the top bit set — which
+// changes with every write of the key and never returns to an earlier
+// value, and an expiry; Get returns both, so a cache of hot keys outside
+// the store can tell a stale copy from a fresh one by comparing versions
+// for equality.
 package kv

@@ -9,9 +9,13 @@
 // "NOAUTH ...", "NOPROTO ..."). Expiry has the store's one-second resolution:
 // a key lives at least its TTL and at most a second more.
 //
-// Every request is read with limits (arguments per command, bytes per
-// argument, bytes per request); a client that breaks them gets an error and
-// is disconnected, others are not disturbed. Replies go through a bounded
-// buffer and a write deadline, so a client that does not read holds at most
-// that much memory before it is dropped.
+// Clients are served by epoll event loops, one per core (loop_linux.go):
+// commands that cannot wait run on the loop, queued SETs park their client
+// until the committer notifies, other writes and scans run on a worker
+// goroutine. Every request is parsed with limits (arguments per command,
+// bytes per argument, bytes per request); a client that breaks them gets
+// an error and is disconnected, others are not disturbed. A client's
+// requests wait while its unwritten replies pass Limits.ReplyBuffer, and a
+// client that reads none for WriteTimeout is dropped, so one that does not
+// read holds bounded memory.
 package resp

@@ -244,7 +244,7 @@ func (lp *loop) run() {
 func (lp *loop) poll() int {
 	var until time.Time
 	for i := 0; ; i++ {
-		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(lp.ep), uintptr(unsafe.Pointer(&lp.evs[0])),
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(lp.ep), uintptr(unsafe.Pointer(&lp.evs[0])),
 			uintptr(len(lp.evs)), 0, 0, 0)
 		if e == 0 && r > 0 {
 			return int(r)
