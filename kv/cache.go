@@ -73,6 +73,7 @@ type cacheShard struct {
 }
 
 type cache struct {
+	log      *wal // Async mode: dirty writes log themselves (nil otherwise)
 	seed     maphash.Seed
 	perShard int64
 	shards   [cacheShards]cacheShard
@@ -160,12 +161,18 @@ func (c *cache) fill(key []byte, e Entry, absent bool, seq uint64) {
 // Badger before the write that calls this is refused. A dirty entry stays:
 // it was written after the committed write (the committer flushes dirty
 // entries before the writes of its round).
+//
+// In Async mode that dirty entry's log record may precede the committed
+// write's; it is logged again after it, so the log replays to what the
+// cache holds.
 func (c *cache) forget(key []byte) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	if old, ok := sh.m[string(key)]; ok && !old.dirty {
 		delete(sh.m, string(key))
 		sh.bytes -= old.cost()
+	} else if ok && c.log != nil {
+		c.log.addShared(walSet, key, old.value(), uint64(old.expires))
 	}
 	sh.seq++
 	sh.mu.Unlock()
@@ -188,19 +195,24 @@ func (c *cache) stats() (entries int, bytes int64, hits uint64) {
 // committer. It reports false — the caller takes the committer's path —
 // when the value is too big to cache, the shard holds its share of dirty
 // bytes or the store is closing; wake says the committer should flush now.
-func (c *cache) putDirty(key, value []byte, expires int64, version uint64) (ok, wake bool) {
-	if len(value) > cacheMaxValue {
-		return false, false
+func (c *cache) putDirty(key, value []byte, expires int64, version uint64) (ok, wake, logged bool) {
+	if len(value) > cacheMaxValue || c.log != nil && c.log.pending.Load() > walMaxShared {
+		return false, false, false
 	}
 	cost := int64(len(key)+len(value)) + cacheEntryCost
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed || sh.dirtyBytes+cost > c.perShard*dirtyMax/8 {
-		return false, true
+		return false, true, false
 	}
 	c.insertDirty(sh, key, value, expires, version, cost)
-	return true, sh.dirtyBytes > c.perShard*dirtyFlush/8
+	if c.log != nil {
+		// Under the shard's lock: the log has a key's writes in the order
+		// the cache took them.
+		logged = c.log.addShared(walSet, key, value, uint64(expires))
+	}
+	return true, sh.dirtyBytes > c.perShard*dirtyFlush/8, logged
 }
 
 // dirtyEntry is a dirty entry taken for a flush.
@@ -282,15 +294,20 @@ func (c *cache) evict(sh *cacheShard, cost int64, key []byte) {
 	}
 }
 
-// install puts a logged, synced Sync-mode Put in the cache as a dirty
-// entry, and reports whether the shard's dirty share asks for a flush.
+// install puts a Put the committer took in the cache as a dirty entry —
+// in Sync mode once logged and synced; with logIt (Async) it logs itself
+// as putDirty does — and reports whether the shard's dirty share asks for
+// a flush.
 // Only the committer calls it, so the share may run over by a round.
-func (c *cache) install(key, value []byte, expires int64, version uint64) (full bool) {
+func (c *cache) install(key, value []byte, expires int64, version uint64, logIt bool) (full bool) {
 	cost := int64(len(key)+len(value)) + cacheEntryCost
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	c.insertDirty(sh, key, value, expires, version, cost)
+	if logIt && c.log != nil {
+		c.log.addShared(walSet, key, value, uint64(expires))
+	}
 	return sh.dirtyBytes > c.perShard*dirtyFlush/8
 }
 

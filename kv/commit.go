@@ -1,8 +1,10 @@
 package kv
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,12 +23,12 @@ import (
 // later write in a group sees the earlier ones (a transaction reads its own
 // pending writes), so INCR twice in one group counts twice.
 //
-// In Sync mode the committer also keeps the store's own log (wal.go): each
-// round's effects — cached SETs taken from the cache, then the queued
-// writes' sets and deletes — are appended with one write and one
-// fdatasync before any writer of the round is acknowledged. Badger itself
-// then runs without syncing, and cached SETs reach Badger only when
-// flushed (coalesced), as in Async mode.
+// The committer also keeps the store's own log (wal.go): each round's
+// effects — the queued writes' sets and deletes, after the records
+// writers appended themselves (Async cached Puts) — are appended with one
+// write, and in Sync mode one fdatasync, before any writer of the round is
+// acknowledged. Badger itself runs without syncing, and plain Puts held in
+// the cache reach Badger only when flushed (coalesced).
 //
 // A write's apply must return a clean error (the write's own failure, such
 // as ErrExists) only before its first txn.Set or Delete, so a failed write
@@ -98,10 +100,11 @@ func cleanErr(err error) bool {
 }
 
 type committer struct {
-	db    *badger.DB
-	cache *cache // nil: no read cache
-	wal   *wal   // nil: Badger syncs (or nothing does)
-	log   *slog.Logger
+	db      *badger.DB
+	cache   *cache // nil: no read cache
+	wal     *wal   // nil: in memory, nothing to log
+	syncLog bool   // Sync mode: each round's log is synced before acknowledging
+	log     *slog.Logger
 
 	clock      *atomic.Uint64 // the store's versions for cached writes
 	flushEvery time.Duration  // how long a dirty cache entry may wait for Badger
@@ -122,9 +125,9 @@ type committer struct {
 	commitNanos      atomic.Uint64 // time spent in Badger's Commit and the log's sync
 }
 
-func newCommitter(db *badger.DB, c *cache, l *wal, clock *atomic.Uint64, flushEvery time.Duration,
+func newCommitter(db *badger.DB, c *cache, l *wal, syncLog bool, clock *atomic.Uint64, flushEvery time.Duration,
 	log *slog.Logger) *committer {
-	cm := &committer{db: db, cache: c, wal: l, clock: clock, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1),
+	cm := &committer{db: db, cache: c, wal: l, syncLog: syncLog && l != nil, clock: clock, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		// Half of Badger's limits: Badger's own size estimate of an entry is
 		// a little larger than ours, and a transaction that hits its limit
@@ -190,9 +193,11 @@ func (cm *committer) close() {
 func (cm *committer) run() {
 	defer close(cm.stopped)
 	var group []*write
-	timer := time.NewTimer(time.Hour)
+	timer := time.NewTimer(time.Hour) // the flush interval
 	timer.Stop()
-	timing, due := false, false
+	logTimer := time.NewTimer(time.Hour) // writers' log records waiting
+	logTimer.Stop()
+	timing, due, logTiming, logDue := false, false, false, false
 	for {
 		cm.mu.Lock()
 		group, cm.queue = cm.queue, group[:0]
@@ -207,7 +212,12 @@ func (cm *committer) run() {
 			due = false
 			cm.flushDirty(last)
 		}
-		if cm.commitAll(group, !real) {
+		// Writers' log records go out with any round of writes (ahead of
+		// its own), else once they waited walWriteEvery or pile up.
+		writeShared := len(group) > 0 || logDue || last ||
+			cm.wal != nil && cm.wal.pending.Load() >= walWriteSoon
+		logDue = false
+		if cm.commitAll(group, !real, writeShared) {
 			due = true
 		}
 		if last || cm.wal != nil && cm.wal.size > walCheckpoint {
@@ -224,13 +234,22 @@ func (cm *committer) run() {
 			timer.Reset(cm.flushEvery)
 			timing = true
 		}
-		if !timing {
-			<-cm.wake
-			continue
+		if cm.wal != nil && cm.wal.pending.Load() > 0 && !logTiming {
+			logTimer.Reset(walWriteEvery)
+			logTiming = true
+		}
+		var logC, flushC <-chan time.Time
+		if logTiming {
+			logC = logTimer.C
+		}
+		if timing {
+			flushC = timer.C
 		}
 		select {
 		case <-cm.wake:
-		case <-timer.C:
+		case <-logC:
+			logTiming, logDue = false, true
+		case <-flushC:
 			timing, due = false, true
 		}
 	}
@@ -242,6 +261,9 @@ func (cm *committer) run() {
 func (cm *committer) flushDirty(last bool) {
 	cm.hasDirty.Store(false)
 	cm.unflushed = cm.cache.takeDirty(cm.unflushed[:0], last)
+	// In key order: consecutive inserts into Badger's skiplist then walk
+	// mostly the same, cached, nodes — the walk is most of a write's cost.
+	slices.SortFunc(cm.unflushed, func(a, b dirtyEntry) int { return bytes.Compare(a.key, b.key) })
 	for rest := cm.unflushed; len(rest) > 0; {
 		txn := cm.db.NewTransaction(true)
 		n, size := 0, int64(0)
@@ -303,27 +325,33 @@ func (cm *committer) checkpoint() {
 // onlyPuts (every write a cachedPut) and the log, the Puts are logged and
 // then installed in the cache instead; it reports whether the cache's
 // dirty share asks for a flush.
-func (cm *committer) commitAll(group []*write, onlyPuts bool) (flush bool) {
+func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flush bool) {
 	if onlyPuts && cm.wal != nil && cm.cache != nil && len(group) > 0 {
-		for _, w := range group {
-			cm.wal.add(walSet, w.put.key, w.put.value, w.put.expires)
+		// Sync: logged and synced, then visible. Async (Puts the cache
+		// refused for the moment): into the cache, each logging itself as
+		// a writer's Put would.
+		var err error
+		if cm.syncLog {
+			for _, w := range group {
+				cm.wal.add(walSet, w.put.key, w.put.value, w.put.expires)
+			}
+			t0 := time.Now()
+			err = cm.wal.commit(true, true)
+			cm.commitNanos.Add(uint64(time.Since(t0)))
+			cm.groups.Add(1)
+			cm.writes.Add(uint64(len(group)))
+			if err != nil {
+				cm.log.Error("kv: log", "err", err)
+			}
 		}
-		t0 := time.Now()
-		err := cm.wal.commit()
-		cm.commitNanos.Add(uint64(time.Since(t0)))
-		cm.groups.Add(1)
-		cm.writes.Add(uint64(len(group)))
 		for _, w := range group {
 			if err != nil {
 				w.err = err
 				continue
 			}
-			flush = cm.cache.install(w.put.key, w.put.value, int64(w.put.expires), cm.clock.Add(1)) || flush
+			flush = cm.cache.install(w.put.key, w.put.value, int64(w.put.expires), cm.clock.Add(1), !cm.syncLog) || flush
 			cm.hasDirty.Store(true)
 			w.installed = true
-		}
-		if err != nil {
-			cm.log.Error("kv: log", "err", err)
 		}
 		for _, w := range group {
 			cm.release(w)
@@ -342,10 +370,12 @@ func (cm *committer) commitAll(group []*write, onlyPuts bool) (flush bool) {
 	}
 	if cm.wal != nil {
 		t0 := time.Now()
-		err := cm.wal.commit()
+		err := cm.wal.commit(cm.syncLog, writeShared)
 		cm.commitNanos.Add(uint64(time.Since(t0)))
-		cm.groups.Add(1)
-		cm.writes.Add(uint64(len(group)))
+		if len(group) > 0 && cm.syncLog {
+			cm.groups.Add(1)
+			cm.writes.Add(uint64(len(group)))
+		}
 		if err != nil {
 			cm.log.Error("kv: log", "err", err)
 			for _, w := range group {
@@ -390,7 +420,7 @@ func (cm *committer) commitGroup(group []*write) {
 		t0 := time.Now()
 		err := txn.Commit()
 		cm.commitNanos.Add(uint64(time.Since(t0)))
-		if cm.wal == nil {
+		if !cm.syncLog {
 			cm.groups.Add(1)
 			cm.writes.Add(uint64(applied))
 		}
@@ -426,7 +456,7 @@ func (cm *committer) commitGroup(group []*write) {
 		if w.err != nil && cm.wal != nil {
 			cm.wal.cut(mark)
 		}
-		if cm.wal == nil {
+		if !cm.syncLog {
 			cm.groups.Add(1)
 			cm.writes.Add(1)
 		}

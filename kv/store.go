@@ -88,11 +88,11 @@ func WithMemory(memtable, blockCache, indexCache int64) Option {
 // off). It holds values of up to 4 KiB.
 func WithCache(bytes int64) Option { return func(c *config) { c.cacheBytes = bytes } }
 
-// WithFlushInterval sets how long, at most, an Async write acknowledged
-// from the cache waits before the committer writes it to Badger (default
-// 1s; sooner whenever another write needs the committer, or the cache's
-// dirty share fills). A crash loses at most that much more than Badger's
-// own asynchronous writes would.
+// WithFlushInterval sets how long, at most, a plain Put held in the cache
+// waits before the committer writes it to Badger (default 10s; sooner
+// whenever another kind of write needs the committer, the cache's dirty
+// share fills or the log reaches a checkpoint). The log holds it
+// meanwhile, so this bounds the log's replay, not what a crash loses.
 func WithFlushInterval(d time.Duration) Option { return func(c *config) { c.flushEvery = d } }
 
 // WithInMemory keeps everything in memory (tests).
@@ -116,20 +116,20 @@ type Store struct {
 // Open opens (creating) the store in dir.
 func Open(dir string, opts ...Option) (*Store, error) {
 	cfg := config{durability: Sync, memtable: 16 << 20, memtables: 2, blockCache: 16 << 20, indexCache: 8 << 20, valueThresh: 1 << 10,
-		cacheBytes: 32 << 20, flushEvery: time.Second}
+		cacheBytes: 32 << 20, flushEvery: 10 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.flushEvery <= 0 {
-		cfg.flushEvery = time.Second
+		cfg.flushEvery = 10 * time.Second
 	}
 	log := cfg.log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// Sync mode keeps its own log (wal.go) and lets Badger write without
-	// syncing; without a disk there is nothing to sync.
-	useWAL := cfg.durability == Sync && !cfg.inMemory
+	// The store keeps its own log (wal.go) and lets Badger write without
+	// syncing; without a disk there is nothing to log.
+	useWAL := !cfg.inMemory
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
 		WithMemTableSize(cfg.memtable).
@@ -161,12 +161,15 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s := &Store{db: db, cfg: cfg}
 	if cfg.cacheBytes > 0 {
 		s.cache = newCache(cfg.cacheBytes)
+		if cfg.durability == Async {
+			s.cache.log = l // writers log their cached Puts themselves
+		}
 	}
 	// Versions of writes acknowledged from the cache: the top bit set, so
 	// never one of Badger's commit timestamps, and counting on from the
 	// time in nanoseconds, which a restart's new start outruns.
 	s.clock.Store(1<<63 | uint64(time.Now().UnixNano())&(1<<63-1))
-	s.commit = newCommitter(db, s.cache, l, &s.clock, cfg.flushEvery, log)
+	s.commit = newCommitter(db, s.cache, l, cfg.durability == Sync, &s.clock, cfg.flushEvery, log)
 	return s, nil
 }
 
@@ -423,10 +426,13 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	if o.TTL > 0 {
 		exp = int64(expiresAt(o.TTL))
 	}
-	ok, now := s.cache.putDirty(key, value, exp, s.clock.Add(1))
+	ok, now, logged := s.cache.putDirty(key, value, exp, s.clock.Add(1))
 	if ok {
 		s.puts.Add(1)
 		s.commit.dirtied(now)
+		if logged {
+			s.commit.signal() // the first record since the log's last write: start its timer
+		}
 	} else if now {
 		s.commit.signal()
 	}

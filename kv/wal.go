@@ -7,11 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hecsys/hec/shared/crc32c"
 )
 
-// The store's own write-ahead log, for Sync mode. Badger syncs a commit
+// The store's own write-ahead log. In Sync mode each round is synced
+// before anyone is acknowledged; in Async mode it is written (not synced)
+// within walWriteEvery, so a crashed agent loses at most that much of what
+// it acknowledged, and Badger may take the written-back writes rarely. Badger syncs a commit
 // by msync-ing its whole memory-mapped WAL and value-log files — about
 // 0.2 ms each here, whatever the commit's size — and lets no transaction
 // start while one syncs. This log instead appends each round's records
@@ -36,14 +42,25 @@ const (
 
 	walName = "hec-kv.wal"
 	// walCheckpoint is the log size past which the committer checkpoints.
-	walCheckpoint = 64 << 20
+	walCheckpoint = 256 << 20
 	walMaxBody    = MaxKeySize + MaxValueSize + 32
+	// walWriteEvery bounds how long an Async write's record waits to be
+	// written; walMaxShared bounds writers' records waiting (past it they
+	// take the committer's path).
+	walWriteEvery = 10 * time.Millisecond
+	walWriteSoon  = 256 << 10
+	walMaxShared  = 4 << 20
 )
 
 type wal struct {
 	f    *os.File
-	buf  []byte // records of the round being built
-	size int64  // bytes in the file
+	buf  []byte // the committer's records of the round being built
+	size int64  // bytes in the file (the committer's)
+
+	mu      sync.Mutex
+	shared  []byte // records appended by writers (Async cached Puts)
+	spare   []byte
+	pending atomic.Int64 // len(shared)
 }
 
 type walRecord struct {
@@ -60,35 +77,77 @@ func openWAL(path string) (*wal, error) {
 	return &wal{f: f}, nil
 }
 
-// add appends a record to the round's buffer.
+// appendRecord encodes a record onto dst.
+func appendRecord(dst []byte, op byte, key, value []byte, expires uint64) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+	dst = append(dst, op)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	dst = append(dst, value...)
+	dst = binary.AppendUvarint(dst, expires)
+	body := dst[start+8:]
+	binary.LittleEndian.PutUint32(dst[start+4:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(dst[start:], crc32c.Checksum(dst[start+4:]))
+	return dst
+}
+
+// add appends a record to the committer's round.
 func (l *wal) add(op byte, key, value []byte, expires uint64) {
-	start := len(l.buf)
-	l.buf = append(l.buf, 0, 0, 0, 0, 0, 0, 0, 0)
-	l.buf = append(l.buf, op)
-	l.buf = binary.AppendUvarint(l.buf, uint64(len(key)))
-	l.buf = append(l.buf, key...)
-	l.buf = binary.AppendUvarint(l.buf, uint64(len(value)))
-	l.buf = append(l.buf, value...)
-	l.buf = binary.AppendUvarint(l.buf, expires)
-	body := l.buf[start+8:]
-	binary.LittleEndian.PutUint32(l.buf[start+4:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(l.buf[start:], crc32c.Checksum(l.buf[start+4:]))
+	l.buf = appendRecord(l.buf, op, key, value, expires)
+}
+
+// addShared appends a writer's record, to be written with the
+// committer's next round, ahead of that round's own records; tell says
+// the committer should be told: the shared buffer was empty (start the
+// timer) or just passed walWriteSoon (write now).
+func (l *wal) addShared(op byte, key, value []byte, expires uint64) (tell bool) {
+	l.mu.Lock()
+	before := len(l.shared)
+	l.shared = appendRecord(l.shared, op, key, value, expires)
+	after := len(l.shared)
+	l.pending.Store(int64(after))
+	l.mu.Unlock()
+	return before == 0 || before < walWriteSoon && after >= walWriteSoon
 }
 
 // mark and cut drop the records added since mark (a discarded transaction).
 func (l *wal) mark() int  { return len(l.buf) }
 func (l *wal) cut(at int) { l.buf = l.buf[:at] }
 
-// commit writes the round's records and syncs them.
-func (l *wal) commit() error {
-	if len(l.buf) == 0 {
+// commit writes the writers' records (with shared), then the round's, and
+// with sync syncs them.
+func (l *wal) commit(sync, shared bool) error {
+	var out []byte
+	l.mu.Lock()
+	if shared {
+		out = l.shared
+		l.shared, l.spare = l.spare[:0], nil
+		l.pending.Store(0)
+	} else {
+		out, l.spare = l.spare[:0], nil
+	}
+	l.mu.Unlock()
+	out = append(out, l.buf...)
+	l.buf = l.buf[:0]
+	defer func() {
+		l.mu.Lock()
+		if cap(out) <= 8<<20 {
+			l.spare = out[:0]
+		}
+		l.mu.Unlock()
+	}()
+	if len(out) == 0 {
 		return nil
 	}
-	n, err := l.f.WriteAt(l.buf, l.size)
+	n, err := l.f.WriteAt(out, l.size)
 	l.size += int64(n)
-	l.buf = l.buf[:0]
 	if err != nil {
 		return fmt.Errorf("kv: append to log: %w", err)
+	}
+	if !sync {
+		return nil
 	}
 	if err := fdatasync(l.f); err != nil {
 		return fmt.Errorf("kv: sync log: %w", err)
