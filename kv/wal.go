@@ -28,21 +28,26 @@ import (
 // A record is one write's effect — the key's new value and expiry, or its
 // deletion — so replaying the log in order onto Badger in any later state
 // of it yields the state the log ends in. A checkpoint (Badger has every
-// logged effect and syncs it) empties the log.
+// logged effect and syncs it) starts the log over from offset 0 in a new
+// generation, reusing the file's blocks: appending into blocks already
+// written leaves fdatasync no metadata to sync.
 //
-// Record: u32 CRC-32C of the rest | u32 length of the body | body.
-// Body: u8 op | uvarint key length | key | uvarint value length | value |
-// uvarint expiry (Unix seconds, 0: never). A torn or corrupt tail — a
-// record cut by a power loss — ends the replay there; the log is cut back
-// to its last whole record.
+// Record: u32 CRC-32C of length and body | u32 length of the body | u64
+// generation | body. Body: u8 op | uvarint key length | key | uvarint value
+// length | value | uvarint expiry (Unix seconds, 0: never). The replay
+// takes the generation of the first record and stops at the first record
+// that is torn or corrupt (cut by a power loss), zeros, or of another
+// generation (left from an earlier round of the file). Generations are
+// start times in nanoseconds, so an old record never passes for a new one.
 
 const (
 	walSet    = 1
 	walDelete = 2
 
 	walName = "hec-kv.wal"
-	// walCheckpoint is the log size past which the committer checkpoints.
-	walCheckpoint = 256 << 20
+	// walCheckpoint is the log size past which the committer checkpoints
+	// (the file keeps about this size: its blocks are reused).
+	walCheckpoint = 128 << 20
 	walMaxBody    = MaxKeySize + MaxValueSize + 32
 	// walWriteEvery bounds how long an Async write's record waits to be
 	// written; walMaxShared bounds writers' records waiting (past it they
@@ -55,6 +60,7 @@ const (
 
 type wal struct {
 	f     *os.File
+	gen   uint64 // the generation records are written in
 	buf   []byte // the committer's records of the round being built
 	size  int64  // bytes of records in the file (the committer's)
 	ready int64  // bytes of the file written (zeros past size), so an append needs no metadata sync
@@ -76,23 +82,30 @@ func openWAL(path string) (*wal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open log: %w", err)
 	}
-	return &wal{f: f}, nil
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("kv: open log: %w", err)
+	}
+	return &wal{f: f, ready: fi.Size(), gen: uint64(time.Now().UnixNano())}, nil
 }
+
+const walHeader = 16
 
 // appendRecord encodes a record onto dst.
 func appendRecord(dst []byte, op byte, key, value []byte, expires uint64) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0)
+	dst = append(dst, make([]byte, walHeader)...)
 	dst = append(dst, op)
 	dst = binary.AppendUvarint(dst, uint64(len(key)))
 	dst = append(dst, key...)
 	dst = binary.AppendUvarint(dst, uint64(len(value)))
 	dst = append(dst, value...)
 	dst = binary.AppendUvarint(dst, expires)
-	body := dst[start+8:]
+	body := dst[start+walHeader:]
 	binary.LittleEndian.PutUint32(dst[start+4:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(dst[start:], crc32c.Checksum(dst[start+4:]))
-	return dst
+	binary.LittleEndian.PutUint32(dst[start:], crc32c.Update(crc32c.Checksum(dst[start+4:start+8]), body))
+	return dst // the generation is stamped when written
 }
 
 // add appends a record to the committer's round.
@@ -148,8 +161,12 @@ func (l *wal) commit(sync, shared bool) error {
 			return err
 		}
 	}
+	for off := 0; off < len(out); off += walHeader + int(binary.LittleEndian.Uint32(out[off+4:])) {
+		binary.LittleEndian.PutUint64(out[off+8:], l.gen)
+	}
 	n, err := l.f.WriteAt(out, l.size)
 	l.size += int64(n)
+	l.ready = max(l.ready, l.size)
 	if err != nil {
 		return fmt.Errorf("kv: append to log: %w", err)
 	}
@@ -163,10 +180,10 @@ func (l *wal) commit(sync, shared bool) error {
 }
 
 // prepare makes sure n more bytes fit in the written part of the file,
-// writing zeros ahead in walAhead steps: fdatasync after appending into
-// blocks already written has no metadata (size, extents) to sync, which
-// halves its cost here. A replay stops at the zeros (no record has a zero
-// checksum and length).
+// writing zeros ahead in walAhead steps (until the file has grown to its
+// working size): fdatasync after appending into blocks already written has
+// no metadata (size, extents) to sync, which halves its cost here. A
+// replay stops at the zeros (no record has a zero checksum and length).
 func (l *wal) prepare(n int64) error {
 	if l.size+n <= l.ready {
 		return nil
@@ -182,24 +199,25 @@ func (l *wal) prepare(n int64) error {
 	return nil
 }
 
-// reset empties the log once Badger holds, synced, every effect in it.
+// reset starts the log over, in a new generation, once Badger holds,
+// synced, every effect in it. Until a new record is written the old ones
+// replay, harmlessly: Badger holds them already.
 func (l *wal) reset() error {
-	if err := l.f.Truncate(0); err != nil {
-		return fmt.Errorf("kv: empty log: %w", err)
-	}
-	l.size, l.ready = 0, 0
-	return fdatasync(l.f)
+	l.size = 0
+	l.gen = max(l.gen+1, uint64(time.Now().UnixNano()))
+	return nil
 }
 
 func (l *wal) close() error { return l.f.Close() }
 
-// replay calls apply for each whole record in order, cuts a torn tail off
-// and returns how many records there were.
+// replay calls apply for each whole record of the log's generation in
+// order and returns how many there were.
 func (l *wal) replay(apply func(walRecord) error) (int, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(l.f, 0, 1<<62), 1<<20)
 	var off int64
-	var hdr [8]byte
+	var hdr [walHeader]byte
 	var body []byte
+	var gen uint64
 	n := 0
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -209,11 +227,16 @@ func (l *wal) replay(apply func(walRecord) error) (int, error) {
 		if size > walMaxBody {
 			break
 		}
+		if g := binary.LittleEndian.Uint64(hdr[8:]); n == 0 {
+			gen = g
+		} else if g != gen {
+			break
+		}
 		body = append(body[:0], make([]byte, size)...)
 		if _, err := io.ReadFull(r, body); err != nil {
 			break
 		}
-		if crc32c.Update(crc32c.Checksum(hdr[4:]), body) != binary.LittleEndian.Uint32(hdr[:4]) {
+		if crc32c.Update(crc32c.Checksum(hdr[4:8]), body) != binary.LittleEndian.Uint32(hdr[:4]) {
 			break
 		}
 		rec, err := decodeWALBody(body)
@@ -223,13 +246,11 @@ func (l *wal) replay(apply func(walRecord) error) (int, error) {
 		if err := apply(rec); err != nil {
 			return n, err
 		}
-		off += 8 + int64(size)
+		off += walHeader + int64(size)
 		n++
 	}
-	if err := l.f.Truncate(off); err != nil {
-		return n, fmt.Errorf("kv: cut the log's torn tail: %w", err)
-	}
-	l.size, l.ready = off, off
+	l.size = off
+	l.gen = max(gen+1, uint64(time.Now().UnixNano()))
 	return n, nil
 }
 

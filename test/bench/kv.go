@@ -168,8 +168,8 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 			}
 			res := map[string]map[string]float64{}
 			count := n * max(1, p/4)
-			if st.label == "sync" {
-				count = n / 10 // every write waits for an fsync: fewer of them
+			if st.label == "sync" && p == 1 {
+				count = n / 4 // every write waits for an fsync: fewer of them
 			}
 			for _, sv := range servers {
 				rps, cpu, err := redisBench(sv, tests, count, p)
