@@ -47,7 +47,7 @@ const (
 	walName = "hec-kv.wal"
 	// walCheckpoint is the log size past which the committer checkpoints
 	// (the file keeps about this size: its blocks are reused).
-	walCheckpoint = 128 << 20
+	walCheckpoint = 512 << 20
 	walMaxBody    = MaxKeySize + MaxValueSize + 32
 	// walWriteEvery bounds how long an Async write's record waits to be
 	// written; walMaxShared bounds writers' records waiting (past it they
