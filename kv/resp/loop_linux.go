@@ -41,8 +41,8 @@ type loop struct {
 	s       *Server
 	ctx     context.Context
 	ep      int
-	wake    int // eventfd: new clients, clients handed back, stop
-	clients map[int32]*client
+	wake    int       // eventfd: new clients, clients handed back, stop
+	clients []*client // by descriptor
 	rbuf    []byte
 	evs     []unix.EpollEvent
 	dirty   []*client // have replies to write this round
@@ -72,7 +72,7 @@ func newLoop(ctx context.Context, s *Server) (*loop, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("resp: epoll add: %w", err)
 	}
-	return &loop{s: s, ctx: ctx, ep: ep, wake: wake, clients: map[int32]*client{}, rbuf: make([]byte, readSize),
+	return &loop{s: s, ctx: ctx, ep: ep, wake: wake, rbuf: make([]byte, readSize),
 		evs: make([]unix.EpollEvent, maxEvents)}, nil
 }
 
@@ -201,7 +201,9 @@ func (s *Server) Close() {
 func (lp *loop) run() {
 	defer func() {
 		for _, c := range lp.clients {
-			lp.closeClient(c)
+			if c != nil {
+				lp.closeClient(c)
+			}
 		}
 		unix.Close(lp.wake)
 		unix.Close(lp.ep)
@@ -214,7 +216,7 @@ func (lp *loop) run() {
 				stop = lp.news()
 				continue
 			}
-			c := lp.clients[ev.Fd]
+			c := lp.client(ev.Fd)
 			if c == nil || c.busy {
 				continue
 			}
@@ -294,11 +296,14 @@ func (lp *loop) news() bool {
 			lp.s.connected.Add(-1)
 			continue
 		}
-		lp.clients[int32(fd)] = c
+		if fd >= len(lp.clients) {
+			lp.clients = append(lp.clients, make([]*client, fd+1-len(lp.clients))...)
+		}
+		lp.clients[fd] = c
 	}
 	for _, c := range back {
 		if c.parked {
-			if lp.clients[int32(c.fd)] != c {
+			if lp.client(int32(c.fd)) != c {
 				c.parked = false // closed while parked
 				lp.busy--
 				c.drain()
@@ -469,7 +474,7 @@ func (lp *loop) flush() {
 	for i := 0; i < len(lp.dirty); i++ {
 		c := lp.dirty[i]
 		lp.dirty[i] = nil
-		if c.busy || lp.clients[int32(c.fd)] != c || c.stalledSince != (time.Time{}) {
+		if c.busy || lp.client(int32(c.fd)) != c || c.stalledSince != (time.Time{}) {
 			continue
 		}
 		if lp.writeOut(c) && len(c.in) > 0 {
@@ -529,7 +534,7 @@ func (lp *loop) dropStalled() {
 	}
 	lp.checked = now
 	for _, c := range lp.clients {
-		if c.stalledSince != (time.Time{}) && now.Sub(c.stalledSince) > lp.s.WriteTimeout {
+		if c != nil && c.stalledSince != (time.Time{}) && now.Sub(c.stalledSince) > lp.s.WriteTimeout {
 			lp.s.Log.Warn("resp: dropping a client that does not read its replies", "remote", c.remote)
 			lp.closeClient(c)
 		}
@@ -537,16 +542,24 @@ func (lp *loop) dropStalled() {
 }
 
 func (lp *loop) closeClient(c *client) {
-	if lp.clients[int32(c.fd)] != c {
+	if lp.client(int32(c.fd)) != c {
 		return
 	}
-	delete(lp.clients, int32(c.fd))
+	lp.clients[c.fd] = nil
 	if c.stalledSince != (time.Time{}) {
 		c.stalledSince = time.Time{}
 		lp.stalled--
 	}
 	unix.Close(c.fd)
 	lp.s.connected.Add(-1)
+}
+
+// client returns the client on descriptor fd, or nil.
+func (lp *loop) client(fd int32) *client {
+	if fd < 0 || int(fd) >= len(lp.clients) {
+		return nil
+	}
+	return lp.clients[fd]
 }
 
 // rawIO reads or writes a non-blocking descriptor without telling the
