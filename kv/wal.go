@@ -136,7 +136,7 @@ func (l *wal) cut(at int) { l.buf = l.buf[:at] }
 func (l *wal) commit(sync, shared bool) error {
 	var out []byte
 	l.mu.Lock()
-	if shared {
+	if shared || len(l.buf) > 0 { // the round's records never pass older writers' ones
 		out = l.shared
 		l.shared, l.spare = l.spare[:0], nil
 		l.pending.Store(0)
@@ -200,11 +200,20 @@ func (l *wal) prepare(n int64) error {
 }
 
 // reset starts the log over, in a new generation, once Badger holds,
-// synced, every effect in it. Until a new record is written the old ones
-// replay, harmlessly: Badger holds them already.
+// synced, every effect in it: the first record's header is zeroed, so
+// nothing replays (the file's blocks stay, for reuse).
 func (l *wal) reset() error {
 	l.size = 0
 	l.gen = max(l.gen+1, uint64(time.Now().UnixNano()))
+	if l.ready == 0 {
+		return nil
+	}
+	if _, err := l.f.WriteAt(make([]byte, walHeader), 0); err != nil {
+		return fmt.Errorf("kv: start the log over: %w", err)
+	}
+	if err := fdatasync(l.f); err != nil {
+		return fmt.Errorf("kv: start the log over: %w", err)
+	}
 	return nil
 }
 

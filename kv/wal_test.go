@@ -70,9 +70,16 @@ func testLogCrash(t *testing.T, mode string) {
 	if lost > 0 {
 		t.Fatalf("%d of %d acknowledged keys lost", lost, len(acked))
 	}
-	// Replayed, checkpointed: reopened again, nothing to replay that
-	// Badger lacks (and the old generation replays harmlessly).
+	// Replayed, checkpointed: reopened again, nothing replays.
 	s.Close()
+	l, err := openWAL(filepath.Join(dir, walName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.replay(func(walRecord) error { return nil }); err != nil || n != 0 {
+		t.Fatalf("after a clean close %d records would replay (%v)", n, err)
+	}
+	l.close()
 	r, err := Open(dir, WithCache(0))
 	if err != nil {
 		t.Fatal(err)
