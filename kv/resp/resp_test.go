@@ -19,8 +19,12 @@ import (
 )
 
 func startServer(t *testing.T, password string) (string, *Server) {
+	return startServerWith(t, password, kv.Async)
+}
+
+func startServerWith(t *testing.T, password string, d kv.Durability, opts ...func(*Server)) (string, *Server) {
 	t.Helper()
-	st, err := kv.Open(t.TempDir(), kv.WithDurability(kv.Async))
+	st, err := kv.Open(t.TempDir(), kv.WithDurability(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +33,9 @@ func startServer(t *testing.T, password string) (string, *Server) {
 		t.Fatal(err)
 	}
 	s := &Server{Store: st, Password: password, Limits: Limits{MaxBulk: 1 << 20, MaxRequest: 4 << 20}}
+	for _, o := range opts {
+		o(s)
+	}
 	done := make(chan struct{})
 	go func() { s.Serve(context.Background(), ln); close(done) }()
 	t.Cleanup(func() { ln.Close(); <-done; s.Close(); st.Close() })
@@ -351,7 +358,13 @@ func TestGlob(t *testing.T) {
 // in order, interleaved correctly with other commands' replies, and later
 // commands of the same pipeline must see them.
 func TestPipelinedSetsKeepOrder(t *testing.T) {
-	addr, _ := startServer(t, "")
+	for _, d := range []kv.Durability{kv.Async, kv.Sync} {
+		t.Run(d.String(), func(t *testing.T) { testPipelinedSetsKeepOrder(t, d) })
+	}
+}
+
+func testPipelinedSetsKeepOrder(t *testing.T, d kv.Durability) {
+	addr, _ := startServerWith(t, "", d)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -399,5 +412,42 @@ func TestPipelinedSetsKeepOrder(t *testing.T) {
 		if g := strings.Join(got, "\r\n"); g != w {
 			t.Errorf("reply %d to %q: got %q, want %q", i, cmds[i], g, w)
 		}
+	}
+}
+
+// TestClientThatDoesNotRead: a client pipelines GETs of a large value and
+// reads nothing. Its replies stop at the limit (its requests wait, the
+// loop goes on serving others) and it is dropped after WriteTimeout.
+func TestClientThatDoesNotRead(t *testing.T) {
+	addr, s := startServerWith(t, "", kv.Async, func(s *Server) { s.WriteTimeout = time.Second })
+	ctx := context.Background()
+	good := redis.NewClient(&redis.Options{Addr: addr})
+	defer good.Close()
+	big := strings.Repeat("x", 512<<10)
+	if err := good.Set(ctx, "big", big, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	// 2,000 GETs: 1 GiB of replies it never reads.
+	go func() {
+		req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 2000))
+		slow.Write(req)
+	}()
+	for i := 0; i < 20; i++ {
+		if v, err := good.Get(ctx, "big").Result(); err != nil || len(v) != len(big) {
+			t.Fatalf("a good client beside the stalled one: %d bytes, %v", len(v), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Clients() > 1 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := s.Clients(); n != 1 {
+		t.Fatalf("%d clients connected; the one that does not read was not dropped", n)
 	}
 }
