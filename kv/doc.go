@@ -9,12 +9,13 @@
 // write goes through one committer goroutine (commit.go) that takes all
 // writes queued meanwhile — concurrent writers', and a client's pipelined
 // SETs, queued with PutAsync — applies them in order and makes the round
-// durable once: in Sync mode by appending its effects to the store's own
-// log with one write and one fdatasync (wal.go), Badger running unsynced;
-// the log is replayed onto Badger when the store opens. Async acknowledges
-// from memory; a crash or power cut loses up to the flush interval (1s) of
-// writes. Sync is the default because a store that loses acknowledged
-// writes surprises its users; async is for caches.
+// durable once, by appending its effects to the store's own log with one
+// write and one fdatasync (wal.go); Badger runs unsynced and the log is
+// replayed onto it when the store opens. Async acknowledges from memory
+// and writes the log within 10ms, unsynced: a crashed agent loses at most
+// that, a power cut what the kernel had not written back. Sync is the
+// default because a store that loses acknowledged writes surprises its
+// users; async is for caches.
 //
 // # Reads and write-back
 //
@@ -23,8 +24,9 @@
 // keeps it from ever returning a value older than the last write
 // acknowledged before the Get began. Plain Puts are written back: held
 // dirty in the cache (Async: at once; Sync: once logged) and flushed to
-// Badger by the committer, coalesced, within the flush interval, before
-// any other write or scan, or early when the dirty share fills.
+// Badger by the committer, coalesced, within the flush interval (10s),
+// before any other write or scan, at log checkpoints, or early when the
+// dirty share fills.
 //
 // # Memory
 //
