@@ -417,15 +417,10 @@ func (cm *committer) commitGroup(group []*write) {
 		return
 	}
 	if ok {
-		t0 := time.Now()
-		err := txn.Commit()
-		cm.commitNanos.Add(uint64(time.Since(t0)))
+		err := cm.commitTxn(txn)
 		if !cm.syncLog {
 			cm.groups.Add(1)
 			cm.writes.Add(uint64(applied))
-		}
-		if err != nil && cm.wal != nil {
-			cm.wal.cut(mark) // not applied: not logged either
 		}
 		for _, w := range group {
 			if err != nil && w.err == nil {
@@ -447,20 +442,42 @@ func (cm *committer) commitGroup(group []*write) {
 		if cm.wal != nil {
 			mark = cm.wal.mark()
 		}
-		w.err = w.apply(t)
-		if w.err == nil {
-			w.err = t.Commit()
+		if w.err = w.apply(t); w.err == nil {
+			w.err = cm.commitTxn(t)
 		} else {
 			t.Discard()
-		}
-		if w.err != nil && cm.wal != nil {
-			cm.wal.cut(mark)
+			if cm.wal != nil {
+				cm.wal.cut(mark)
+			}
 		}
 		if !cm.syncLog {
 			cm.groups.Add(1)
 			cm.writes.Add(1)
 		}
 	}
+}
+
+// commitTxn makes txn's logged effects durable (in Sync mode), then
+// commits it to Badger: nothing is visible before it is on disk. Should
+// the log write fail, nothing is applied; should Badger's commit fail
+// after the log's, the writer hears of it, but the logged effect may come
+// back with the log's replay — an error's outcome is unknown, as with any
+// store.
+func (cm *committer) commitTxn(txn *wtxn) error {
+	t0 := time.Now()
+	defer func() { cm.commitNanos.Add(uint64(time.Since(t0))) }()
+	if cm.wal != nil {
+		if err := cm.wal.commit(cm.syncLog, true); err != nil {
+			txn.Discard()
+			cm.log.Error("kv: log", "err", err)
+			return err
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		cm.log.Error("kv: Badger commit after the log's", "err", err)
+		return err
+	}
+	return nil
 }
 
 // release forgets w's keys in the read cache — after the commit, so a
