@@ -33,7 +33,7 @@ import (
 
 const (
 	readSize  = 64 << 10
-	spinFor   = 20 * time.Microsecond
+	spinFor   = 50 * time.Microsecond
 	maxEvents = 256
 )
 
