@@ -46,7 +46,7 @@ type loop struct {
 	rbuf    []byte
 	evs     []unix.EpollEvent
 	dirty   []*client // have replies to write this round
-	busy    int       // clients with a worker
+	busy    int       // clients with a worker, or parked: Close waits for them
 	stalled int       // clients whose replies wait for EPOLLOUT
 	checked time.Time // stalled clients last checked against WriteTimeout
 
