@@ -473,13 +473,18 @@ func (c *client) queueSet(args [][]byte) bool {
 	if wantGet || errReply != "" {
 		return false
 	}
-	// Copies of key and value: the read buffer moves on.
-	start := len(c.arena)
-	c.arena = append(append(c.arena, args[1]...), args[2]...)
-	key := c.arena[start : start+len(args[1]) : start+len(args[1])]
-	value := c.arena[start+len(args[1]):]
-	c.pending = append(c.pending, c.s.Store.PutAsync(key, value, o))
+	c.enqueue(args[1], args[2], o)
 	return true
+}
+
+// enqueue queues a Put of copies of key and value (the read buffer moves
+// on) among the client's pending writes.
+func (c *client) enqueue(key, value []byte, o kv.PutOptions) {
+	start := len(c.arena)
+	c.arena = append(append(c.arena, key...), value...)
+	k := c.arena[start : start+len(key) : start+len(key)]
+	v := c.arena[start+len(key):]
+	c.pending = append(c.pending, c.s.Store.PutAsync(k, v, o))
 }
 
 // setNoWait runs SET on the event loop if the store can take it without
@@ -508,12 +513,7 @@ func (c *client) setNoWait(args [][]byte) bool {
 func (c *client) set(args [][]byte) {
 	o, wantGet, errReply := parseSet(args)
 	if errReply == "" && !wantGet && c.canDefer {
-		// Queue it: copies of key and value, as the read buffer moves on.
-		start := len(c.arena)
-		c.arena = append(append(c.arena, args[1]...), args[2]...)
-		key := c.arena[start : start+len(args[1]) : start+len(args[1])]
-		value := c.arena[start+len(args[1]):]
-		c.pending = append(c.pending, c.s.Store.PutAsync(key, value, o))
+		c.enqueue(args[1], args[2], o)
 		return
 	}
 	c.drain()
