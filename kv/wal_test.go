@@ -133,6 +133,11 @@ func TestLogCrashHelper(t *testing.T) {
 		fmt.Printf("acked %s\n", <-acks)
 	}
 	if d == Async {
+		// What Async may lose is the records not yet written: wait until
+		// the committer has taken them (it writes them next), then a little.
+		for s.commit.wal.pending.Load() > 0 {
+			time.Sleep(walWriteEvery)
+		}
 		time.Sleep(5 * walWriteEvery)
 	}
 	os.Stdout.Sync()
