@@ -47,14 +47,8 @@ func DetectPlatform(root string) (Platform, error) {
 	if p.CPU.Arch == "arm64" {
 		devs, _ := fs.PCIDevices()
 		for _, d := range devs {
-			if d.Vendor != 0x15b3 {
-				continue
-			}
-			switch d.Device {
-			case 0xa2d6:
-				p.Generation = "BlueField-2"
-			case 0xa2dc:
-				p.Generation = "BlueField-3"
+			if gen, _, ok := d.BlueField(); ok {
+				p.Generation = gen
 			}
 		}
 	}

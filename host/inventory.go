@@ -37,16 +37,6 @@ type GPU struct {
 	NVLinks     int    `json:"nvlinks"` // active NVLink links, 0 where none
 }
 
-// Mellanox/NVIDIA's PCI vendor id and the BlueField functions' device ids.
-const VendorMellanox = 0x15b3
-
-var blueFieldIDs = map[uint16]struct{ gen, fn string }{
-	0xa2d2: {"BlueField", "network"},   // MT416842 BlueField integrated ConnectX-5
-	0xa2d6: {"BlueField-2", "network"}, // MT42822 BlueField-2 integrated ConnectX-6 Dx
-	0xc2d3: {"BlueField-2", "management"},
-	0xa2dc: {"BlueField-3", "network"}, // MT43244 BlueField-3 integrated ConnectX-7
-}
-
 // Discover inventories the host whose /proc and /sys are under root ("/":
 // this machine). GPUs come from NVML on this machine only.
 func Discover(root string) (Inventory, error) {
@@ -67,8 +57,8 @@ func Discover(root string) (Inventory, error) {
 		return inv, fmt.Errorf("host: discover: %w", err)
 	}
 	for _, d := range devs {
-		if id, ok := blueFieldIDs[d.Device]; ok && d.Vendor == VendorMellanox {
-			inv.BlueFields = append(inv.BlueFields, BlueField{PCI: d.Address, Generation: id.gen, Function: id.fn, NUMANode: d.NUMANode})
+		if gen, fn, ok := d.BlueField(); ok {
+			inv.BlueFields = append(inv.BlueFields, BlueField{PCI: d.Address, Generation: gen, Function: fn, NUMANode: d.NUMANode})
 		}
 	}
 	if root == "" || root == "/" {

@@ -214,6 +214,26 @@ type PCIDevice struct {
 	NUMANode int    `json:"numa_node"` // -1: unknown
 }
 
+// VendorMellanox is Mellanox/NVIDIA's PCI vendor id.
+const VendorMellanox = 0x15b3
+
+var blueFieldIDs = map[uint16]struct{ gen, fn string }{
+	0xa2d2: {"BlueField", "network"},   // MT416842 BlueField integrated ConnectX-5
+	0xa2d6: {"BlueField-2", "network"}, // MT42822 BlueField-2 integrated ConnectX-6 Dx
+	0xc2d3: {"BlueField-2", "management"},
+	0xa2dc: {"BlueField-3", "network"}, // MT43244 BlueField-3 integrated ConnectX-7
+}
+
+// BlueField reports whether d is a BlueField's integrated function, and
+// its generation ("BlueField-2") and role ("network", "management").
+func (d PCIDevice) BlueField() (generation, function string, ok bool) {
+	id, ok := blueFieldIDs[d.Device]
+	if !ok || d.Vendor != VendorMellanox {
+		return "", "", false
+	}
+	return id.gen, id.fn, true
+}
+
 // PCIDevices lists /sys/bus/pci/devices. A machine without PCI (some
 // Arm boards, containers) has none: not an error.
 func (f FS) PCIDevices() ([]PCIDevice, error) {
