@@ -46,6 +46,8 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@scripts/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
 	@scripts/need etcd etcd-server || echo "SKIP: the etcd membership tests will skip (no etcd-server)"
 	@scripts/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
+	@scripts/need clang clang llvm libbpf-dev || echo "SKIP: the check that bpf/'s generated bindings are fresh will skip (no clang)"
+	@scripts/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
@@ -68,6 +70,11 @@ bench: test-deps ## benchmarks side by side with their peers; figures in bench-o
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out
+
+.PHONY: generate
+generate: ## regenerate bpf/'s committed bindings (hec_bpfel.go, .o) from xdp.c with clang (installs clang, libbpf-dev)
+	@scripts/need clang clang llvm libbpf-dev
+	$(GO) generate ./bpf
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck

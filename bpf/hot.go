@@ -1,0 +1,310 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// HotCache is the map of hot keys xdp.c answers UDP GETs for.
+//
+// Each held key has a slot in an array the agent maps into its memory.
+// The slot's sequence count is odd while the slot is being written or
+// holds nothing valid, even while it may be served; XDP reads it before
+// and after copying the reply (fully ordered reads) and passes the GET up
+// unless both are the same even value. So a reader never sends a value
+// half old, half new.
+//
+// A write must never leave an older value servable once it is
+// acknowledged. Every write path calls Invalidate(key) after the write is
+// visible to readers of the store and before it is acknowledged:
+// Invalidate makes the slot's count odd (a store to shared memory, no
+// system call; keys not held cost one map lookup).
+//
+// A fill (Admit) races with writes. It reads the count (odd: the slot is
+// not servable) before it reads the store, writes the slot, and makes the
+// count even only if it is unchanged (compare-and-swap): a write that
+// invalidated in between makes the fill fail. It then reads the key's
+// version again and invalidates the slot if it changed.
+type HotCache struct {
+	index, slots, hits *ebpf.Map
+	mem                []byte
+
+	keys atomic.Pointer[map[string]int32] // held keys → slots; replaced whole, under mu
+
+	mu   sync.Mutex
+	free []int32
+
+	invalidations atomic.Uint64
+}
+
+// Slot layout (struct hot_slot in xdp.c).
+const (
+	slotSeq     = 0
+	slotBodyLen = 8
+	slotVersion = 16
+	slotExpires = 24
+	slotKey     = 32
+	slotBody    = 96
+	slotSize    = slotBody + HotBodyMax
+)
+
+func init() {
+	if unsafe.Sizeof(hecHotSlot{}) != slotSize || unsafe.Offsetof(hecHotSlot{}.Body) != slotBody ||
+		unsafe.Offsetof(hecHotSlot{}.Key) != slotKey {
+		panic("bpf: hot_slot layout differs from xdp.c")
+	}
+}
+
+func newHotCache(index, slots, hits *ebpf.Map) (*HotCache, error) {
+	size := HotSlots * slotSize
+	page := unix.Getpagesize()
+	size = (size + page - 1) / page * page
+	mem, err := unix.Mmap(slots.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("bpf: mmap the hot map: %w", err)
+	}
+	h := &HotCache{index: index, slots: slots, hits: hits, mem: mem}
+	m := map[string]int32{}
+	h.keys.Store(&m)
+	for i := HotSlots - 1; i >= 0; i-- {
+		h.seq(int32(i)).Store(1) // nothing valid
+		h.free = append(h.free, int32(i))
+	}
+	return h, nil
+}
+
+func (h *HotCache) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mem != nil {
+		unix.Munmap(h.mem)
+		h.mem = nil
+		empty := map[string]int32{}
+		h.keys.Store(&empty)
+	}
+}
+
+func (h *HotCache) slot(i int32) []byte { return h.mem[int(i)*slotSize : (int(i)+1)*slotSize] }
+
+func (h *HotCache) seq(i int32) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&h.mem[int(i)*slotSize+slotSeq]))
+}
+
+// invalidate makes slot i's count odd and different from before, so
+// readers pass and a fill in progress fails.
+func (h *HotCache) invalidate(i int32) {
+	s := h.seq(i)
+	for {
+		v := s.Load()
+		n := v + 1
+		if v&1 == 1 {
+			n = v + 2
+		}
+		if s.CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
+
+// Invalidate stops key from being answered in XDP until it is admitted
+// again. Safe from any goroutine; call it on every write of key, after
+// the write is visible and before it is acknowledged.
+func (h *HotCache) Invalidate(key []byte) {
+	if i, ok := (*h.keys.Load())[string(key)]; ok {
+		h.invalidate(i)
+		h.invalidations.Add(1)
+	}
+}
+
+// HotValue is what a fill reads from the store.
+type HotValue struct {
+	Body    []byte    // the reply after the frame header: "VALUE ...\r\n...\r\nEND\r\n"
+	Version uint64    // changes with every write of the key
+	Expires time.Time // zero: none
+}
+
+// Errors of Admit.
+var (
+	ErrHotFull  = errors.New("bpf: hot map full")
+	ErrHotKey   = errors.New("bpf: key cannot be held in the hot map")
+	ErrHotValue = errors.New("bpf: value too large for the hot map")
+)
+
+// ValidHotKey reports whether key can be held: 1..HotKeyMax bytes, none
+// a space or control character (what a memcached GET line can carry).
+func ValidHotKey(key []byte) bool {
+	if len(key) < 1 || len(key) > HotKeyMax {
+		return false
+	}
+	for _, c := range key {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Admit holds key in the hot map, filled by read (called twice: the
+// fill, then the re-check of the version). It returns nil also when a
+// concurrent write made the fill fail (the key stays held but not served
+// until Admit runs again).
+func (h *HotCache) Admit(key []byte, read func() (HotValue, error)) error {
+	if !ValidHotKey(key) {
+		return fmt.Errorf("%w: %q", ErrHotKey, key)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mem == nil {
+		return ErrClosed
+	}
+	i, held := (*h.keys.Load())[string(key)]
+	if held && h.seq(i).Load()&1 == 0 {
+		return nil // served already
+	}
+	if !held {
+		if len(h.free) == 0 {
+			return ErrHotFull
+		}
+		i = h.free[len(h.free)-1]
+		h.free = h.free[:len(h.free)-1]
+		h.invalidate(i)
+		h.publish(string(key), i, true)
+		var hk hecHotKey
+		hk.Len = uint32(len(key))
+		copy(hk.B[:], key)
+		if err := h.index.Put(&hk, uint32(i)); err != nil {
+			h.dropLocked(string(key), i)
+			return fmt.Errorf("bpf: hot index: %w", err)
+		}
+	}
+	// From here a write of key invalidates slot i.
+	s0 := h.seq(i).Load() // odd
+	v, err := read()
+	if err != nil {
+		h.dropLocked(string(key), i)
+		return err
+	}
+	if len(v.Body) > HotBodyMax || len(v.Body) == 0 {
+		h.dropLocked(string(key), i)
+		return fmt.Errorf("%w: %d bytes of reply", ErrHotValue, len(v.Body))
+	}
+	var exp uint64
+	if !v.Expires.IsZero() {
+		left := time.Until(v.Expires)
+		if left <= time.Millisecond {
+			h.dropLocked(string(key), i)
+			return nil // expired: not worth holding
+		}
+		exp = uint64(monotonicNow() + left - time.Millisecond)
+	}
+	b := h.slot(i)
+	le := func(off int, v uint64, n int) {
+		for j := range n {
+			b[off+j] = byte(v >> (8 * j))
+		}
+	}
+	le(slotBodyLen, uint64(len(v.Body)), 4)
+	le(slotVersion, v.Version, 8)
+	le(slotExpires, exp, 8)
+	clear(b[slotKey : slotKey+4+HotKeyMax])
+	le(slotKey, uint64(len(key)), 4)
+	copy(b[slotKey+4:], key)
+	n := copy(b[slotBody:], v.Body)
+	clear(b[slotBody+n : slotBody+(n+7)&^7])
+	if !h.seq(i).CompareAndSwap(s0, s0+1) {
+		return nil // a write came: stays unserved until admitted again
+	}
+	if again, err := read(); err != nil || again.Version != v.Version {
+		h.invalidate(i)
+	}
+	return nil
+}
+
+// publish adds (or removes) key → i in the held set.
+func (h *HotCache) publish(key string, i int32, add bool) {
+	old := *h.keys.Load()
+	m := make(map[string]int32, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	if add {
+		m[key] = i
+	} else {
+		delete(m, key)
+	}
+	h.keys.Store(&m)
+}
+
+// Evict stops holding key.
+func (h *HotCache) Evict(key []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i, ok := (*h.keys.Load())[string(key)]; ok && h.mem != nil {
+		h.dropLocked(string(key), i)
+	}
+}
+
+func (h *HotCache) dropLocked(key string, i int32) {
+	h.invalidate(i)
+	var hk hecHotKey
+	hk.Len = uint32(len(key))
+	copy(hk.B[:], key)
+	h.index.Delete(&hk)
+	h.publish(key, i, false)
+	h.free = append(h.free, i)
+}
+
+// HotEntry is one held key.
+type HotEntry struct {
+	Key    string
+	Served bool   // valid: XDP answers it
+	Hits   uint64 // GETs answered in XDP since admitted or last reset
+}
+
+// Entries returns the held keys with their hit counts, and resets the
+// counts when reset is set.
+func (h *HotCache) Entries(reset bool) ([]HotEntry, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []HotEntry
+	var per []uint64
+	var zero []uint64
+	for k, i := range *h.keys.Load() {
+		if err := h.hits.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("bpf: hot hits: %w", err)
+		}
+		e := HotEntry{Key: k, Served: h.seq(i).Load()&1 == 0}
+		for _, v := range per {
+			e.Hits += v
+		}
+		if reset {
+			if zero == nil {
+				zero = make([]uint64, len(per))
+			}
+			h.hits.Put(uint32(i), zero)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Len returns the number of held keys.
+func (h *HotCache) Len() int { return len(*h.keys.Load()) }
+
+// Invalidations counts Invalidate calls that found the key held.
+func (h *HotCache) Invalidations() uint64 { return h.invalidations.Load() }
+
+func monotonicNow() time.Duration {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}
