@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// TestGeneratedIsFresh regenerates the bindings from xdp.c, with the
-// go:generate line of gen.go, into a temporary directory and fails when
+// TestGeneratedIsFresh regenerates the bindings from xdp.c, with the bpf2go
+// line of gen.go, into a temporary directory and fails when
 // the committed hec_bpfel.go or hec_bpfel.o differ: run make generate.
 func TestGeneratedIsFresh(t *testing.T) {
 	if _, err := exec.LookPath("clang"); err != nil {
