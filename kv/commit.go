@@ -105,6 +105,7 @@ type committer struct {
 	wal     *wal   // nil: in memory, nothing to log
 	syncLog bool   // Sync mode: each round's log is synced before acknowledging
 	log     *slog.Logger
+	written func(key []byte) // WithWriteHook; nil: none
 
 	clock      *atomic.Uint64 // the store's versions for cached writes
 	flushEvery time.Duration  // how long a dirty cache entry may wait for Badger
@@ -481,12 +482,17 @@ func (cm *committer) commitTxn(txn *wtxn) error {
 }
 
 // release forgets w's keys in the read cache — after the commit, so a
-// reader that missed before it cannot cache the old value — and wakes its
-// writer.
+// reader that missed before it cannot cache the old value — tells the
+// write hook, and wakes its writer.
 func (cm *committer) release(w *write) {
 	if cm.cache != nil && !w.installed {
 		for _, k := range w.keys {
 			cm.cache.forget(k)
+		}
+	}
+	if cm.written != nil {
+		for _, k := range w.keys {
+			cm.written(k)
 		}
 	}
 	w.finished.Store(true)

@@ -73,6 +73,7 @@ type config struct {
 	flushEvery  time.Duration
 	inMemory    bool
 	log         *slog.Logger
+	written     func(key []byte)
 }
 
 // WithDurability sets when writes are acknowledged (default Sync).
@@ -97,6 +98,15 @@ func WithFlushInterval(d time.Duration) Option { return func(c *config) { c.flus
 
 // WithInMemory keeps everything in memory (tests).
 func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
+
+// WithWriteHook makes the store call f with every key a write may have
+// changed, once the write is visible to Get and before it is
+// acknowledged — whichever path the write took (queued, or acknowledged
+// from the cache). A cache of the store's values outside it (the XDP
+// hot-GET map) drops the key there, so no reader sees an older value after
+// the acknowledgement. f runs on the writer's or the committer's
+// goroutine: it must be quick and must not block.
+func WithWriteHook(f func(key []byte)) Option { return func(c *config) { c.written = f } }
 
 // WithLogger sends Badger's warnings and errors to log.
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
@@ -170,6 +180,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	// time in nanoseconds, which a restart's new start outruns.
 	s.clock.Store(1<<63 | uint64(time.Now().UnixNano())&(1<<63-1))
 	s.commit = newCommitter(db, s.cache, l, cfg.durability == Sync, &s.clock, cfg.flushEvery, log)
+	s.commit.written = cfg.written
 	return s, nil
 }
 
@@ -428,6 +439,9 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	}
 	ok, now, logged := s.cache.putDirty(key, value, exp, s.clock.Add(1))
 	if ok {
+		if s.cfg.written != nil {
+			s.cfg.written(key)
+		}
 		s.puts.Add(1)
 		s.commit.dirtied(now)
 		if logged {
