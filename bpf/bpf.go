@@ -393,3 +393,33 @@ func InterfaceIndex(name string) (int, error) {
 	}
 	return ifc.Index, nil
 }
+
+// AttachPass attaches a program that passes every packet, natively, to
+// ifname in the calling thread's network namespace, through netlink so
+// that it stays once this process ends (remove it with ip link set dev
+// IFACE xdp off, or by deleting the interface). A veth delivers XDP_TX
+// frames from its far end only while this end runs an XDP program.
+func AttachPass(ifname string) error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("bpf: memlock: %w", err)
+	}
+	spec, err := loadHec()
+	if err != nil {
+		return fmt.Errorf("bpf: %w", err)
+	}
+	var objs struct {
+		Pass *ebpf.Program `ebpf:"hec_pass"`
+	}
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("bpf: load pass program: %w", err)
+	}
+	defer objs.Pass.Close()
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("bpf: interface %s: %w", ifname, err)
+	}
+	if err := netlink.LinkSetXdpFdWithFlags(nl, objs.Pass.FD(), unix.XDP_FLAGS_DRV_MODE); err != nil {
+		return fmt.Errorf("bpf: attach pass program to %s: %w", ifname, err)
+	}
+	return nil
+}

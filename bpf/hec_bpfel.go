@@ -105,6 +105,7 @@ const (
 	hecMapHecSamples     = "hec_samples"
 	hecMapHecStats       = "hec_stats"
 	hecMapHecTalkers     = "hec_talkers"
+	hecProgHecPass       = "hec_pass"
 	hecProgHecXdp        = "hec_xdp"
 	hecVarUnusedSample   = "unused_sample"
 )
@@ -151,7 +152,8 @@ type hecSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hecProgramSpecs struct {
-	HecXdp *ebpf.ProgramSpec `ebpf:"hec_xdp"`
+	HecPass *ebpf.ProgramSpec `ebpf:"hec_pass"`
+	HecXdp  *ebpf.ProgramSpec `ebpf:"hec_xdp"`
 }
 
 // hecMapSpecs contains maps before they are loaded into the kernel.
@@ -238,11 +240,13 @@ type hecVariables struct {
 //
 // It can be passed to loadHecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hecPrograms struct {
-	HecXdp *ebpf.Program `ebpf:"hec_xdp"`
+	HecPass *ebpf.Program `ebpf:"hec_pass"`
+	HecXdp  *ebpf.Program `ebpf:"hec_xdp"`
 }
 
 func (p *hecPrograms) Close() error {
 	return _HecClose(
+		p.HecPass,
 		p.HecXdp,
 	)
 }

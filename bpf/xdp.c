@@ -393,6 +393,7 @@ static __always_inline __u16 csum_fold(__u32 sum)
 }
 
 #define GET_HDR 12 // frame header and "get "
+#define HDRS_MAX 128 // Ethernet, VLANs, IP, UDP and frame headers of a reply
 
 // answer tries to answer a UDP GET from the hot map; it returns 1 when the
 // packet was turned into the reply, 0 to pass it up.
@@ -476,9 +477,23 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 
 	// The reply: the request's frame with its addresses and ports
 	// swapped, the frame header's sequence 0 of 1, and the body.
+	// The reply is longer: grow the frame at its tail, or where the
+	// driver left no tailroom (veth, generic XDP: an skb's slack), at its
+	// head, moving the headers and the frame header to the new start.
 	__u32 newlen = payoff + 8 + blen;
-	if (bpf_xdp_adjust_tail(ctx, (int)newlen - (int)p->len))
-		return 0;
+	int delta = (int)newlen - (int)p->len;
+	if (bpf_xdp_adjust_tail(ctx, delta)) {
+		__u8 hdrs[HDRS_MAX];
+		__u32 hl = payoff + 8;
+		if (delta <= 0 || hl > HDRS_MAX || hl < 1)
+			return 0;
+		if (bpf_xdp_load_bytes(ctx, 0, hdrs, hl))
+			return 0;
+		if (bpf_xdp_adjust_head(ctx, -delta))
+			return 0;
+		if (bpf_xdp_store_bytes(ctx, 0, hdrs, hl))
+			return -1;
+	}
 	if (bpf_xdp_store_bytes(ctx, payoff + 8, tmp, blen))
 		return -1;
 	void *data = (void *)(long)ctx->data;
@@ -656,4 +671,13 @@ int hec_xdp(struct xdp_md *ctx)
 		bpf_ringbuf_submit(sm, 0);
 	}
 	return act;
+}
+
+// hec_pass passes everything. Attached to the far end of a veth, it makes
+// the kernel run that end's NAPI, which XDP_TX frames from this end need
+// (test clusters: see cluster.Up).
+SEC("xdp")
+int hec_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }
