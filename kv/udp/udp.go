@@ -24,6 +24,10 @@ const MaxDatagram = 1400
 type Server struct {
 	Store *kv.Store
 	Log   *slog.Logger
+	// Seen, when set, is called with the key of every well-formed GET
+	// (the agent counts them to pick the keys XDP answers); it must not
+	// keep the slice.
+	Seen func(key []byte)
 
 	Requests, Hits, Misses, Errors atomic.Uint64
 }
@@ -120,6 +124,9 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn) error {
 				pc.WriteTo(out, from)
 			}
 			continue
+		}
+		if s.Seen != nil {
+			s.Seen(req.Key)
 		}
 		e, err := s.Store.Get(req.Key, val)
 		switch {
