@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/qemu"
 )
 
@@ -42,7 +43,12 @@ type Options struct {
 	Bundle   string // default .cache/images/qemu
 	Hecd     string // the agent binary (default: hecd beside this program, then PATH)
 	StateDir string // default /run/hec/cluster-NAME
-	Log      io.Writer
+	// XDP attaches each agent's XDP fast path to its eth0 in this mode
+	// (auto, native or generic); "" leaves it off.
+	XDP string
+	// AgentArgs are more hecd flags for every agent (not the VMs).
+	AgentArgs []string
+	Log       io.Writer
 }
 
 // Node is one node of a cluster.
@@ -64,15 +70,17 @@ func (n Node) Peer() string { return net.JoinHostPort(n.Addr, "7700") }
 
 // State is a cluster that is up, as written to its state directory.
 type State struct {
-	Name       string `json:"name"`
-	Dir        string `json:"dir"`
-	Switch     string `json:"switch_netns"`
-	Subnet     string `json:"subnet"`
-	Membership string `json:"membership"`
-	Etcd       string `json:"etcd,omitempty"`
-	EtcdPID    int    `json:"etcd_pid,omitempty"`
-	Key        string `json:"cluster_key_file"`
-	Nodes      []Node `json:"nodes"`
+	Name       string   `json:"name"`
+	Dir        string   `json:"dir"`
+	Switch     string   `json:"switch_netns"`
+	Subnet     string   `json:"subnet"`
+	Membership string   `json:"membership"`
+	Etcd       string   `json:"etcd,omitempty"`
+	EtcdPID    int      `json:"etcd_pid,omitempty"`
+	Key        string   `json:"cluster_key_file"`
+	XDP        string   `json:"xdp,omitempty"`
+	AgentArgs  []string `json:"agent_args,omitempty"`
+	Nodes      []Node   `json:"nodes"`
 }
 
 const (
@@ -146,7 +154,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership,
+	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs,
 		Key: filepath.Join(o.StateDir, "cluster.key")}
 	defer func() {
 		if err != nil {
@@ -202,6 +210,13 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		} {
 			if err := run(o.Log, "ip", c...); err != nil {
 				return nil, err
+			}
+		}
+		if o.XDP != "" {
+			// A veth hands XDP_TX frames from the node's end to this end
+			// only while this end runs an XDP program.
+			if err := InNS(sw, func() error { return bpf.AttachPass(v) }); err != nil {
+				return nil, fmt.Errorf("xdp on the switch side of node %d: %w", i, err)
 			}
 		}
 		rate := o.Rates[i]
@@ -319,6 +334,10 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 	} else {
 		args = append(args, "--peers", members)
 	}
+	if st.XDP != "" {
+		args = append(args, "--xdp", "eth0", "--xdp-mode", st.XDP)
+	}
+	args = append(args, st.AgentArgs...)
 	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), args...)
 	n.PID = pid
 	return err
@@ -535,41 +554,58 @@ func clientTimeout(ns string, d time.Duration) *http.Client {
 // DialIn connects to addr from inside network namespace ns: the socket is
 // made there (on a thread switched into ns and back), then used from here.
 func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	var c net.Conn
+	err := InNS(ns, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// ListenPacketIn opens a packet socket on addr inside network namespace
+// ns (as DialIn).
+func ListenPacketIn(ns, network, addr string) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := InNS(ns, func() (err error) {
+		pc, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return pc, err
+}
+
+// InNS runs f on an OS thread switched into network namespace ns, then
+// switches the thread back. Sockets f makes stay in ns.
+func InNS(ns string, f func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			ch <- result{nil, err}
 			runtime.UnlockOSThread()
+			ch <- err
 			return
 		}
 		defer orig.Close()
 		target, err := os.Open("/run/netns/" + ns)
 		if err != nil {
-			ch <- result{nil, fmt.Errorf("namespace %s: %w", ns, err)}
 			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("namespace %s: %w", ns, err)
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, fmt.Errorf("enter %s: %w", ns, err)}
 			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("enter %s: %w", ns, err)
 			return
 		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
+		err = f()
 		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread() // back home: the thread may be reused
 		} // else the thread stays locked and ends with this goroutine
-		ch <- result{c, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
 // Remains lists what cluster name left behind: namespaces, the processes

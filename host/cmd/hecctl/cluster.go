@@ -16,7 +16,7 @@ import (
 
 const clusterUsage = `usage: hecctl cluster up|down|status|ping|exec [flags]
 
-  up --agents N [--vm K] [--membership static|etcd] [--rate LINK=RATE ...] [--name C]
+  up --agents N [--vm K] [--membership static|etcd] [--rate LINK=RATE ...] [--xdp MODE] [--name C]
         one network namespace per node (10.77.0.N, a private range seen only
         inside them), a veth from each to a bridge, a hecd per node; the
         last K agents are arm64 VMs (make image) on taps on the bridge; LINK
@@ -66,11 +66,12 @@ func clusterCmd(ctx context.Context, args []string, out io.Writer) error {
 		fs.Var(rates, "rate", "LINK=RATE: a tc rate limit on a node's link (repeatable)")
 		hecd := fs.String("hecd", "", "agent binary (default: hecd beside hecctl)")
 		bundle := fs.String("bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
+		xdpMode := fs.String("xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
 		if err := fs.Parse(rest); err != nil {
 			return err
 		}
 		st, err := cluster.Up(ctx, cluster.Options{Name: *name, Agents: *agents, VMs: *vms, Bundle: *bundle, Rates: rates,
-			Membership: *membership, Hecd: *hecd, StateDir: *state, Log: out})
+			Membership: *membership, Hecd: *hecd, StateDir: *state, XDP: *xdpMode, Log: out})
 		if err != nil {
 			return err
 		}
