@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/kv/resp"
 	"github.com/hecsys/hec/kv/udp"
@@ -53,6 +54,10 @@ type Agent struct {
 	store *kv.Store
 	resp  *resp.Server
 	udp   *udp.Server
+
+	xdp     *xdp                         // nil: the XDP fast path is off or failed (xdpNote says why)
+	xdpNote string                       // set before the management API serves
+	hot     atomic.Pointer[bpf.HotCache] // the hot-GET map every write invalidates; nil: none
 }
 
 // Store returns the kv store while the agent runs.
@@ -173,7 +178,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	dur, _ := kv.ParseDurability(a.cfg.KVDurability)
-	if a.store, err = kv.Open(filepath.Join(a.cfg.StateDir, "kv"), kv.WithDurability(dur), kv.WithLogger(a.log)); err != nil {
+	if a.store, err = kv.Open(filepath.Join(a.cfg.StateDir, "kv"), kv.WithDurability(dur), kv.WithLogger(a.log),
+		kv.WithWriteHook(func(key []byte) {
+			if h := a.hot.Load(); h != nil {
+				h.Invalidate(key)
+			}
+		})); err != nil {
 		return err
 	}
 	defer a.store.Close()
@@ -263,12 +273,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); rs.Serve(pollCtx, ln) }()
 		closers = append(closers, func() { ln.Close(); rs.Close() })
 	}
+	if a.cfg.XDP != Off {
+		x, err := a.startXDP(pollCtx, &wg)
+		if err != nil {
+			a.xdpNote = err.Error()
+			a.log.Error("xdp fast path not served", "iface", a.cfg.XDP, "err", err)
+			a.addService(Service{Name: "xdp", Addr: a.cfg.XDP, Served: false, Note: err.Error()})
+		} else {
+			a.xdp = x
+			closers = append(closers, x.close)
+			note := x.mode.String() + " mode"
+			if x.hot != nil {
+				note += ", hot GETs answered in XDP"
+			}
+			a.addService(Service{Name: "xdp", Addr: a.cfg.XDP, Served: true, Note: note})
+		}
+	} else {
+		a.xdpNote = "off (hecd --xdp IFACE)"
+	}
 	if a.cfg.UDP != Off {
 		pc, err := net.ListenPacket("udp", a.cfg.UDP)
 		if err != nil {
 			return fmt.Errorf("udp listener: %w", err)
 		}
 		us := &udp.Server{Store: a.store, Log: a.log}
+		if a.xdp != nil && a.xdp.hot != nil {
+			us.Seen = a.xdp.seenGET
+		}
 		a.udp = us
 		a.addService(Service{Name: "udp", Addr: pc.LocalAddr().String(), Served: true, Note: "memcached-style GET"})
 		wg.Add(1)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/hecsys/hec/bpf"
 )
 
 // Defaults users can rely on; hecctl finds an agent on them with no flags.
@@ -99,6 +101,29 @@ type Config struct {
 	Membership string `toml:"membership"`
 	// Cluster names the cluster (the etcd key prefix). Default "hec".
 	Cluster string `toml:"cluster"`
+	// XDP names the interface the XDP fast path attaches to (counters,
+	// allow-list, samples, hot GETs answered in the kernel). Default off.
+	XDP string `toml:"xdp"`
+	// XDPMode is auto (default: native, else generic), native or generic.
+	XDPMode string `toml:"xdp_mode"`
+	// XDPReplace lets the agent replace an XDP program it did not attach.
+	XDPReplace bool `toml:"xdp_replace"`
+	// XDPPinDir is where the counters, talkers and allow-list are pinned
+	// (bpffs), so they outlive a restart. Default
+	// /sys/fs/bpf/hec/nsINODE-IFACE; "off" pins nothing.
+	XDPPinDir string `toml:"xdp_pin_dir"`
+	// ACLDefault is what the allow-list does with sources it does not
+	// name on the service ports: allow (default) or deny.
+	ACLDefault string `toml:"acl_default"`
+	// HotKeys bounds the keys whose UDP GETs XDP answers. Default 1024
+	// (at most 4096); 0 turns hot GETs off.
+	HotKeys *int `toml:"hot_keys"`
+	// HotMaxValue is the largest value held for XDP. Default 512 bytes.
+	HotMaxValue int `toml:"hot_max_value"`
+	// HotMinRate is how many GETs per second reaching user space make a
+	// key hot. Default 100.
+	HotMinRate float64 `toml:"hot_min_rate"`
+
 	// PeerDeadline declares dead a peer that owes work and has sent
 	// nothing for this long. Default 2s.
 	PeerDeadline Duration `toml:"peer_deadline"`
@@ -151,6 +176,19 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Cluster, "hec")
 	if c.PeerDeadline.Duration == 0 {
 		c.PeerDeadline.Duration = 2 * time.Second
+	}
+	def(&c.XDP, Off)
+	def(&c.XDPMode, "auto")
+	def(&c.ACLDefault, "allow")
+	if c.HotKeys == nil {
+		n := 1024
+		c.HotKeys = &n
+	}
+	if c.HotMaxValue == 0 {
+		c.HotMaxValue = 512
+	}
+	if c.HotMinRate == 0 {
+		c.HotMinRate = 100
 	}
 	if c.RegionSize == 0 {
 		c.RegionSize = DefaultRegionSize
@@ -217,6 +255,16 @@ func (c Config) validate() error {
 	}
 	if _, err := ParseProfile(c.DPUProfile); err != nil {
 		return fmt.Errorf("%v: %w", err, ErrConfig)
+	}
+	if _, err := bpf.ParseMode(c.XDPMode); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrConfig)
+	}
+	if c.ACLDefault != "allow" && c.ACLDefault != "deny" {
+		return fmt.Errorf("acl_default %q: want allow or deny: %w", c.ACLDefault, ErrConfig)
+	}
+	if *c.HotKeys < 0 || *c.HotKeys > bpf.HotSlots || c.HotMaxValue < 0 || c.HotMaxValue > bpf.HotBodyMax-HotReplyOverhead || c.HotMinRate < 0 {
+		return fmt.Errorf("hot_keys %d (0..%d), hot_max_value %d (0..%d), hot_min_rate %g: %w", *c.HotKeys, bpf.HotSlots,
+			c.HotMaxValue, bpf.HotBodyMax-HotReplyOverhead, c.HotMinRate, ErrConfig)
 	}
 	if c.QueuePairs < 1 || c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
 		return fmt.Errorf("queue_pairs %d, ring_entries %d (a power of two): %w", c.QueuePairs, c.RingEntries, ErrConfig)

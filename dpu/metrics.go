@@ -17,6 +17,7 @@ type collector struct {
 	kvFlushes, kvFlushed                          *prometheus.Desc
 	kvCommitTime                                  *prometheus.Desc
 	peerUp, peerBytes, peerFrames, peerRefused    *prometheus.Desc
+	xdpPackets, xdpBytes, xdpVerdicts, xdpHot     *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
@@ -44,13 +45,17 @@ func newCollector(a *Agent) *collector {
 		peerRefused:  prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped; bound: over a limit on connections or transfers).", []string{"reason"}, nil),
 		respClients:  prometheus.NewDesc("hec_resp_clients", "Connected RESP clients.", nil, nil),
 		udpReqs:      prometheus.NewDesc("hec_udp_requests_total", "UDP GET datagrams, by outcome.", []string{"outcome"}, nil),
+		xdpPackets:   prometheus.NewDesc("hec_xdp_packets_total", "Packets seen by the XDP program on the agent's interface, by class.", []string{"class"}, nil),
+		xdpBytes:     prometheus.NewDesc("hec_xdp_bytes_total", "Bytes seen by the XDP program, by class.", []string{"class"}, nil),
+		xdpVerdicts:  prometheus.NewDesc("hec_xdp_verdicts_total", "What the XDP program did with packets, by class and verdict (passed, answered, dropped_acl, dropped_malformed).", []string{"class", "verdict"}, nil),
+		xdpHot:       prometheus.NewDesc("hec_xdp_hot_keys", "Keys held in the XDP hot-GET map, by state (held, served).", []string{"state"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.kvOps, c.kvBytes, c.respClients, c.udpReqs,
 		c.kvCommits, c.kvWrites, c.kvCacheHits, c.kvCache, c.kvCommitTime, c.kvFlushes, c.kvFlushed,
-		c.peerUp, c.peerBytes, c.peerFrames, c.peerRefused} {
+		c.peerUp, c.peerBytes, c.peerFrames, c.peerRefused, c.xdpPackets, c.xdpBytes, c.xdpVerdicts, c.xdpHot} {
 		ch <- d
 	}
 }
@@ -116,6 +121,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Hits.Load()), "hit")
 		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Misses.Load()), "miss")
 		ch <- prometheus.MustNewConstMetric(c.udpReqs, prometheus.CounterValue, float64(u.Errors.Load()), "error")
+	}
+	if x := c.a.xdp; x != nil {
+		if st, err := x.status(0); err == nil {
+			for _, cl := range st.Classes {
+				ch <- prometheus.MustNewConstMetric(c.xdpPackets, prometheus.CounterValue, float64(cl.Packets), cl.Class)
+				ch <- prometheus.MustNewConstMetric(c.xdpBytes, prometheus.CounterValue, float64(cl.Bytes), cl.Class)
+				ch <- prometheus.MustNewConstMetric(c.xdpVerdicts, prometheus.CounterValue, float64(cl.Passed), cl.Class, "passed")
+				ch <- prometheus.MustNewConstMetric(c.xdpVerdicts, prometheus.CounterValue, float64(cl.Answered), cl.Class, "answered")
+				for r, n := range cl.Dropped {
+					ch <- prometheus.MustNewConstMetric(c.xdpVerdicts, prometheus.CounterValue, float64(n), cl.Class, "dropped_"+r)
+				}
+			}
+			if st.Hot != nil {
+				ch <- prometheus.MustNewConstMetric(c.xdpHot, prometheus.GaugeValue, float64(st.Hot.Held), "held")
+				ch <- prometheus.MustNewConstMetric(c.xdpHot, prometheus.GaugeValue, float64(st.Hot.Served), "served")
+			}
+		}
 	}
 	for _, s := range c.a.Services() {
 		v := 0.0

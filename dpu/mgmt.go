@@ -51,6 +51,7 @@ func (a *Agent) mgmtHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	a.servePeers(mux)
+	a.serveXDP(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -53,6 +53,14 @@ func run(args []string) error {
 		membership = fs.String("membership", "static", "static (--peers) or etcd://HOST:PORT")
 		cluster    = fs.String("cluster", "hec", "cluster name (the etcd key prefix)")
 		profile    = fs.String("dpu-profile", "none", "behave like a DPU's Arm side: bf2, bf3 or none (own cores, CPU quota, no AVX)")
+		xdpIface   = fs.String("xdp", "off", "interface to attach the XDP fast path to (counters, allow-list, samples, hot GETs), or off")
+		xdpMode    = fs.String("xdp-mode", "auto", "XDP attach mode: auto (native, else generic), native or generic")
+		xdpReplace = fs.Bool("xdp-replace", false, "replace an XDP program on the interface that hecd did not attach")
+		xdpPin     = fs.String("xdp-pin-dir", "", "bpffs directory for the counters and allow-list (default /sys/fs/bpf/hec/nsINODE-IFACE), or off")
+		aclDefault = fs.String("acl-default", "allow", "sources the allow-list does not name, on the service ports: allow or deny")
+		hotKeys    = fs.Int("hot-keys", 1024, "keys whose UDP GETs XDP answers (0: off, at most 4096)")
+		hotMaxVal  = fs.Int("hot-max-value", 512, "largest value held for XDP, in bytes")
+		hotMinRate = fs.Float64("hot-min-rate", 100, "GETs per second reaching user space that make a key hot")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
 	)
@@ -123,6 +131,22 @@ func run(args []string) error {
 			cfg.Membership = *membership
 		case "cluster":
 			cfg.Cluster = *cluster
+		case "xdp":
+			cfg.XDP = *xdpIface
+		case "xdp-mode":
+			cfg.XDPMode = *xdpMode
+		case "xdp-replace":
+			cfg.XDPReplace = *xdpReplace
+		case "xdp-pin-dir":
+			cfg.XDPPinDir = *xdpPin
+		case "acl-default":
+			cfg.ACLDefault = *aclDefault
+		case "hot-keys":
+			cfg.HotKeys = hotKeys
+		case "hot-max-value":
+			cfg.HotMaxValue = *hotMaxVal
+		case "hot-min-rate":
+			cfg.HotMinRate = *hotMinRate
 		}
 	})
 	prof, err := dpu.ParseProfile(cfg.DPUProfile)
