@@ -23,7 +23,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/qemu"
 )
 
@@ -214,8 +213,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		}
 		if o.XDP != "" {
 			// A veth hands XDP_TX frames from the node's end to this end
-			// only while this end runs an XDP program.
-			if err := InNS(sw, func() error { return bpf.AttachPass(v) }); err != nil {
+			// only while this end runs an XDP program: hecd attaches one
+			// that passes everything.
+			if err := run(o.Log, "ip", "netns", "exec", sw, hecd, "--xdp-pass", v); err != nil {
 				return nil, fmt.Errorf("xdp on the switch side of node %d: %w", i, err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/dpu"
 )
 
@@ -61,6 +62,7 @@ func run(args []string) error {
 		hotKeys    = fs.Int("hot-keys", 1024, "keys whose UDP GETs XDP answers (0: off, at most 4096)")
 		hotMaxVal  = fs.Int("hot-max-value", 512, "largest value held for XDP, in bytes")
 		hotMinRate = fs.Float64("hot-min-rate", 100, "GETs per second reaching user space that make a key hot")
+		xdpPass    = fs.String("xdp-pass", "", "attach a program that passes every packet to IFACE natively, then exit (the far end of a veth needs one for XDP_TX: test clusters)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		version    = fs.Bool("version", false, "print the version and exit")
 	)
@@ -69,6 +71,13 @@ func run(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *xdpPass != "" {
+		if err := bpf.AttachPass(*xdpPass); err != nil {
+			return err
+		}
+		fmt.Printf("hecd: a pass-everything XDP program is on %s (ip link set dev %s xdp off removes it)\n", *xdpPass, *xdpPass)
+		return nil
 	}
 	if *version {
 		fmt.Println("hecd", dpu.Version)
