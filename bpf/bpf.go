@@ -33,6 +33,16 @@ const (
 
 var classNames = [NumClasses]string{"resp", "udp_get", "peer", "mgmt", "other"}
 
+// ParseClass reads a class's name.
+func ParseClass(s string) (Class, bool) {
+	for c, n := range classNames {
+		if n == s {
+			return Class(c), true
+		}
+	}
+	return 0, false
+}
+
 func (c Class) String() string {
 	if c < NumClasses {
 		return classNames[c]
@@ -66,6 +76,9 @@ type Config struct {
 	// (0: off); SnapLen bytes of each (default 128, at most SnapMax).
 	SampleEvery uint32
 	SnapLen     uint32
+	// SampleClasses limits sampling to these classes (bit 1<<Class);
+	// 0 samples every class.
+	SampleClasses uint32
 	// HotGET answers UDP GETs for keys in the hot map.
 	HotGET bool
 	// PinDir pins the maps that outlive the agent (counters, talkers,
@@ -181,9 +194,10 @@ func ensureBPFFS(dir string) error {
 
 func (p *Program) writeConfig() error {
 	c := hecConfig{
-		Port:        [4]uint16{p.cfg.Ports.RESP, p.cfg.Ports.UDPGet, p.cfg.Ports.Peer, p.cfg.Ports.Mgmt},
-		SampleEvery: p.cfg.SampleEvery,
-		Snaplen:     p.cfg.SnapLen,
+		Port:          [4]uint16{p.cfg.Ports.RESP, p.cfg.Ports.UDPGet, p.cfg.Ports.Peer, p.cfg.Ports.Mgmt},
+		SampleEvery:   p.cfg.SampleEvery,
+		Snaplen:       p.cfg.SnapLen,
+		SampleClasses: p.cfg.SampleClasses,
 	}
 	if p.cfg.DefaultDeny {
 		c.AclDefaultDeny = 1
@@ -204,14 +218,16 @@ func (p *Program) Config() Config {
 	return p.cfg
 }
 
-// SetSampling changes the sampling rate (0: off) and snap length (0: keep).
-func (p *Program) SetSampling(every, snapLen uint32) error {
+// SetSampling changes the sampling rate (0: off), the snap length (0:
+// keep) and the classes sampled (a mask of 1<<Class; 0: every class).
+func (p *Program) SetSampling(every, snapLen, classes uint32) error {
 	if snapLen > SnapMax {
 		return fmt.Errorf("bpf: snap length %d over %d", snapLen, SnapMax)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cfg.SampleEvery = every
+	p.cfg.SampleClasses = classes
 	if snapLen > 0 {
 		p.cfg.SnapLen = snapLen
 	}

@@ -43,6 +43,7 @@ type hecConfig struct {
 	SampleEvery    uint32
 	Snaplen        uint32
 	HotOn          uint32
+	SampleClasses  uint32
 }
 
 type hecHotBody struct {

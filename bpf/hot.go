@@ -204,7 +204,7 @@ func (h *HotCache) Admit(key []byte, read func() (HotValue, error)) error {
 			h.dropLocked(string(key), i)
 			return nil // expired: not worth holding
 		}
-		exp = uint64(monotonicNow() + left - time.Millisecond)
+		exp = uint64(MonotonicNow() + left - time.Millisecond)
 	}
 	b := h.slot(i)
 	le := func(off int, v uint64, n int) {
@@ -303,7 +303,7 @@ func (h *HotCache) Len() int { return len(*h.keys.Load()) }
 // Invalidations counts Invalidate calls that found the key held.
 func (h *HotCache) Invalidations() uint64 { return h.invalidations.Load() }
 
-func monotonicNow() time.Duration {
+func MonotonicNow() time.Duration {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return time.Duration(ts.Nano())

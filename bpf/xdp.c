@@ -56,6 +56,7 @@ struct config {
 	__u32 sample_every;      // sample one packet in this many; 0: off
 	__u32 snaplen;           // bytes of each sampled packet (<= SNAP_MAX)
 	__u32 hot_on;            // answer hot GETs
+	__u32 sample_classes;    // bit per class to sample; 0: every class
 };
 
 struct class_stats {
@@ -604,7 +605,7 @@ int hec_xdp(struct xdp_md *ctx)
 
 	// Sample the packet as it came, before an answer rewrites it.
 	struct sample *sm = 0;
-	if (cfg->sample_every) {
+	if (cfg->sample_every && (!cfg->sample_classes || ((cfg->sample_classes >> class) & 1))) {
 		__u64 *n = bpf_map_lookup_elem(&hec_sample_count, &zero);
 		if (n && ++*n % cfg->sample_every == 0) {
 			sm = bpf_ringbuf_reserve(&hec_samples, sizeof(*sm), 0);

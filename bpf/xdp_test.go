@@ -574,7 +574,7 @@ func TestSamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := p.SetSampling(1, 40); err != nil {
+	if err := p.SetSampling(1, 40, 1<<ClassRESP|1<<ClassOther); err != nil {
 		t.Fatal(err)
 	}
 	pkt := frame{tcp: true, sport: 40000, dport: 6380, payload: bytes.Repeat([]byte("r"), 100)}.bytes(t)
@@ -588,7 +588,12 @@ func TestSamples(t *testing.T) {
 	if s.Len != len(pkt) || !bytes.Equal(s.Data, pkt[:40]) || s.Class != ClassRESP || s.Verdict != "pass" {
 		t.Fatalf("sample %+v", s)
 	}
-	if err := p.SetSampling(0, 0); err != nil {
+	// A class left out of the mask is not sampled.
+	p.Run(frame{tcp: true, sport: 40000, dport: 7600}.bytes(t))
+	if s, err := r.Read(time.Now().Add(50 * time.Millisecond)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("mgmt sampled: %+v, %v", s, err)
+	}
+	if err := p.SetSampling(0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	p.Run(pkt)
