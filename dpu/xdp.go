@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -309,11 +310,12 @@ func (x *xdp) status(talkers int) (XDPStatus, error) {
 // XDPSample is one sampled packet, as GET /v1/xdp/samples streams them
 // (one JSON object a line).
 type XDPSample struct {
-	TimeNS  int64  `json:"t_ns"` // CLOCK_MONOTONIC
-	Len     int    `json:"len"`
-	Class   string `json:"class"`
-	Verdict string `json:"verdict"`
-	Data    []byte `json:"data"`
+	Time    time.Time `json:"time"`
+	TimeNS  int64     `json:"t_ns"` // CLOCK_MONOTONIC
+	Len     int       `json:"len"`
+	Class   string    `json:"class"`
+	Verdict string    `json:"verdict"`
+	Data    []byte    `json:"data"`
 }
 
 // ACLRule is an allow-list rule in the management API.
@@ -375,6 +377,23 @@ func (a *Agent) serveXDP(mux *http.ServeMux) {
 				return
 			}
 		}
+		// The stream's own packets would be sampled into the stream:
+		// management traffic only when asked for by name.
+		mask := uint32(1<<bpf.NumClasses-1) &^ (1 << bpf.ClassMgmt)
+		if v := q.Get("classes"); v != "" && v != "default" {
+			mask = 0
+			for _, name := range strings.Split(v, ",") {
+				c, ok := bpf.ParseClass(name)
+				if name == "all" {
+					mask, ok = 1<<bpf.NumClasses-1, true
+				}
+				if !ok {
+					http.Error(w, fmt.Sprintf("classes: %q: want all or resp, udp_get, peer, mgmt, other", name), http.StatusBadRequest)
+					return
+				}
+				mask |= 1 << c
+			}
+		}
 		if every == 0 || snap == 0 || snap > bpf.SnapMax {
 			http.Error(w, fmt.Sprintf("every >= 1, 1 <= snap <= %d", bpf.SnapMax), http.StatusBadRequest)
 			return
@@ -390,15 +409,16 @@ func (a *Agent) serveXDP(mux *http.ServeMux) {
 			return
 		}
 		defer rd.Close()
-		if err := x.prog.SetSampling(uint32(every), uint32(snap)); err != nil {
+		if err := x.prog.SetSampling(uint32(every), uint32(snap), mask); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		defer x.prog.SetSampling(0, 0)
+		defer x.prog.SetSampling(0, 0, 0)
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		fl, _ := w.(http.Flusher)
 		enc := json.NewEncoder(w)
+		wall := time.Now().Add(-bpf.MonotonicNow()) // + a monotonic time: its wall time
 		end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 		for n := uint64(0); count == 0 || n < count; {
 			if r.Context().Err() != nil || time.Now().After(end) {
@@ -415,7 +435,7 @@ func (a *Agent) serveXDP(mux *http.ServeMux) {
 			if err != nil {
 				return
 			}
-			if enc.Encode(XDPSample{TimeNS: int64(s.Time), Len: s.Len, Class: s.Class.String(), Verdict: s.Verdict, Data: s.Data}) != nil {
+			if enc.Encode(XDPSample{Time: wall.Add(s.Time), TimeNS: int64(s.Time), Len: s.Len, Class: s.Class.String(), Verdict: s.Verdict, Data: s.Data}) != nil {
 				return
 			}
 			if fl != nil {
