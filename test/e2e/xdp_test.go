@@ -272,8 +272,63 @@ func TestXDPOnVeth(t *testing.T) {
 			if gets == 0 {
 				t.Fatalf("no udp_get samples among %d", len(samples))
 			}
+			if mode == "native" {
+				t.Run("inspect pcap", func(t *testing.T) { inspectPcap(t, st, g) })
+			}
 		})
 	}
+}
+
+// inspectPcap runs hecctl inspect --pcap during traffic as a user would,
+// then reads the file with tshark.
+func inspectPcap(t *testing.T, st *cluster.State, g *udpGetter) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("no tshark: make test-deps installs it as root")
+	}
+	bin := filepath.Join(t.TempDir(), "hecctl")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../host/cmd/hecctl").CombinedOutput(); err != nil {
+		t.Fatalf("build hecctl: %v\n%s", err, out)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				g.get("hot")
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}()
+	pcap := filepath.Join(t.TempDir(), "x.pcap")
+	out, err := exec.Command("ip", "netns", "exec", st.Switch, bin, "inspect", "--mgmt", st.Nodes[1].Mgmt(),
+		"--pcap", pcap, "--seconds", "1", "--snap", "128").CombinedOutput()
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatalf("hecctl inspect --pcap: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	tsh, err := exec.Command(tshark, "-r", pcap, "-T", "fields", "-e", "ip.src", "-e", "udp.dstport", "-e", "data.data").Output()
+	if err != nil {
+		t.Fatalf("tshark -r: %v", err)
+	}
+	var gets int
+	for _, l := range strings.Split(string(tsh), "\n") {
+		f := strings.Fields(l)
+		// "get hot\r\n" after the 8-byte frame header.
+		if len(f) == 3 && f[0] == st.Nodes[0].Addr && f[1] == "11311" && strings.HasSuffix(f[2], "67657420686f740d0a") {
+			gets++
+		}
+	}
+	if gets == 0 {
+		t.Fatalf("tshark shows no GET from %s:\n%.2000s", st.Nodes[0].Addr, tsh)
+	}
+	t.Logf("tshark read %d GETs from %s", gets, st.Nodes[0].Addr)
 }
 
 // TestHotGETConsistency runs SETs (over RESP) and UDP GETs together with

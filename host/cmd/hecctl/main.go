@@ -32,6 +32,11 @@ commands:
   metrics     the agent's hec_* Prometheus series
   kv get KEY | put [--ttl D] KEY VALUE | del KEY | scan [--limit N] [PREFIX]
               the agent's key-value store over the handoff
+  inspect     the agent's XDP counters: per-class rates, drops by reason, top talkers
+              (--interval D --count N); --pcap FILE [--seconds S --every N --snap B]
+              writes sampled packet heads for tshark -r FILE
+  acl add PREFIX [--deny] | del PREFIX | list
+              the XDP allow-list of source prefixes on the service ports
   cluster up|down|status|ping|exec
               test clusters of network namespaces, an agent in each (hecctl cluster for more)
   qemu up|down|console|status [--name N]
@@ -116,6 +121,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return clusterCmd(ctx, rest, out)
 	case "kv":
 		return kvCmd(ctx, rest, out)
+	case "inspect":
+		return inspectCmd(ctx, rest, out)
+	case "acl":
+		return aclCmd(ctx, rest, out)
 	case "metrics":
 		fs := flags(cmd, &c)
 		if err := fs.Parse(rest); err != nil {
