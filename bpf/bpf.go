@@ -164,7 +164,7 @@ func Load(cfg Config) (*Program, error) {
 		p.objs.Close()
 		return nil, err
 	}
-	if p.hot, err = newHotCache(p.objs.HecHotIndex, p.objs.HecHotSlots, p.objs.HecHotHits); err != nil {
+	if p.hot, err = newHotCache(p.objs.HecHotSlots, p.objs.HecHotHits); err != nil {
 		p.objs.Close()
 		return nil, err
 	}
@@ -416,26 +416,36 @@ func InterfaceIndex(name string) (int, error) {
 // IFACE xdp off, or by deleting the interface). A veth delivers XDP_TX
 // frames from its far end only while this end runs an XDP program.
 func AttachPass(ifname string) error {
+	pass, err := LoadPass()
+	if err != nil {
+		return err
+	}
+	defer pass.Close()
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("bpf: interface %s: %w", ifname, err)
+	}
+	if err := netlink.LinkSetXdpFdWithFlags(nl, pass.FD(), unix.XDP_FLAGS_DRV_MODE); err != nil {
+		return fmt.Errorf("bpf: attach pass program to %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// LoadPass loads the program that passes every packet (AttachPass; the
+// benchmarks time BPF_PROG_TEST_RUN's own cost with it).
+func LoadPass() (*ebpf.Program, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("bpf: memlock: %w", err)
+		return nil, fmt.Errorf("bpf: memlock: %w", err)
 	}
 	spec, err := loadHec()
 	if err != nil {
-		return fmt.Errorf("bpf: %w", err)
+		return nil, fmt.Errorf("bpf: %w", err)
 	}
 	var objs struct {
 		Pass *ebpf.Program `ebpf:"hec_pass"`
 	}
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return fmt.Errorf("bpf: load pass program: %w", err)
+		return nil, fmt.Errorf("bpf: load pass program: %w", err)
 	}
-	defer objs.Pass.Close()
-	nl, err := netlink.LinkByName(ifname)
-	if err != nil {
-		return fmt.Errorf("bpf: interface %s: %w", ifname, err)
-	}
-	if err := netlink.LinkSetXdpFdWithFlags(nl, objs.Pass.FD(), unix.XDP_FLAGS_DRV_MODE); err != nil {
-		return fmt.Errorf("bpf: attach pass program to %s: %w", ifname, err)
-	}
-	return nil
+	return objs.Pass, nil
 }

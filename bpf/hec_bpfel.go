@@ -53,15 +53,15 @@ type hecHotBody struct {
 
 type hecHotKey struct {
 	_   structs.HostLayout
-	Len uint32
 	B   [60]uint8
+	Len uint32
 }
 
 type hecHotSlot struct {
 	_         structs.HostLayout
 	Seq       uint64
 	BodyLen   uint32
-	Pad       uint32
+	BodySum   uint32
 	Version   uint64
 	ExpiresNs uint64
 	Key       hecHotKey
@@ -82,13 +82,9 @@ type hecSample struct {
 
 type hecTalker struct {
 	_       structs.HostLayout
+	Addr    [16]uint8
 	Packets uint64
 	Bytes   uint64
-}
-
-type hecTalkerKey struct {
-	_    structs.HostLayout
-	Addr [16]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -99,7 +95,6 @@ const (
 	hecMapHecAcl6        = "hec_acl6"
 	hecMapHecConfig      = "hec_config"
 	hecMapHecHotHits     = "hec_hot_hits"
-	hecMapHecHotIndex    = "hec_hot_index"
 	hecMapHecHotScratch  = "hec_hot_scratch"
 	hecMapHecHotSlots    = "hec_hot_slots"
 	hecMapHecSampleCount = "hec_sample_count"
@@ -165,7 +160,6 @@ type hecMapSpecs struct {
 	HecAcl6        *ebpf.MapSpec `ebpf:"hec_acl6"`
 	HecConfig      *ebpf.MapSpec `ebpf:"hec_config"`
 	HecHotHits     *ebpf.MapSpec `ebpf:"hec_hot_hits"`
-	HecHotIndex    *ebpf.MapSpec `ebpf:"hec_hot_index"`
 	HecHotScratch  *ebpf.MapSpec `ebpf:"hec_hot_scratch"`
 	HecHotSlots    *ebpf.MapSpec `ebpf:"hec_hot_slots"`
 	HecSampleCount *ebpf.MapSpec `ebpf:"hec_sample_count"`
@@ -205,7 +199,6 @@ type hecMaps struct {
 	HecAcl6        *ebpf.Map `ebpf:"hec_acl6"`
 	HecConfig      *ebpf.Map `ebpf:"hec_config"`
 	HecHotHits     *ebpf.Map `ebpf:"hec_hot_hits"`
-	HecHotIndex    *ebpf.Map `ebpf:"hec_hot_index"`
 	HecHotScratch  *ebpf.Map `ebpf:"hec_hot_scratch"`
 	HecHotSlots    *ebpf.Map `ebpf:"hec_hot_slots"`
 	HecSampleCount *ebpf.Map `ebpf:"hec_sample_count"`
@@ -220,7 +213,6 @@ func (m *hecMaps) Close() error {
 		m.HecAcl6,
 		m.HecConfig,
 		m.HecHotHits,
-		m.HecHotIndex,
 		m.HecHotScratch,
 		m.HecHotSlots,
 		m.HecSampleCount,

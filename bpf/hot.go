@@ -3,8 +3,10 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +18,9 @@ import (
 
 // HotCache is the map of hot keys xdp.c answers UDP GETs for.
 //
-// Each held key has a slot in an array the agent maps into its memory.
+// Each held key has a slot in an array the agent maps into its memory: one
+// of two, chosen by its hash (hotHash, hot_hash in xdp.c), so XDP finds it
+// with no map lookup.
 // The slot's sequence count is odd while the slot is being written or
 // holds nothing valid, even while it may be served; XDP reads it before
 // and after copying the reply (fully ordered reads) and passes the GET up
@@ -35,13 +39,13 @@ import (
 // invalidated in between makes the fill fail. It then reads the key's
 // version again and invalidates the slot if it changed.
 type HotCache struct {
-	index, slots, hits *ebpf.Map
-	mem                []byte
+	slots, hits *ebpf.Map
+	mem         []byte
 
 	keys atomic.Pointer[map[string]int32] // held keys → slots; replaced whole, under mu
 
-	mu   sync.Mutex
-	free []int32
+	mu    sync.Mutex
+	owner [HotSlots]string // the key each slot holds ("": free)
 
 	invalidations atomic.Uint64
 }
@@ -50,6 +54,7 @@ type HotCache struct {
 const (
 	slotSeq     = 0
 	slotBodyLen = 8
+	slotBodySum = 12
 	slotVersion = 16
 	slotExpires = 24
 	slotKey     = 32
@@ -64,7 +69,7 @@ func init() {
 	}
 }
 
-func newHotCache(index, slots, hits *ebpf.Map) (*HotCache, error) {
+func newHotCache(slots, hits *ebpf.Map) (*HotCache, error) {
 	size := HotSlots * slotSize
 	page := unix.Getpagesize()
 	size = (size + page - 1) / page * page
@@ -72,12 +77,11 @@ func newHotCache(index, slots, hits *ebpf.Map) (*HotCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf: mmap the hot map: %w", err)
 	}
-	h := &HotCache{index: index, slots: slots, hits: hits, mem: mem}
+	h := &HotCache{slots: slots, hits: hits, mem: mem}
 	m := map[string]int32{}
 	h.keys.Store(&m)
-	for i := HotSlots - 1; i >= 0; i-- {
+	for i := range HotSlots {
 		h.seq(int32(i)).Store(1) // nothing valid
-		h.free = append(h.free, int32(i))
 	}
 	return h, nil
 }
@@ -171,20 +175,20 @@ func (h *HotCache) Admit(key []byte, read func() (HotValue, error)) error {
 		return nil // served already
 	}
 	if !held {
-		if len(h.free) == 0 {
+		i = -1
+		for _, c := range hotSlotsOf(key) {
+			if h.owner[c] == "" {
+				i = c
+				break
+			}
+		}
+		if i < 0 {
 			return ErrHotFull
 		}
-		i = h.free[len(h.free)-1]
-		h.free = h.free[:len(h.free)-1]
 		h.invalidate(i)
+		h.owner[i] = string(key)
 		h.publish(string(key), i, true)
-		var hk hecHotKey
-		hk.Len = uint32(len(key))
-		copy(hk.B[:], key)
-		if err := h.index.Put(&hk, uint32(i)); err != nil {
-			h.dropLocked(string(key), i)
-			return fmt.Errorf("bpf: hot index: %w", err)
-		}
+		h.hits.Put(uint32(i), make([]uint64, ebpf.MustPossibleCPU()))
 	}
 	// From here a write of key invalidates slot i.
 	s0 := h.seq(i).Load() // odd
@@ -213,11 +217,12 @@ func (h *HotCache) Admit(key []byte, read func() (HotValue, error)) error {
 		}
 	}
 	le(slotBodyLen, uint64(len(v.Body)), 4)
+	le(slotBodySum, uint64(bodySum(v.Body)), 4)
 	le(slotVersion, v.Version, 8)
 	le(slotExpires, exp, 8)
-	clear(b[slotKey : slotKey+4+HotKeyMax])
-	le(slotKey, uint64(len(key)), 4)
-	copy(b[slotKey+4:], key)
+	clear(b[slotKey : slotKey+HotKeyMax+4])
+	copy(b[slotKey:], key)
+	le(slotKey+HotKeyMax, uint64(len(key)), 4)
 	n := copy(b[slotBody:], v.Body)
 	clear(b[slotBody+n : slotBody+(n+7)&^7])
 	if !h.seq(i).CompareAndSwap(s0, s0+1) {
@@ -255,12 +260,61 @@ func (h *HotCache) Evict(key []byte) {
 
 func (h *HotCache) dropLocked(key string, i int32) {
 	h.invalidate(i)
-	var hk hecHotKey
-	hk.Len = uint32(len(key))
-	copy(hk.B[:], key)
-	h.index.Delete(&hk)
 	h.publish(key, i, false)
-	h.free = append(h.free, i)
+	h.owner[i] = ""
+}
+
+// Occupants returns the keys held in the two slots key may take: the
+// ones to evict (Evict) when Admit reports ErrHotFull.
+func (h *HotCache) Occupants(key []byte) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, c := range hotSlotsOf(key) {
+		if o := h.owner[c]; o != "" && !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// hotHash is hot_hash of xdp.c: the key as struct hot_key (the bytes
+// zero-padded to HotKeyMax, then a 32-bit length), read as eight
+// little-endian words.
+func hotHash(key []byte) uint64 {
+	var k [HotKeyMax + 4]byte
+	copy(k[:], key)
+	binary.LittleEndian.PutUint32(k[HotKeyMax:], uint32(len(key)))
+	h := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i < len(k); i += 8 {
+		h ^= binary.LittleEndian.Uint64(k[i:])
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 29
+	}
+	return h ^ h>>32
+}
+
+// hotSlotsOf returns the two slots key may take.
+func hotSlotsOf(key []byte) [2]int32 {
+	h := hotHash(key)
+	return [2]int32{int32(h & (HotSlots - 1)), int32(h >> 32 & (HotSlots - 1))}
+}
+
+// bodySum is the sum of body's 16-bit words as the program loads them
+// (little-endian: bpfel, on amd64 and arm64), zero-padded, folded to 32
+// bits with end-around carry: the reply's UDP checksum adds it.
+func bodySum(b []byte) uint32 {
+	var s uint64
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint64(binary.LittleEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint64(b[len(b)-1])
+	}
+	for s>>32 != 0 {
+		s = s&0xffffffff + s>>32
+	}
+	return uint32(s)
 }
 
 // HotEntry is one held key.

@@ -57,23 +57,37 @@ type Talker struct {
 	Bytes   uint64
 }
 
-// Talkers returns the n sources with the most bytes (n <= 0: all the map
-// holds; it keeps the 4096 most recent).
+// Talkers returns the n sources with the most bytes (n <= 0: all). The
+// program keeps a per-CPU table of 1024 buckets, one source each, a
+// heavy source keeping its bucket against light ones that share it: a
+// count is exact while its source has its bucket to itself, and a lower
+// bound when another source wore it down (see struct talker in xdp.c).
 func (p *Program) Talkers(n int) ([]Talker, error) {
-	var out []Talker
-	var k hecTalkerKey
+	sums := map[netip.Addr]*Talker{}
 	var per []hecTalker
+	var k uint32
 	it := p.objs.HecTalkers.Iterate()
 	for it.Next(&k, &per) {
-		t := Talker{Addr: netip.AddrFrom16(k.Addr).Unmap()}
 		for _, v := range per {
+			if v.Packets == 0 {
+				continue
+			}
+			a := netip.AddrFrom16(v.Addr).Unmap()
+			t := sums[a]
+			if t == nil {
+				t = &Talker{Addr: a}
+				sums[a] = t
+			}
 			t.Packets += v.Packets
 			t.Bytes += v.Bytes
 		}
-		out = append(out, t)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("bpf: talkers: %w", err)
+	}
+	out := make([]Talker, 0, len(sums))
+	for _, t := range sums {
+		out = append(out, *t)
 	}
 	slices.SortFunc(out, func(a, b Talker) int {
 		if a.Bytes != b.Bytes {

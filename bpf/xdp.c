@@ -79,11 +79,13 @@ struct acl6_key {
 	__u8 addr[16];
 };
 
-struct talker_key {
-	__u8 addr[16]; // IPv4 as ::ffff:a.b.c.d
-};
-
+// talker is one bucket of the per-CPU talker table: the source that holds
+// it and its traffic. A source whose bucket is held by another wears the
+// holder's packet count down by one per packet and takes the bucket when
+// it reaches zero (a Misra-Gries summary per bucket): a heavy source keeps
+// its bucket, and a count is exact while the source has it to itself.
 struct talker {
+	__u8 addr[16]; // IPv4 as ::ffff:a.b.c.d
 	__u64 packets;
 	__u64 bytes;
 };
@@ -103,16 +105,32 @@ struct sample {
 const struct sample *unused_sample __attribute__((unused));
 
 struct hot_key {
+	__u8 b[HOT_KEY_MAX]; // zero-padded
 	__u32 len;
-	__u8 b[HOT_KEY_MAX];
 };
+
+// A key may sit in one of two slots, chosen by its hash (hot.go has the
+// same function): hot_hash over struct hot_key as eight little-endian
+// words.
+static __always_inline __u64 hot_hash(struct hot_key *k)
+{
+	__u64 *w = (__u64 *)k;
+	__u64 h = 0x9e3779b97f4a7c15ULL;
+#pragma unroll
+	for (int i = 0; i < sizeof(*k) / 8; i++) {
+		h ^= w[i];
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 29;
+	}
+	return h ^ (h >> 32);
+}
 
 // hot_slot is one held key, written by the agent through the mmapped
 // array under a sequence count: odd while being written or invalid.
 struct hot_slot {
 	__u64 seq;
 	__u32 body_len; // bytes of body, the reply after the 8-byte frame header
-	__u32 pad;
+	__u32 body_sum; // the body's 16-bit words summed (native order, zero-padded), for the UDP checksum
 	__u64 version;
 	__u64 expires_ns; // CLOCK_MONOTONIC; 0: none
 	struct hot_key key;
@@ -156,10 +174,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hec_acl6 SEC(".maps");
 
+#define TALKER_BUCKETS 1024
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct talker_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TALKER_BUCKETS);
+	__type(key, __u32);
 	__type(value, struct talker);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } hec_talkers SEC(".maps");
@@ -175,13 +195,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } hec_sample_count SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HOT_SLOTS);
-	__type(key, struct hot_key);
-	__type(value, __u32);
-} hec_hot_index SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -207,6 +220,7 @@ struct {
 
 // pkt is what parsing found.
 struct pkt {
+	__u8 src[16];       // IPv4 as ::ffff:a.b.c.d
 	__u32 l3off, l4off; // offsets of the IP and L4 headers
 	__u32 l4len;        // bytes of L4 header and payload the IP header claims
 	__u16 sport, dport;
@@ -214,7 +228,6 @@ struct pkt {
 	__u8 v6;
 	__u8 frag;          // a first fragment: ports, but not the whole datagram
 	__u8 simple;        // no IP options or extension headers
-	__u8 src[16];       // IPv4 as ::ffff:a.b.c.d
 	__u32 len;          // the frame's length
 };
 
@@ -396,6 +409,37 @@ static __always_inline __u16 csum_fold(__u32 sum)
 #define GET_HDR 12 // frame header and "get "
 #define HDRS_MAX 128 // Ethernet, VLANs, IP, UDP and frame headers of a reply
 
+// find returns the slot holding k, valid at sequence *seq, or NULL.
+static __always_inline struct hot_slot *find(struct hot_key *k, __u64 *seq, __u32 *slot)
+{
+	__u64 h = hot_hash(k);
+	__u32 ids[2] = {h & (HOT_SLOTS - 1), (h >> 32) & (HOT_SLOTS - 1)};
+#pragma unroll
+	for (int j = 0; j < 2; j++) {
+		__u32 id = ids[j];
+		struct hot_slot *s = bpf_map_lookup_elem(&hec_hot_slots, &id);
+		if (!s)
+			return 0;
+		// Read under the sequence count: the fetch-and-adds are full
+		// barriers, so the reads of the slot lie between them on every
+		// architecture.
+		__u64 sq = __sync_fetch_and_add(&s->seq, 0);
+		if (sq & 1)
+			continue;
+		__u64 *a = (__u64 *)&s->key, *b = (__u64 *)k;
+		__u64 diff = 0;
+#pragma unroll
+		for (int i = 0; i < sizeof(*k) / 8; i++)
+			diff |= a[i] ^ b[i];
+		if (diff)
+			continue;
+		*seq = sq;
+		*slot = id;
+		return s;
+	}
+	return 0;
+}
+
 // answer tries to answer a UDP GET from the hot map; it returns 1 when the
 // packet was turned into the reply, 0 to pass it up.
 static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct class_stats *st)
@@ -406,50 +450,59 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 	__u32 plen = p->l4len - sizeof(struct udphdr);
 	if (plen < GET_HDR + 1 + 2 || plen > GET_HDR + HOT_KEY_MAX + 2)
 		return 0;
-	__u8 hdr[GET_HDR];
-	if (bpf_xdp_load_bytes(ctx, payoff, hdr, GET_HDR))
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *hdr = data + (payoff & 0xff);
+	if ((void *)(hdr + GET_HDR) > end)
 		return 0;
 	// Sequence 0 of 1 datagram, then "get ".
-	if (hdr[2] | hdr[3] | hdr[4] | (hdr[5] ^ 1) || hdr[8] != 'g' || hdr[9] != 'e' || hdr[10] != 't' ||
-	    hdr[11] != ' ')
+	if (hdr[2] | hdr[3] | hdr[4] | (hdr[5] ^ 1) ||
+	    *(__u32 *)(hdr + 8) != bpf_htonl(('g' << 24) | ('e' << 16) | ('t' << 8) | ' '))
 		return 0;
 	struct hot_key k = {};
 	__u32 klen = plen - GET_HDR - 2;
 	if (klen < 1 || klen > HOT_KEY_MAX)
 		return 0;
 	k.len = klen;
-	if (bpf_xdp_load_bytes(ctx, payoff + GET_HDR, k.b, klen))
-		return 0;
-	__u8 crlf[2];
-	if (bpf_xdp_load_bytes(ctx, payoff + GET_HDR + klen, crlf, 2) || crlf[0] != '\r' || crlf[1] != '\n')
+	// The key's whole words straight from the packet, then its last
+	// bytes as the word that ends with them, shifted: every read lies
+	// inside the request (the frame header and "get " come before).
+	__u64 *kb = (__u64 *)k.b;
+	__u32 full = klen / 8, rem = klen % 8;
+	if (klen > 56) {
+		if (bpf_xdp_load_bytes(ctx, payoff + GET_HDR, k.b, klen))
+			return 0;
+	} else {
+#pragma unroll
+		for (__u32 i = 0; i < 7; i++) {
+			if (i < full) {
+				__u64 *q = data + ((payoff + GET_HDR + i * 8) & 0x1ff);
+				if ((void *)(q + 1) > end)
+					return 0;
+				kb[i] = *q;
+			}
+		}
+		if (rem) {
+			__u64 *q = data + ((payoff + GET_HDR + klen - 8) & 0x1ff);
+			if ((void *)(q + 1) > end)
+				return 0;
+			__u64 w = *q >> ((8 - rem) * 8);
+#pragma unroll
+			for (__u32 i = 0; i < 7; i++)
+				if (i == full)
+					kb[i] = w;
+		}
+	}
+	__u8 *crlf = data + ((payoff + GET_HDR + klen) & 0x1ff);
+	if ((void *)(crlf + 2) > end || crlf[0] != '\r' || crlf[1] != '\n')
 		return 0;
 
-	__u32 *idx = bpf_map_lookup_elem(&hec_hot_index, &k);
-	if (!idx) {
-		st->hot_miss++;
-		return 0;
-	}
-	__u32 slotid = *idx;
-	struct hot_slot *s = bpf_map_lookup_elem(&hec_hot_slots, &slotid);
+	__u64 seq;
+	__u32 slotid;
+	struct hot_slot *s = find(&k, &seq, &slotid);
 	__u32 zero = 0;
 	struct hot_body *tmp = bpf_map_lookup_elem(&hec_hot_scratch, &zero);
 	if (!s || !tmp) {
-		st->hot_miss++;
-		return 0;
-	}
-	// Read under the sequence count: the fetch-and-adds are full
-	// barriers, so the copy lies between them on every architecture.
-	__u64 seq = __sync_fetch_and_add(&s->seq, 0);
-	if (seq & 1) {
-		st->hot_miss++;
-		return 0;
-	}
-	__u64 *a = (__u64 *)&s->key, *b = (__u64 *)&k;
-	__u64 diff = 0;
-#pragma unroll
-	for (int i = 0; i < sizeof(k) / 8; i++)
-		diff |= a[i] ^ b[i];
-	if (diff) {
 		st->hot_miss++;
 		return 0;
 	}
@@ -459,6 +512,7 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 		return 0;
 	}
 	__u32 blen = s->body_len;
+	__u32 bsum = s->body_sum;
 	if (blen < 1 || blen > HOT_BODY_MAX) {
 		st->hot_miss++;
 		return 0;
@@ -476,8 +530,6 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 		return 0;
 	}
 
-	// The reply: the request's frame with its addresses and ports
-	// swapped, the frame header's sequence 0 of 1, and the body.
 	// The reply is longer: grow the frame at its tail, or where the
 	// driver left no tailroom (veth, generic XDP: an skb's slack), at its
 	// head, moving the headers and the frame header to the new start.
@@ -497,8 +549,8 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 	}
 	if (bpf_xdp_store_bytes(ctx, payoff + 8, tmp, blen))
 		return -1;
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
 	__u32 l3 = p->l3off & 0xff, l4 = p->l4off & 0xff;
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end)
@@ -520,14 +572,14 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 		__u32 ip = ih->saddr;
 		ih->saddr = ih->daddr;
 		ih->daddr = ip;
+		// Incremental (RFC 1624): the length and TTL change; the
+		// swapped addresses leave the sum as it was.
+		__u16 *ttlw = (__u16 *)&ih->ttl;
+		__u32 isum = (__u16)~ih->check;
+		isum += (__u16)~ih->tot_len + (__u16)~*ttlw;
 		ih->tot_len = bpf_htons(sizeof(*ih) + sizeof(*uh) + 8 + blen);
 		ih->ttl = 64;
-		ih->check = 0;
-		__u16 *w = (__u16 *)ih;
-		__u32 isum = 0;
-#pragma unroll
-		for (int i = 0; i < sizeof(*ih) / 2; i++)
-			isum += w[i];
+		isum += ih->tot_len + *ttlw;
 		ih->check = csum_fold(isum);
 		sum = csum_add(sum, ih->saddr);
 		sum = csum_add(sum, ih->daddr);
@@ -560,13 +612,7 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 	sum = csum_add(sum, ulen);
 	sum = csum_add(sum, *(__u32 *)mc);
 	sum = csum_add(sum, *(__u32 *)(mc + 2));
-	__u32 padded = (blen + 3) & ~3U;
-	if (padded > HOT_BODY_MAX)
-		return -1;
-	__s64 bsum = bpf_csum_diff(0, 0, (__be32 *)tmp, padded, 0);
-	if (bsum < 0)
-		return -1;
-	sum = csum_add(sum, (__u32)bsum);
+	sum = csum_add(sum, bsum);
 	__u16 check = csum_fold(sum);
 	uh->check = check ? check : 0xffff;
 
@@ -640,15 +686,22 @@ int hec_xdp(struct xdp_md *ctx)
 	st->packets++;
 	st->bytes += len;
 	if (p.proto || p.src[11]) {
-		struct talker_key tk;
-		__builtin_memcpy(tk.addr, p.src, 16);
-		struct talker *t = bpf_map_lookup_elem(&hec_talkers, &tk);
+		__u32 *a = (__u32 *)p.src;
+		__u32 ti = (a[0] ^ a[1] ^ a[2] ^ a[3]) * 0x9e3779b1U >> 22;
+		struct talker *t = bpf_map_lookup_elem(&hec_talkers, &ti);
 		if (t) {
-			t->packets++;
-			t->bytes += len;
-		} else {
-			struct talker nt = {.packets = 1, .bytes = len};
-			bpf_map_update_elem(&hec_talkers, &tk, &nt, BPF_ANY);
+			__u64 *ta = (__u64 *)t->addr, *pa = (__u64 *)p.src;
+			if (ta[0] == pa[0] && ta[1] == pa[1]) {
+				t->packets++;
+				t->bytes += len;
+			} else if (t->packets <= 1) {
+				ta[0] = pa[0];
+				ta[1] = pa[1];
+				t->packets = 1;
+				t->bytes = len;
+			} else {
+				t->packets--;
+			}
 		}
 	}
 	int act = XDP_PASS;

@@ -487,6 +487,16 @@ func TestHotGET(t *testing.T) {
 			}
 		})
 	}
+	// Key lengths around the program's word reads: whole words, a
+	// partial last word, and the longest keys (read by a helper).
+	for _, n := range []int{1, 7, 8, 9, 16, 23, 55, 56, 57, HotKeyMax} {
+		key := string(bytes.Repeat([]byte{'a' + byte(n%26)}, n-1)) + "Z"
+		admit(t, p, key, "value of "+key, uint64(n), time.Time{})
+		hit("key of "+strconv.Itoa(n)+" bytes", get(frame{}, "get "+key+"\r\n"), key, "value of "+key)
+		// The same length, another last byte: a miss.
+		pass("other key of "+strconv.Itoa(n)+" bytes", get(frame{}, "get "+key[:n-1]+"Y\r\n"))
+	}
+
 	pass("miss", get(frame{}, "get cold\r\n"))
 	pass("gets", get(frame{}, "gets hot\r\n"))
 	pass("two keys", get(frame{}, "get hot odd\r\n"))
