@@ -182,36 +182,52 @@ func (x *xdp) admitRound() {
 		}
 	}
 	slices.SortFunc(cands, func(a, b candidate) int { return int(b.gets) - int(a.gets) })
+	coldest := func(keys []string) (string, uint64) {
+		k, h := "", uint64(1<<63)
+		for _, o := range keys {
+			if hits[o] < h {
+				k, h = o, hits[o]
+			}
+		}
+		return k, h
+	}
+	evict := func(k string) {
+		x.hot.Evict([]byte(k))
+		delete(hits, k)
+		delete(x.idle, k)
+	}
 	for _, c := range cands {
 		err := x.admit(c.key)
-		if errors.Is(err, bpf.ErrHotFull) || (err == nil && x.hot.Len() > *x.a.cfg.HotKeys) {
-			// Make room from the coldest held key, if colder than this one.
-			coldest, ch := "", uint64(1<<63)
-			for k, h := range hits {
-				if h < ch && k != c.key {
-					coldest, ch = k, h
-				}
-			}
-			if coldest == "" || ch >= uint64(c.gets) {
-				if err == nil {
-					x.hot.Evict([]byte(c.key))
-				}
-				break
-			}
-			x.hot.Evict([]byte(coldest))
-			delete(hits, coldest)
-			delete(x.idle, coldest)
-			if err != nil {
+		if errors.Is(err, bpf.ErrHotFull) {
+			// Both slots the key may take are held: take the colder
+			// one's, if colder than this key.
+			if k, h := coldest(x.hot.Occupants([]byte(c.key))); k != "" && h < uint64(c.gets) {
+				evict(k)
 				err = x.admit(c.key)
 			}
 		}
-		if err != nil && !errors.Is(err, bpf.ErrHotFull) && !errors.Is(err, bpf.ErrHotValue) && !errors.Is(err, kv.ErrNotFound) {
-			x.a.log.Debug("hot admit", "key", c.key, "err", err)
+		if err == nil && x.hot.Len() > *x.a.cfg.HotKeys {
+			held := make([]string, 0, len(hits))
+			for k := range hits {
+				if k != c.key {
+					held = append(held, k)
+				}
+			}
+			if k, h := coldest(held); k != "" && h < uint64(c.gets) {
+				evict(k)
+			} else {
+				evict(c.key)
+				continue
+			}
 		}
-		if err == nil {
-			x.idle[c.key] = 0
-			hits[c.key] = uint64(c.gets)
+		if err != nil {
+			if !errors.Is(err, bpf.ErrHotFull) && !errors.Is(err, bpf.ErrHotValue) && !errors.Is(err, kv.ErrNotFound) {
+				x.a.log.Debug("hot admit", "key", c.key, "err", err)
+			}
+			continue
 		}
+		x.idle[c.key] = 0
+		hits[c.key] = uint64(c.gets)
 	}
 }
 
