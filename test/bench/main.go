@@ -85,6 +85,7 @@ var scenarios = []scenario{
 	{"kv-clients", benchKVClients},
 	{"rails", benchRails},
 	{"peers", benchPeers},
+	{"xdp", benchXDP},
 }
 
 // children are the second-process halves of scenarios, by name.
