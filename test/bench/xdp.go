@@ -36,7 +36,7 @@ import (
 //     memcached (UDP) in the same namespace. The serving node's CPU is its
 //     server process plus the threaded-NAPI kernel thread of its veth
 //     (where XDP and the kernel's receive path run), both pinned to core
-//     0. The switch side's NAPI threads (the bridge between the nodes)
+//  0. The switch side's NAPI threads (the bridge between the nodes)
 //     run on core 0 too, not counted; the load generator on core 1.
 func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 	const s = "xdp"
