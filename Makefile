@@ -67,6 +67,7 @@ image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, si
 bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
 	@scripts/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
 	@scripts/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
+	@scripts/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out
