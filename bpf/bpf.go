@@ -13,7 +13,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -121,9 +120,7 @@ func Load(cfg Config) (*Program, error) {
 	if cfg.SnapLen > SnapMax {
 		return nil, fmt.Errorf("bpf: snap length %d over %d", cfg.SnapLen, SnapMax)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("bpf: memlock: %w", err)
-	}
+	liftMemlock()
 	spec, err := loadHec()
 	if err != nil {
 		return nil, fmt.Errorf("bpf: %w", err)
@@ -390,6 +387,20 @@ func (p *Program) Benchmark(pkt []byte, repeat int) (action uint32, nsPerRun flo
 	return action, float64(d.Nanoseconds()), nil
 }
 
+// JITedBytes returns the size of the program's machine code: 0 when the
+// kernel interprets it.
+func (p *Program) JITedBytes() (uint32, error) {
+	info, err := p.objs.HecXdp.Info()
+	if err != nil {
+		return 0, fmt.Errorf("bpf: program info: %w", err)
+	}
+	n, err := info.JitedSize()
+	if err != nil {
+		return 0, fmt.Errorf("bpf: program info: %w", err)
+	}
+	return n, nil
+}
+
 // Program returns the XDP program (for tests and benchmarks).
 func (p *Program) Program() *ebpf.Program { return p.objs.HecXdp }
 
@@ -434,9 +445,7 @@ func AttachPass(ifname string) error {
 // LoadPass loads the program that passes every packet (AttachPass; the
 // benchmarks time BPF_PROG_TEST_RUN's own cost with it).
 func LoadPass() (*ebpf.Program, error) {
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("bpf: memlock: %w", err)
-	}
+	liftMemlock()
 	spec, err := loadHec()
 	if err != nil {
 		return nil, fmt.Errorf("bpf: %w", err)
@@ -448,4 +457,14 @@ func LoadPass() (*ebpf.Program, error) {
 		return nil, fmt.Errorf("bpf: load pass program: %w", err)
 	}
 	return objs.Pass, nil
+}
+
+// liftMemlock lifts RLIMIT_MEMLOCK, which kernels before 5.11 charge BPF
+// maps to (later ones charge the memory cgroup). Not cilium/ebpf's rlimit
+// package: its init creates a map to probe the kernel before main runs,
+// which, in hecd as process 1, is before /proc is mounted — and the
+// library caches the failed mount table read for good.
+func liftMemlock() {
+	inf := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	unix.Setrlimit(unix.RLIMIT_MEMLOCK, &inf)
 }

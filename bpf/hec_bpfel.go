@@ -91,19 +91,20 @@ type hecTalker struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	hecMapHecAcl4        = "hec_acl4"
-	hecMapHecAcl6        = "hec_acl6"
-	hecMapHecConfig      = "hec_config"
-	hecMapHecHotHits     = "hec_hot_hits"
-	hecMapHecHotScratch  = "hec_hot_scratch"
-	hecMapHecHotSlots    = "hec_hot_slots"
-	hecMapHecSampleCount = "hec_sample_count"
-	hecMapHecSamples     = "hec_samples"
-	hecMapHecStats       = "hec_stats"
-	hecMapHecTalkers     = "hec_talkers"
-	hecProgHecPass       = "hec_pass"
-	hecProgHecXdp        = "hec_xdp"
-	hecVarUnusedSample   = "unused_sample"
+	hecMapHecAcl4          = "hec_acl4"
+	hecMapHecAcl6          = "hec_acl6"
+	hecMapHecConfig        = "hec_config"
+	hecMapHecHotHits       = "hec_hot_hits"
+	hecMapHecHotScratch    = "hec_hot_scratch"
+	hecMapHecHotSlots      = "hec_hot_slots"
+	hecMapHecSampleCount   = "hec_sample_count"
+	hecMapHecSampleScratch = "hec_sample_scratch"
+	hecMapHecSamples       = "hec_samples"
+	hecMapHecStats         = "hec_stats"
+	hecMapHecTalkers       = "hec_talkers"
+	hecProgHecPass         = "hec_pass"
+	hecProgHecXdp          = "hec_xdp"
+	hecVarUnusedSample     = "unused_sample"
 )
 
 // loadHec returns the embedded CollectionSpec for hec.
@@ -156,16 +157,17 @@ type hecProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hecMapSpecs struct {
-	HecAcl4        *ebpf.MapSpec `ebpf:"hec_acl4"`
-	HecAcl6        *ebpf.MapSpec `ebpf:"hec_acl6"`
-	HecConfig      *ebpf.MapSpec `ebpf:"hec_config"`
-	HecHotHits     *ebpf.MapSpec `ebpf:"hec_hot_hits"`
-	HecHotScratch  *ebpf.MapSpec `ebpf:"hec_hot_scratch"`
-	HecHotSlots    *ebpf.MapSpec `ebpf:"hec_hot_slots"`
-	HecSampleCount *ebpf.MapSpec `ebpf:"hec_sample_count"`
-	HecSamples     *ebpf.MapSpec `ebpf:"hec_samples"`
-	HecStats       *ebpf.MapSpec `ebpf:"hec_stats"`
-	HecTalkers     *ebpf.MapSpec `ebpf:"hec_talkers"`
+	HecAcl4          *ebpf.MapSpec `ebpf:"hec_acl4"`
+	HecAcl6          *ebpf.MapSpec `ebpf:"hec_acl6"`
+	HecConfig        *ebpf.MapSpec `ebpf:"hec_config"`
+	HecHotHits       *ebpf.MapSpec `ebpf:"hec_hot_hits"`
+	HecHotScratch    *ebpf.MapSpec `ebpf:"hec_hot_scratch"`
+	HecHotSlots      *ebpf.MapSpec `ebpf:"hec_hot_slots"`
+	HecSampleCount   *ebpf.MapSpec `ebpf:"hec_sample_count"`
+	HecSampleScratch *ebpf.MapSpec `ebpf:"hec_sample_scratch"`
+	HecSamples       *ebpf.MapSpec `ebpf:"hec_samples"`
+	HecStats         *ebpf.MapSpec `ebpf:"hec_stats"`
+	HecTalkers       *ebpf.MapSpec `ebpf:"hec_talkers"`
 }
 
 // hecVariableSpecs contains global variables before they are loaded into the kernel.
@@ -195,16 +197,17 @@ func (o *hecObjects) Close() error {
 //
 // It can be passed to loadHecObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hecMaps struct {
-	HecAcl4        *ebpf.Map `ebpf:"hec_acl4"`
-	HecAcl6        *ebpf.Map `ebpf:"hec_acl6"`
-	HecConfig      *ebpf.Map `ebpf:"hec_config"`
-	HecHotHits     *ebpf.Map `ebpf:"hec_hot_hits"`
-	HecHotScratch  *ebpf.Map `ebpf:"hec_hot_scratch"`
-	HecHotSlots    *ebpf.Map `ebpf:"hec_hot_slots"`
-	HecSampleCount *ebpf.Map `ebpf:"hec_sample_count"`
-	HecSamples     *ebpf.Map `ebpf:"hec_samples"`
-	HecStats       *ebpf.Map `ebpf:"hec_stats"`
-	HecTalkers     *ebpf.Map `ebpf:"hec_talkers"`
+	HecAcl4          *ebpf.Map `ebpf:"hec_acl4"`
+	HecAcl6          *ebpf.Map `ebpf:"hec_acl6"`
+	HecConfig        *ebpf.Map `ebpf:"hec_config"`
+	HecHotHits       *ebpf.Map `ebpf:"hec_hot_hits"`
+	HecHotScratch    *ebpf.Map `ebpf:"hec_hot_scratch"`
+	HecHotSlots      *ebpf.Map `ebpf:"hec_hot_slots"`
+	HecSampleCount   *ebpf.Map `ebpf:"hec_sample_count"`
+	HecSampleScratch *ebpf.Map `ebpf:"hec_sample_scratch"`
+	HecSamples       *ebpf.Map `ebpf:"hec_samples"`
+	HecStats         *ebpf.Map `ebpf:"hec_stats"`
+	HecTalkers       *ebpf.Map `ebpf:"hec_talkers"`
 }
 
 func (m *hecMaps) Close() error {
@@ -216,6 +219,7 @@ func (m *hecMaps) Close() error {
 		m.HecHotScratch,
 		m.HecHotSlots,
 		m.HecSampleCount,
+		m.HecSampleScratch,
 		m.HecSamples,
 		m.HecStats,
 		m.HecTalkers,

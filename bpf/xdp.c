@@ -196,6 +196,16 @@ struct {
 	__type(value, __u64);
 } hec_sample_count SEC(".maps");
 
+// A sample is put together here, then copied to the ring buffer once the
+// verdict is known (bpf_ringbuf_output): no reservation held across the
+// program, which older verifiers (6.1) cannot follow.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample);
+} hec_sample_scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, HOT_SLOTS);
@@ -470,7 +480,8 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 	__u64 *kb = (__u64 *)k.b;
 	__u32 full = klen / 8, rem = klen % 8;
 	if (klen > 56) {
-		if (bpf_xdp_load_bytes(ctx, payoff + GET_HDR, k.b, klen))
+		__u32 kl = ((klen - 1) & 63) + 1;
+		if (kl > HOT_KEY_MAX || bpf_xdp_load_bytes(ctx, payoff + GET_HDR, k.b, kl))
 			return 0;
 	} else {
 #pragma unroll
@@ -517,6 +528,7 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 		st->hot_miss++;
 		return 0;
 	}
+	blen = ((blen - 1) & (HOT_BODY_MAX - 1)) + 1; // see the snap length
 	__u32 words = (blen + 7) / 8;
 	__u64 *src = (__u64 *)s->body;
 	for (int i = 0; i < HOT_BODY_MAX / 8; i++) {
@@ -540,6 +552,7 @@ static __always_inline int answer(struct xdp_md *ctx, struct pkt *p, struct clas
 		__u32 hl = payoff + 8;
 		if (delta <= 0 || hl > HDRS_MAX || hl < 1)
 			return 0;
+		hl = ((hl - 1) & (HDRS_MAX - 1)) + 1;
 		if (bpf_xdp_load_bytes(ctx, 0, hdrs, hl))
 			return 0;
 		if (bpf_xdp_adjust_head(ctx, -delta))
@@ -654,14 +667,15 @@ int hec_xdp(struct xdp_md *ctx)
 	if (cfg->sample_every && (!cfg->sample_classes || ((cfg->sample_classes >> class) & 1))) {
 		__u64 *n = bpf_map_lookup_elem(&hec_sample_count, &zero);
 		if (n && ++*n % cfg->sample_every == 0) {
-			sm = bpf_ringbuf_reserve(&hec_samples, sizeof(*sm), 0);
+			sm = bpf_map_lookup_elem(&hec_sample_scratch, &zero);
 			if (sm) {
 				__u32 cap = cfg->snaplen;
 				if (cap > len)
 					cap = len;
-				if (cap > SNAP_MAX)
-					cap = SNAP_MAX;
-				if (cap < 1 || bpf_xdp_load_bytes(ctx, 0, sm->data, cap))
+				// 1..SNAP_MAX by construction: older verifiers lose a
+				// bound learnt from a comparison once it is spilled.
+				cap = ((cap - 1) & (SNAP_MAX - 1)) + 1;
+				if (bpf_xdp_load_bytes(ctx, 0, sm->data, cap))
 					cap = 0;
 				sm->ts_ns = bpf_ktime_get_ns();
 				sm->len = len;
@@ -722,7 +736,7 @@ int hec_xdp(struct xdp_md *ctx)
 	}
 	if (sm) {
 		sm->verdict = verdict;
-		bpf_ringbuf_submit(sm, 0);
+		bpf_ringbuf_output(&hec_samples, sm, sizeof(*sm), 0);
 	}
 	return act;
 }
