@@ -26,6 +26,8 @@ import (
 //	hec.loglevel=info
 //	hec.lease_timeout=3s
 //	hec.durability=sync   kv writes acknowledged on disk (sync) or in memory (async)
+//	hec.xdp=eth0          the interface of the XDP fast path (default the one of hec.ip; off: none)
+//	hec.xdp_mode=auto     auto, native or generic
 //
 // and for the peer layer (a node of a test cluster):
 //
@@ -69,7 +71,8 @@ func RunInit(log *slog.Logger) error {
 	log.Info("init", "kernel", uname(), "since boot", readUptime())
 	loadModules(log, "/etc/hec/modules")
 	go reap()
-	if err := configureNetwork(log, params); err != nil {
+	nic, err := configureNetwork(log, params)
+	if err != nil {
 		log.Error("network", "err", err)
 	}
 	cfg := Config{Mgmt: "0.0.0.0:7600", TCP: "0.0.0.0:7610", RESP: "0.0.0.0:6380", UDP: "0.0.0.0:11311",
@@ -77,6 +80,15 @@ func RunInit(log *slog.Logger) error {
 	f := false
 	cfg.CheckPIDs, cfg.Doorbell = &f, &f // hosts are across the VM (or PCIe) boundary
 	cfg.KVDurability = params["hec.durability"]
+	// The XDP fast path on the agent's NIC, unless hec.xdp=off (or
+	// another interface); hec.xdp_mode=auto|native|generic.
+	cfg.XDP, cfg.XDPMode = Off, params["hec.xdp_mode"]
+	if nic != "" {
+		cfg.XDP = nic
+	}
+	if v := params["hec.xdp"]; v != "" {
+		cfg.XDP = v
+	}
 	if d, err := time.ParseDuration(params["hec.lease_timeout"]); err == nil {
 		cfg.LeaseTimeout.Duration = d
 	}
@@ -229,17 +241,19 @@ func reap() {
 	}
 }
 
-func configureNetwork(log *slog.Logger, params map[string]string) error {
+// configureNetwork sets up the first network interface and returns its
+// name ("" when hec.ip is not given).
+func configureNetwork(log *slog.Logger, params map[string]string) (string, error) {
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		netlink.LinkSetUp(lo)
 	}
 	ip := params["hec.ip"]
 	if ip == "" {
-		return nil
+		return "", nil
 	}
 	addr, err := netlink.ParseAddr(ip)
 	if err != nil {
-		return fmt.Errorf("hec.ip=%s: %w", ip, err)
+		return "", fmt.Errorf("hec.ip=%s: %w", ip, err)
 	}
 	// The NIC appears once its driver has probed: wait a little.
 	var link netlink.Link
@@ -256,21 +270,22 @@ func configureNetwork(log *slog.Logger, params map[string]string) error {
 		}
 	}
 	if link == nil {
-		return errors.New("no network interface appeared")
+		return "", errors.New("no network interface appeared")
 	}
+	name := link.Attrs().Name
 	if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("address %s on %s: %w", ip, link.Attrs().Name, err)
+		return name, fmt.Errorf("address %s on %s: %w", ip, name, err)
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		return err
+		return name, err
 	}
 	if gw := params["hec.gw"]; gw != "" {
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("default route via %s: %w", gw, err)
+			return name, fmt.Errorf("default route via %s: %w", gw, err)
 		}
 	}
-	log.Info("network", "link", link.Attrs().Name, "addr", ip, "gw", params["hec.gw"])
-	return nil
+	log.Info("network", "link", name, "addr", ip, "gw", params["hec.gw"])
+	return name, nil
 }
 
 // configurePeers fills cfg's peer layer from hec.* parameters.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,6 +252,8 @@ func (x *xdp) admit(key string) error {
 type XDPStatus struct {
 	Interface   string            `json:"interface"`
 	Mode        string            `json:"mode"`
+	Arch        string            `json:"arch"`
+	JITedBytes  uint32            `json:"jited_bytes"` // machine code of the program; 0: interpreted
 	DefaultDeny bool              `json:"acl_default_deny"`
 	Classes     []XDPClass        `json:"classes"`
 	Talkers     []XDPTalker       `json:"top_talkers"`
@@ -285,8 +288,9 @@ type XDPHot struct {
 }
 
 func (x *xdp) status(talkers int) (XDPStatus, error) {
-	st := XDPStatus{Interface: x.ifname, Mode: x.mode.String(), DefaultDeny: x.prog.Config().DefaultDeny,
+	st := XDPStatus{Interface: x.ifname, Mode: x.mode.String(), Arch: runtime.GOARCH, DefaultDeny: x.prog.Config().DefaultDeny,
 		Drops: map[string]uint64{}}
+	st.JITedBytes, _ = x.prog.JITedBytes()
 	cs, err := x.prog.Stats()
 	if err != nil {
 		return st, err
