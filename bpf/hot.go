@@ -278,19 +278,21 @@ func (h *HotCache) Occupants(key []byte) []string {
 	return out
 }
 
-// hotHash is hot_hash of xdp.c: the key as struct hot_key (the bytes
-// zero-padded to HotKeyMax, then a 32-bit length), read as eight
-// little-endian words.
+// hotHash is hot_hash of xdp.c: the words of struct hot_key (the bytes
+// zero-padded to HotKeyMax, then the 32-bit length) that hold the key's
+// bytes, little-endian, then its length.
 func hotHash(key []byte) uint64 {
 	var k [HotKeyMax + 4]byte
 	copy(k[:], key)
 	binary.LittleEndian.PutUint32(k[HotKeyMax:], uint32(len(key)))
 	h := uint64(0x9e3779b97f4a7c15)
-	for i := 0; i < len(k); i += 8 {
+	for i := 0; i < len(key); i += 8 {
 		h ^= binary.LittleEndian.Uint64(k[i:])
 		h *= 0xff51afd7ed558ccd
 		h ^= h >> 29
 	}
+	h ^= uint64(len(key))
+	h *= 0xff51afd7ed558ccd
 	return h ^ h>>32
 }
 
