@@ -6,7 +6,7 @@
 // A value too large for one datagram gets "SERVER_ERROR object too large for
 // UDP\r\n" (memcached's wording), never a truncated value.
 //
-// This is the user-space path. A later fast path answers hot keys inside
-// XDP from a BPF map; it needs, per entry, the version and expiry that
-// kv.Entry carries.
+// This is the user-space path. The agent's XDP program (package bpf)
+// answers hot keys in the kernel from a map, filled with this package's
+// AppendReply; the keys it holds are those Seen here most often.
 package udp
