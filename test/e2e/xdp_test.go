@@ -197,6 +197,18 @@ func TestXDPOnVeth(t *testing.T) {
 			if classOf(after, "resp").Packets == 0 || classOf(after, "mgmt").Packets == 0 {
 				t.Errorf("resp or mgmt traffic not counted: %+v", after.Classes)
 			}
+			mresp, err := cluster.Client(st.Switch).Get("http://" + st.Nodes[1].Mgmt() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mb, _ := io.ReadAll(mresp.Body)
+			mresp.Body.Close()
+			for _, series := range []string{`hec_xdp_packets_total{class="udp_get"}`, `hec_xdp_verdicts_total{class="udp_get",verdict="answered"}`,
+				`hec_xdp_verdicts_total{class="other",verdict="dropped_acl"}`, `hec_xdp_hot_keys{state="served"} 1`} {
+				if !strings.Contains(string(mb), series) {
+					t.Errorf("/metrics lacks %s", series)
+				}
+			}
 			if len(after.Talkers) == 0 || after.Talkers[0].Addr != st.Nodes[0].Addr {
 				t.Errorf("top talkers %+v, want %s first", after.Talkers, st.Nodes[0].Addr)
 			}
