@@ -144,6 +144,25 @@ func (g *udpGetter) get(key string) ([]byte, error) {
 	}
 }
 
+// getInBackground GETs key every gap until the returned stop is called
+// (stop waits for the last GET).
+func (g *udpGetter) getInBackground(key string, gap time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				g.get(key)
+				time.Sleep(gap)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 func respIn(t *testing.T, st *cluster.State, n int) *redis.Client {
 	ns := st.Nodes[0].NS
 	rc := redis.NewClient(&redis.Options{Addr: st.Nodes[n].Addr + ":6380", Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -244,21 +263,7 @@ func TestXDPOnVeth(t *testing.T) {
 				t.Fatalf("get after acl del: %q, %v", v, err)
 			}
 			// Samples while traffic flows.
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						g.get("hot")
-						time.Sleep(5 * time.Millisecond)
-					}
-				}
-			}()
+			stop := g.getInBackground("hot", 5*time.Millisecond)
 			resp, err = mc.Get(mgmt + "/v1/xdp/samples?seconds=1&snap=96")
 			if err != nil {
 				t.Fatal(err)
@@ -273,8 +278,7 @@ func TestXDPOnVeth(t *testing.T) {
 				samples = append(samples, s)
 			}
 			resp.Body.Close()
-			close(stop)
-			wg.Wait()
+			stop()
 			var gets int
 			for _, s := range samples {
 				if s.Class == "udp_get" && len(s.Data) > 0 && len(s.Data) <= 96 {
@@ -302,25 +306,11 @@ func inspectPcap(t *testing.T, st *cluster.State, g *udpGetter) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../host/cmd/hecctl").CombinedOutput(); err != nil {
 		t.Fatalf("build hecctl: %v\n%s", err, out)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				g.get("hot")
-				time.Sleep(2 * time.Millisecond)
-			}
-		}
-	}()
+	stop := g.getInBackground("hot", 2*time.Millisecond)
 	pcap := filepath.Join(t.TempDir(), "x.pcap")
 	out, err := exec.Command("ip", "netns", "exec", st.Switch, bin, "inspect", "--mgmt", st.Nodes[1].Mgmt(),
 		"--pcap", pcap, "--seconds", "1", "--snap", "128").CombinedOutput()
-	close(stop)
-	<-done
+	stop()
 	if err != nil {
 		t.Fatalf("hecctl inspect --pcap: %v\n%s", err, out)
 	}
