@@ -47,6 +47,10 @@ type HotCache struct {
 	mu    sync.Mutex
 	owner [HotSlots]string // the key each slot holds ("": free)
 
+	// unmap keeps close from unmapping the slots under an Invalidate
+	// (which does not take mu, and may run on any writer's goroutine).
+	unmap sync.RWMutex
+
 	invalidations atomic.Uint64
 }
 
@@ -89,11 +93,13 @@ func newHotCache(slots, hits *ebpf.Map) (*HotCache, error) {
 func (h *HotCache) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.unmap.Lock()
+	defer h.unmap.Unlock()
 	if h.mem != nil {
-		unix.Munmap(h.mem)
-		h.mem = nil
 		empty := map[string]int32{}
 		h.keys.Store(&empty)
+		unix.Munmap(h.mem)
+		h.mem = nil
 	}
 }
 
@@ -124,7 +130,11 @@ func (h *HotCache) invalidate(i int32) {
 // the write is visible and before it is acknowledged.
 func (h *HotCache) Invalidate(key []byte) {
 	if i, ok := (*h.keys.Load())[string(key)]; ok {
-		h.invalidate(i)
+		h.unmap.RLock()
+		if h.mem != nil {
+			h.invalidate(i)
+		}
+		h.unmap.RUnlock()
 		h.invalidations.Add(1)
 	}
 }

@@ -634,3 +634,35 @@ func TestTalkers(t *testing.T) {
 		t.Fatalf("top talkers: %+v", top)
 	}
 }
+
+// TestInvalidateWhileClosing: writers invalidating held keys while the
+// program closes do not touch unmapped memory.
+func TestInvalidateWhileClosing(t *testing.T) {
+	p, err := Load(Config{HotGET: true})
+	if os.Geteuid() != 0 {
+		t.Skip("loading XDP programs needs root")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit(t, p, "k", "v", 1, time.Time{})
+	h := p.Hot()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				h.Invalidate([]byte("k"))
+			}
+		}
+	}()
+	time.Sleep(10 * time.Millisecond)
+	p.Close()
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	<-done
+}
