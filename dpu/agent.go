@@ -290,6 +290,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	} else {
 		a.xdpNote = "off (hecd --xdp IFACE)"
+		a.addService(Service{Name: "xdp", Addr: Off, Served: false, Note: a.xdpNote})
 	}
 	if a.cfg.UDP != Off {
 		pc, err := net.ListenPacket("udp", a.cfg.UDP)
