@@ -5,7 +5,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -330,13 +329,6 @@ func (p *Program) Attach(ifname string, mode Mode, replace bool) (Mode, error) {
 	return mode, nil
 }
 
-// Attached returns the interface and mode, or "" when detached.
-func (p *Program) Attached() (string, Mode) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ifname, p.mode
-}
-
 // Detach takes the program off its interface.
 func (p *Program) Detach() error {
 	p.mu.Lock()
@@ -411,15 +403,6 @@ const (
 	XDPPass    = 2
 	XDPTx      = 3
 )
-
-// InterfaceIndex resolves an interface name in the current namespace.
-func InterfaceIndex(name string) (int, error) {
-	ifc, err := net.InterfaceByName(name)
-	if err != nil {
-		return 0, err
-	}
-	return ifc.Index, nil
-}
 
 // AttachPass attaches a program that passes every packet, natively, to
 // ifname in the calling thread's network namespace, through netlink so

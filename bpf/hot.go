@@ -220,19 +220,14 @@ func (h *HotCache) Admit(key []byte, read func() (HotValue, error)) error {
 		}
 		exp = uint64(MonotonicNow() + left - time.Millisecond)
 	}
-	b := h.slot(i)
-	le := func(off int, v uint64, n int) {
-		for j := range n {
-			b[off+j] = byte(v >> (8 * j))
-		}
-	}
-	le(slotBodyLen, uint64(len(v.Body)), 4)
-	le(slotBodySum, uint64(bodySum(v.Body)), 4)
-	le(slotVersion, v.Version, 8)
-	le(slotExpires, exp, 8)
+	b, le := h.slot(i), binary.LittleEndian
+	le.PutUint32(b[slotBodyLen:], uint32(len(v.Body)))
+	le.PutUint32(b[slotBodySum:], bodySum(v.Body))
+	le.PutUint64(b[slotVersion:], v.Version)
+	le.PutUint64(b[slotExpires:], exp)
 	clear(b[slotKey : slotKey+HotKeyMax+4])
 	copy(b[slotKey:], key)
-	le(slotKey+HotKeyMax, uint64(len(key)), 4)
+	le.PutUint32(b[slotKey+HotKeyMax:], uint32(len(key)))
 	n := copy(b[slotBody:], v.Body)
 	clear(b[slotBody+n : slotBody+(n+7)&^7])
 	if !h.seq(i).CompareAndSwap(s0, s0+1) {
@@ -361,6 +356,20 @@ func (h *HotCache) Entries(reset bool) ([]HotEntry, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// Counts returns how many keys are held and how many of those XDP may
+// serve now (no system call: for status and metrics).
+func (h *HotCache) Counts() (held, served int) {
+	h.unmap.RLock()
+	defer h.unmap.RUnlock()
+	for _, i := range *h.keys.Load() {
+		held++
+		if h.mem != nil && h.seq(i).Load()&1 == 0 {
+			served++
+		}
+	}
+	return held, served
 }
 
 // Len returns the number of held keys.

@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -246,21 +247,15 @@ func decodeSample(b []byte) (Sample, error) {
 	if len(b) < sampleHeader {
 		return Sample{}, fmt.Errorf("bpf: sample of %d bytes", len(b))
 	}
-	le := func(i, n int) uint64 {
-		var v uint64
-		for j := n - 1; j >= 0; j-- {
-			v = v<<8 | uint64(b[i+j])
-		}
-		return v
-	}
-	caplen := int(le(12, 4))
+	le := binary.LittleEndian
+	caplen := int(le.Uint32(b[12:]))
 	if caplen > SnapMax || sampleHeader+caplen > len(b) {
 		return Sample{}, fmt.Errorf("bpf: sample caplen %d", caplen)
 	}
 	s := Sample{
-		Time:    time.Duration(le(0, 8)),
-		Len:     int(le(8, 4)),
-		Ifindex: int(le(16, 4)),
+		Time:    time.Duration(le.Uint64(b[0:])),
+		Len:     int(le.Uint32(b[8:])),
+		Ifindex: int(le.Uint32(b[16:])),
 		Class:   Class(b[20]),
 		Data:    append([]byte(nil), b[sampleHeader:sampleHeader+caplen]...),
 	}
