@@ -67,10 +67,7 @@ func (a *Agent) mgmtHandler() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(a.Status())
+		writeJSON(w, a.Status())
 	})
 	mux.HandleFunc("POST /v1/poweroff", func(w http.ResponseWriter, r *http.Request) {
 		if a.powerOff == nil {
@@ -81,4 +78,12 @@ func (a *Agent) mgmtHandler() http.Handler {
 		go a.powerOff()
 	})
 	return mux
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }

@@ -172,6 +172,7 @@ func (x *xdp) admitRound() {
 		} else if x.idle[e.Key]++; x.idle[e.Key] >= hotIdleRounds {
 			x.hot.Evict([]byte(e.Key))
 			delete(x.idle, e.Key)
+			delete(hits, e.Key) // gone: not a candidate to evict below
 		}
 	}
 	min := uint32(x.a.cfg.HotMinRate * hotRound.Seconds())
@@ -287,6 +288,8 @@ type XDPHot struct {
 	Invalidations uint64 `json:"invalidations"`
 }
 
+// status reads the counters, the hot map's state and (talkers > 0) the
+// top talkers.
 func (x *xdp) status(talkers int) (XDPStatus, error) {
 	st := XDPStatus{Interface: x.ifname, Mode: x.mode.String(), Arch: runtime.GOARCH, DefaultDeny: x.prog.Config().DefaultDeny,
 		Drops: map[string]uint64{}}
@@ -304,24 +307,18 @@ func (x *xdp) status(talkers int) (XDPStatus, error) {
 		}
 		st.Classes = append(st.Classes, xc)
 	}
-	ts, err := x.prog.Talkers(talkers)
-	if err != nil {
-		return st, err
-	}
-	for _, t := range ts {
-		st.Talkers = append(st.Talkers, XDPTalker{Addr: t.Addr.String(), Packets: t.Packets, Bytes: t.Bytes})
-	}
-	if x.hot != nil {
-		es, err := x.hot.Entries(false)
+	if talkers > 0 {
+		ts, err := x.prog.Talkers(talkers)
 		if err != nil {
 			return st, err
 		}
-		h := &XDPHot{Held: len(es), Invalidations: x.hot.Invalidations()}
-		for _, e := range es {
-			if e.Served {
-				h.Served++
-			}
+		for _, t := range ts {
+			st.Talkers = append(st.Talkers, XDPTalker{Addr: t.Addr.String(), Packets: t.Packets, Bytes: t.Bytes})
 		}
+	}
+	if x.hot != nil {
+		h := &XDPHot{Invalidations: x.hot.Invalidations()}
+		h.Held, h.Served = x.hot.Counts()
 		st.Hot = h
 	}
 	return st, nil
@@ -342,13 +339,6 @@ type XDPSample struct {
 type ACLRule struct {
 	Prefix string `json:"prefix"`
 	Allow  bool   `json:"allow"`
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
 }
 
 func (a *Agent) serveXDP(mux *http.ServeMux) {
