@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -57,7 +58,7 @@ type sampleDoc struct {
 
 func getXDP(ctx context.Context, mgmt string, top int) (xdpDoc, error) {
 	var d xdpDoc
-	resp, err := mgmtDo(ctx, http.MethodGet, mgmt, fmt.Sprintf("/v1/xdp?talkers=%d", top), nil)
+	resp, err := get(ctx, mgmt, fmt.Sprintf("/v1/xdp?talkers=%d", top))
 	if err != nil {
 		return d, err
 	}
@@ -151,7 +152,7 @@ func printRates(out io.Writer, prev, cur xdpDoc, dt float64) {
 		}
 		var drops []string
 		var dsum float64
-		for _, r := range slices.Sorted(mapKeys(c.Dropped)) {
+		for _, r := range slices.Sorted(maps.Keys(c.Dropped)) {
 			d := rate(p.Dropped[r], c.Dropped[r])
 			dsum += d
 			if d > 0 {
@@ -167,7 +168,7 @@ func printRates(out io.Writer, prev, cur xdpDoc, dt float64) {
 	}
 	tw.Flush()
 	var total []string
-	for _, r := range slices.Sorted(mapKeys(cur.Drops)) {
+	for _, r := range slices.Sorted(maps.Keys(cur.Drops)) {
 		total = append(total, fmt.Sprintf("%s %d", r, cur.Drops[r]))
 	}
 	fmt.Fprintf(out, "  drops since loaded: %s\n", strings.Join(total, ", "))
@@ -180,16 +181,6 @@ func printRates(out io.Writer, prev, cur xdpDoc, dt float64) {
 			fmt.Fprintf(out, "  %s %d pkts %s", t.Addr, t.Packets, sizeOf(t.Bytes))
 		}
 		fmt.Fprintln(out)
-	}
-}
-
-func mapKeys(m map[string]uint64) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 
@@ -218,7 +209,7 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 	if limit > 0 {
 		q.Set("max", fmt.Sprint(limit))
 	}
-	resp, err := mgmtDo(ctx, http.MethodGet, mgmt, "/v1/xdp/samples?"+q.Encode(), nil)
+	resp, err := get(ctx, mgmt, "/v1/xdp/samples?"+q.Encode())
 	if err != nil {
 		return err
 	}
@@ -263,13 +254,7 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 		return err
 	}
 	var parts []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range got {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(got)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, got[k]))
 	}
 	fmt.Fprintf(out, "wrote %d packets to %s (%s)\n", n, path, strings.Join(parts, ", "))
@@ -316,7 +301,7 @@ func aclCmd(ctx context.Context, args []string, out io.Writer) error {
 		if len(pos) != 0 {
 			return fmt.Errorf("acl list: takes no arguments")
 		}
-		resp, err := mgmtDo(ctx, http.MethodGet, c.mgmt, "/v1/acl", nil)
+		resp, err := get(ctx, c.mgmt, "/v1/acl")
 		if err != nil {
 			return err
 		}

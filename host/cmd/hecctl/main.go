@@ -137,20 +137,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 }
 
+// get is a GET on the management API (mgmtDo).
 func get(ctx context.Context, mgmt, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mgmt+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("management API at %s: %w (is hecd running? --mgmt)", mgmt, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return resp, nil
+	return mgmtDo(ctx, http.MethodGet, mgmt, path, nil)
 }
 
 type statusDoc struct {
