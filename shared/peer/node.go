@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hecsys/hec/shared/accept"
+	"github.com/hecsys/hec/shared/api"
 )
 
 // Bounds on what peers can make a node hold.
@@ -32,10 +35,14 @@ var (
 
 // Config configures a Node. Zero values take the documented defaults.
 type Config struct {
-	ID     uint32            // this node's id, not 0
-	Listen string            // address to accept peers on; "": dial only
-	Peers  map[uint32]string // the members: id → address (may include this node)
-	Key    []byte            // the cluster key, at least 16 bytes
+	ID     uint32 // this node's id, not 0
+	Listen string // address to accept peers on; "": dial only
+	// Listener, when set, is the listener to accept peers on (opened by
+	// the caller, who can then report a taken port before anything
+	// runs); Listen is then ignored. Run closes it.
+	Listener net.Listener
+	Peers    map[uint32]string // the members: id → address (may include this node)
+	Key      []byte            // the cluster key, at least 16 bytes
 	// Deadline: a peer from which work is pending and that has sent
 	// nothing for this long is declared dead (default 2 s). Heartbeats go
 	// out every Deadline/4 on an idle connection.
@@ -53,6 +60,7 @@ type Handler func(from uint32, h Header, payload []byte)
 type Node struct {
 	cfg Config
 	ln  net.Listener
+	acc *accept.Loop
 
 	mu       sync.Mutex
 	peers    map[uint32]*Peer
@@ -60,7 +68,6 @@ type Node struct {
 	epochs   map[uint64]uint64
 	waiters  map[uint64]chan []byte // pings and acks in flight, by comm
 	aborted  map[uint64]string
-	inbound  map[net.Conn]struct{}
 	closed   bool
 	stop     context.CancelFunc // ends Run's goroutines
 	wg       sync.WaitGroup
@@ -93,22 +100,6 @@ type Peer struct {
 	rtt                                          atomic.Int64
 }
 
-// PeerStatus is a peer as /v1/status shows it.
-type PeerStatus struct {
-	ID          uint32  `json:"id"`
-	Addr        string  `json:"addr"`
-	Connected   bool    `json:"connected"`
-	Alive       bool    `json:"alive"`
-	Dead        string  `json:"dead,omitempty"`
-	HeardAgoSec float64 `json:"heard_ago_seconds"`
-	Pending     int64   `json:"pending"`
-	SentBytes   uint64  `json:"sent_bytes"`
-	RecvBytes   uint64  `json:"recv_bytes"`
-	SentFrames  uint64  `json:"sent_frames"`
-	RecvFrames  uint64  `json:"recv_frames"`
-	RTTMicros   float64 `json:"rtt_us"`
-}
-
 // NewNode checks cfg and returns a node; Run starts it.
 func NewNode(cfg Config) (*Node, error) {
 	if cfg.ID == 0 {
@@ -124,11 +115,11 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, peers: map[uint32]*Peer{}, epochs: map[uint64]uint64{}, waiters: map[uint64]chan []byte{},
-		aborted: map[uint64]string{}, inbound: map[net.Conn]struct{}{}}
+		aborted: map[uint64]string{}}
 	n.nextComm.Store(rand.Uint64() >> 1)
 	n.SetPeers(cfg.Peers)
 	n.handlers[TypePing] = n.servePing
-	n.sinks.m, n.sinks.perKey = map[sinkKey]*sink{}, map[uint32]int{}
+	n.sinks.m, n.sinks.perSender = map[sinkKey]*sink{}, map[uint32]int{}
 	return n, nil
 }
 
@@ -196,16 +187,20 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.stop = stop
 	n.mu.Unlock()
-	if n.cfg.Listen != "" {
-		ln, err := net.Listen("tcp", n.cfg.Listen)
-		if err != nil {
+	ln := n.cfg.Listener
+	if ln == nil && n.cfg.Listen != "" {
+		var err error
+		if ln, err = net.Listen("tcp", n.cfg.Listen); err != nil {
 			return fmt.Errorf("peer listen: %w", err)
 		}
+	}
+	if ln != nil {
+		acc := accept.New("peer", ln, n.serveInbound, n.cfg.Log)
 		n.mu.Lock()
-		n.ln = ln
+		n.ln, n.acc = ln, acc
 		n.mu.Unlock()
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.accept(ln) }()
+		go func() { defer n.wg.Done(); acc.Run() }()
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.watch(ctx) }()
@@ -225,12 +220,7 @@ func (n *Node) Close() {
 	if n.stop != nil {
 		n.stop()
 	}
-	if n.ln != nil {
-		n.ln.Close()
-	}
-	for c := range n.inbound {
-		c.Close()
-	}
+	acc := n.acc
 	for _, p := range n.peers {
 		p.mu.Lock()
 		if p.out != nil {
@@ -243,45 +233,26 @@ func (n *Node) Close() {
 	}
 	n.waiters = map[uint64]chan []byte{}
 	n.mu.Unlock()
-	n.wg.Wait()
-}
-
-func (n *Node) accept(ln net.Listener) {
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
-			nc.Close()
-			return
-		}
-		if len(n.inbound) >= maxInbound(len(n.peers)) {
-			n.mu.Unlock()
-			n.Refused.Add(1)
-			nc.Close() // more connections than members could make: someone is flooding
-			continue
-		}
-		n.inbound[nc] = struct{}{}
-		n.mu.Unlock()
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.serveInbound(nc)
-			n.mu.Lock()
-			delete(n.inbound, nc)
-			n.mu.Unlock()
-		}()
+	if acc != nil {
+		acc.Close() // the listener and every inbound connection
 	}
+	n.wg.Wait()
 }
 
 // serveInbound reads one peer's frames until its connection ends. A frame
 // that fails its tag or sequence ends the connection: nothing after it can
 // be trusted.
 func (n *Node) serveInbound(nc net.Conn) {
-	defer nc.Close()
+	n.mu.Lock()
+	closed, members := n.closed, len(n.peers)
+	n.mu.Unlock()
+	if closed {
+		return
+	}
+	if n.acc.Conns() > maxInbound(members) {
+		n.Refused.Add(1) // more connections than members could make: someone is flooding
+		return
+	}
 	c, err := Handshake(nc, n.cfg.Key, n.cfg.ID, false, time.Now().Add(n.cfg.Deadline))
 	if err != nil {
 		n.refused(err)
@@ -643,17 +614,17 @@ func (n *Node) Aborted(comm uint64) string {
 }
 
 // Peers returns every member's status, by id.
-func (n *Node) Peers() []PeerStatus {
+func (n *Node) Peers() []api.PeerStatus {
 	n.mu.Lock()
 	peers := make([]*Peer, 0, len(n.peers))
 	for _, p := range n.peers {
 		peers = append(peers, p)
 	}
 	n.mu.Unlock()
-	out := make([]PeerStatus, 0, len(peers))
+	out := make([]api.PeerStatus, 0, len(peers))
 	for _, p := range peers {
 		p.mu.Lock()
-		st := PeerStatus{ID: p.ID, Addr: p.Addr, Connected: p.out != nil, Alive: p.dead == "", Dead: p.dead}
+		st := api.PeerStatus{ID: p.ID, Addr: p.Addr, Connected: p.out != nil, Alive: p.dead == "", Dead: p.dead}
 		p.mu.Unlock()
 		if h := p.lastHeard.Load(); h != 0 {
 			st.HeardAgoSec = time.Since(time.Unix(0, h)).Seconds()
@@ -666,6 +637,6 @@ func (n *Node) Peers() []PeerStatus {
 		st.RTTMicros = float64(p.rtt.Load()) / 1e3
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b PeerStatus) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b api.PeerStatus) int { return int(a.ID) - int(b.ID) })
 	return out
 }

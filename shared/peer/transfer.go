@@ -8,19 +8,6 @@ import (
 	"time"
 )
 
-// LinkTest is what a node measured to one peer: round trips (Ping) and a
-// bulk Transfer. The agent's POST /v1/peers/test answers with it.
-type LinkTest struct {
-	Peer     uint32  `json:"peer"`
-	Pings    int     `json:"pings"`
-	RTTMinUs float64 `json:"rtt_min_us"`
-	RTTP50Us float64 `json:"rtt_p50_us"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
-	GBPerSec float64 `json:"gb_per_s"`
-	Error    string  `json:"error,omitempty"`
-}
-
 // FlagSink marks Data frames of a Transfer: the receiver counts and drops
 // them, and acknowledges the count when the last arrives.
 const FlagSink = 2
@@ -39,9 +26,9 @@ type sink struct {
 
 // sinks are the transfers this node is receiving.
 type sinks struct {
-	mu     sync.Mutex
-	m      map[sinkKey]*sink
-	perKey map[uint32]int // transfers under way, by sender
+	mu        sync.Mutex
+	m         map[sinkKey]*sink
+	perSender map[uint32]int // transfers under way, by sender
 }
 
 // serveSink counts a Transfer's frames; while one is under way the sender
@@ -51,21 +38,21 @@ func (n *Node) serveSink(from uint32, h Header, payload []byte) {
 	n.sinks.mu.Lock()
 	s := n.sinks.m[k]
 	if s == nil {
-		if n.sinks.perKey[from] >= maxSinksPerPeer {
+		if n.sinks.perSender[from] >= maxSinksPerPeer {
 			n.sinks.mu.Unlock()
 			n.Refused.Add(1) // too many transfers under way from one peer: dropped
 			return
 		}
 		s = &sink{done: n.Expect(from)}
 		n.sinks.m[k] = s
-		n.sinks.perKey[from]++
+		n.sinks.perSender[from]++
 	}
 	s.bytes += uint64(len(payload))
 	last := h.Flags&FlagLast != 0
 	if last {
 		delete(n.sinks.m, k)
-		if n.sinks.perKey[from]--; n.sinks.perKey[from] == 0 {
-			delete(n.sinks.perKey, from)
+		if n.sinks.perSender[from]--; n.sinks.perSender[from] == 0 {
+			delete(n.sinks.perSender, from)
 		}
 	}
 	n.sinks.mu.Unlock()
@@ -138,5 +125,5 @@ func (n *Node) dropSinks(from uint32) {
 			delete(n.sinks.m, k)
 		}
 	}
-	delete(n.sinks.perKey, from)
+	delete(n.sinks.perSender, from)
 }

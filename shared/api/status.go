@@ -1,0 +1,118 @@
+package api
+
+import (
+	"time"
+
+	"github.com/hecsys/hec/shared/sysinfo"
+)
+
+// Status is the body of GET /v1/status.
+type Status struct {
+	Version    string    `json:"version"`
+	PID        int       `json:"pid"`
+	Started    time.Time `json:"started"`
+	UptimeSec  float64   `json:"uptime_seconds"`
+	Generation uint32    `json:"generation"`
+	Ready      bool      `json:"ready"`
+	// Region is the shared-memory region served ("" when off), its size
+	// and the window each queue pair gets.
+	Region     string `json:"region,omitempty"`
+	RegionSize uint64 `json:"region_size,omitempty"`
+	WindowSize uint64 `json:"window_size,omitempty"`
+	StateDir   string `json:"state_dir"`
+	// Services lists every configured service and transport and whether
+	// it is served.
+	Services   []Service   `json:"services"`
+	QueuePairs []QueuePair `json:"queue_pairs"`
+	Ops        []OpCount   `json:"ops"`
+	// Platform is what the agent runs on; Profile the DPU profile applied
+	// (nil: none); Rails the agent's own rates, calibrated in the
+	// background after it is ready (empty until the first calibration).
+	Platform *Platform `json:"platform,omitempty"`
+	Profile  *Profile  `json:"dpu_profile,omitempty"`
+	Rails    []Rail    `json:"rails"`
+	// NodeID and Peers: the peer layer, when served.
+	NodeID uint32       `json:"node_id,omitempty"`
+	Peers  []PeerStatus `json:"peers,omitempty"`
+}
+
+// Service is one configured service or transport: where it listens and
+// whether it is served. Stopped says why a listener stopped serving for
+// good after start (the agent is then not ready).
+type Service struct {
+	Name    string `json:"name"`
+	Addr    string `json:"addr"`
+	Served  bool   `json:"served"`
+	Note    string `json:"note,omitempty"`
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// Service looks a service up by name.
+func (s *Status) Service(name string) (Service, bool) {
+	for _, v := range s.Services {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Service{}, false
+}
+
+// QueuePair is one queue pair of the region.
+type QueuePair struct {
+	Index      int    `json:"index"`
+	State      string `json:"state"`
+	PID        uint32 `json:"pid,omitempty"`
+	StartTicks uint64 `json:"start_ticks,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	InFlight   uint64 `json:"in_flight"`
+	Faults     uint64 `json:"faults"`
+	Fences     uint64 `json:"fences"`
+}
+
+// OpCount is one op's counters; op "rejected" counts descriptors that
+// failed validation or named no served op.
+type OpCount struct {
+	Op     string `json:"op"`
+	Count  uint64 `json:"count"`
+	Errors uint64 `json:"errors"`
+}
+
+// Platform is what the agent runs on.
+type Platform struct {
+	// Generation is BlueField-2, BlueField-3 or BlueField when the agent
+	// runs on a DPU's Arm cores, "emulated" anywhere else.
+	Generation  string        `json:"generation"`
+	Model       string        `json:"model,omitempty"` // DMI product or device-tree model
+	CPU         sysinfo.CPU   `json:"cpu"`
+	MemoryBytes int64         `json:"memory_bytes"`
+	NICs        []sysinfo.NIC `json:"nics"`
+}
+
+// Profile is the DPU profile an emulated agent applied to itself.
+type Profile struct {
+	Name      string  `json:"name"`       // bf2, bf3 or none
+	Cores     int     `json:"cores"`      // Arm cores of the real DPU
+	Core      string  `json:"core"`       // their kind
+	CoreSpeed float64 `json:"core_speed"` // one Arm core against one host core (a model choice)
+	// GODEBUGOff lists the CPU features switched off in the agent.
+	GODEBUGOff []string `json:"godebug_off,omitempty"`
+	// CPUs are the cores the agent is pinned to, GOMAXPROCS its Go
+	// threads; Quota the CPU it may use in cores (0: none set), and
+	// QuotaNote why it is not set where it should be.
+	CPUs       []int   `json:"cpus,omitempty"`
+	GOMAXPROCS int     `json:"gomaxprocs"`
+	Quota      float64 `json:"quota_cores"`
+	QuotaNote  string  `json:"quota_note,omitempty"`
+	SIMDOff    bool    `json:"simd_off"` // running with the profile's GODEBUG
+}
+
+// Rail is what one of the agent's rails was measured to do, and when.
+type Rail struct {
+	Rail       string    `json:"rail"`
+	Kind       string    `json:"kind"`
+	Cores      int       `json:"cores"`
+	CopyRate   float64   `json:"copy_bytes_per_second"`
+	CRC32CRate float64   `json:"crc32c_bytes_per_second"`
+	MeasuredAt time.Time `json:"measured_at"`
+	AgeSeconds float64   `json:"age_seconds"`
+}
