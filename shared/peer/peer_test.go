@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/test/testutil"
 )
 
 var testKey = []byte("0123456789abcdef-cluster-key")
@@ -190,7 +192,7 @@ func TestWrongKeyRejected(t *testing.T) {
 	if _, err := a.Ping(ctx, 2); !errors.Is(err, ErrAuth) {
 		t.Fatalf("ping with the wrong key: %v", err)
 	}
-	waitFor(t, func() bool { return b.AuthFailures.Load() > 0 })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return b.AuthFailures.Load() > 0 })
 }
 
 // recorder keeps what is written to a connection.
@@ -231,19 +233,19 @@ func TestReplayAndOldEpochDropped(t *testing.T) {
 	c, rec := dialAs1()
 	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 4}, []byte("old epoch"), time.Time{})
 	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 5}, []byte("current"), time.Time{})
-	waitFor(t, func() bool { _, ok := got.Load("current"); return ok })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { _, ok := got.Load("current"); return ok })
 	if _, ok := got.Load("old epoch"); ok || b.OldEpoch.Load() != 1 {
 		t.Fatalf("old-epoch frame delivered (dropped %d)", b.OldEpoch.Load())
 	}
 	frames := rec.buf.Bytes()
 	// The same frames again on the same connection: out of sequence.
 	rec.Conn.Write(frames)
-	waitFor(t, func() bool { return b.AuthFailures.Load() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return b.AuthFailures.Load() == 1 })
 	// On a new connection: the session keys differ, the tags fail.
 	c2, rec2 := dialAs1()
 	_ = c2
 	rec2.Conn.Write(frames)
-	waitFor(t, func() bool { return b.AuthFailures.Load() == 2 })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return b.AuthFailures.Load() == 2 })
 	n := 0
 	got.Range(func(any, any) bool { n++; return true })
 	if n != 1 {
@@ -255,7 +257,7 @@ func TestReplayAndOldEpochDropped(t *testing.T) {
 	for i := 0; i < maxSinksPerPeer+10; i++ {
 		c3.Send(Header{Type: TypeData, Comm: uint64(1000 + i), Flags: FlagSink}, []byte("x"), time.Time{})
 	}
-	waitFor(t, func() bool { return b.Refused.Load() == 10 })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return b.Refused.Load() == 10 })
 }
 
 func TestPingTransferAbort(t *testing.T) {
@@ -289,7 +291,7 @@ func TestPingTransferAbort(t *testing.T) {
 	if _, err := nodes[1].await(ctx, 1, comm, ch); !errors.Is(err, ErrAborted) {
 		t.Fatalf("wait on an aborted communicator: %v", err)
 	}
-	waitFor(t, func() bool { return nodes[2].Aborted(comm) == "test says stop" })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return nodes[2].Aborted(comm) == "test says stop" })
 }
 
 // A slow transfer that keeps moving is not declared dead; a sender that
@@ -334,10 +336,10 @@ func TestLiveness(t *testing.T) {
 			if !strings.Contains(string(buf[:n]), "sending") {
 				t.Fatalf("helper said %q", buf[:n])
 			}
-			waitFor(t, func() bool { return recv.Dead(1) == "" && recv.Peers()[0].Pending > 0 })
+			testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return recv.Dead(1) == "" && recv.Peers()[0].Pending > 0 })
 			t0 := time.Now()
 			cmd.Process.Signal(sig)
-			waitFor(t, func() bool { return recv.Dead(1) != "" })
+			testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return recv.Dead(1) != "" })
 			took := time.Since(t0)
 			t.Logf("%s: declared dead after %v: %s", sig, took.Round(time.Millisecond), recv.Dead(1))
 			// The semantics, not a speed: dead once the deadline passed in
@@ -384,7 +386,7 @@ func startNodeDeadline(t testing.TB, id uint32, key []byte, peers map[uint32]str
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, func() bool { return n.Addr() != "" })
+	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return n.Addr() != "" })
 	return n
 }
 
@@ -406,14 +408,4 @@ func cluster(t *testing.T, k int, deadline time.Duration) []*Node {
 		n.SetPeers(members)
 	}
 	return nodes
-}
-
-func waitFor(t testing.TB, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !f(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

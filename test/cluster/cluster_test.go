@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/test/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -24,11 +26,7 @@ func hecd(t *testing.T) string {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("no ip (iproute2): make test installs it as root")
 	}
-	bin := filepath.Join(t.TempDir(), "hecd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../dpu/cmd/hecd").CombinedOutput(); err != nil {
-		t.Fatalf("build hecd: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.Hecd(t)
 }
 
 // nothingLeft checks that cluster name left nothing behind.
@@ -146,20 +144,11 @@ func TestClusterEtcdMembership(t *testing.T) {
 		}
 		return m
 	}
-	waitFor(t, 15*time.Second, func() bool { m := members(); return m[2] && m[3] })
+	testutil.WaitFor(t, 15*time.Second, "member set", func() bool { m := members(); return m[2] && m[3] })
 	unix.Kill(st.Nodes[2].PID, unix.SIGKILL)
 	t0 := time.Now()
-	waitFor(t, 15*time.Second, func() bool { return !members()[3] })
+	testutil.WaitFor(t, 15*time.Second, "member set", func() bool { return !members()[3] })
 	t.Logf("node 3 killed: gone from node 1's member set after %v", time.Since(t0).Round(100*time.Millisecond))
-}
-
-func waitFor(t *testing.T, d time.Duration, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !f(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

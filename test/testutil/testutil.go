@@ -1,0 +1,129 @@
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// moduleRoot is the repository root, found from this file's place.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var (
+	binMu  sync.Mutex
+	bins   = map[string]*built{}
+	binDir string
+)
+
+// Build builds the command in pkg (relative to the repository root, such
+// as "./dpu/cmd/hecd") once per process and returns the binary's path.
+// The binaries of processes that have ended are removed.
+func Build(pkg string) (string, error) {
+	binMu.Lock()
+	b := bins[pkg]
+	if b == nil {
+		b = &built{}
+		bins[pkg] = b
+	}
+	if binDir == "" {
+		root := filepath.Join(os.TempDir(), "hec-testbin")
+		if old, _ := os.ReadDir(root); len(old) > 0 {
+			for _, e := range old {
+				if pid, err := strconv.Atoi(e.Name()); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+					os.RemoveAll(filepath.Join(root, e.Name()))
+				}
+			}
+		}
+		binDir = filepath.Join(root, strconv.Itoa(os.Getpid()))
+	}
+	dir := binDir
+	binMu.Unlock()
+	b.once.Do(func() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
+		cmd.Dir = moduleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	return b.path, b.err
+}
+
+// Hecd returns the path of hecd built from this tree (once per process).
+func Hecd(tb testing.TB) string {
+	tb.Helper()
+	p, err := Build("./dpu/cmd/hecd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Hecctl returns the path of hecctl built from this tree (once per process).
+func Hecctl(tb testing.TB) string {
+	tb.Helper()
+	p, err := Build("./host/cmd/hecctl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// WaitFor polls cond every 20 ms until it holds, failing the test after d.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
+// FreeAddrs returns n loopback addresses whose ports were free a moment
+// ago.
+func FreeAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	var lns []net.Listener
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// NeedRoot skips the test, saying why, when not root.
+func NeedRoot(tb testing.TB, why string) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skipf("%s: root only (CI runs as root)", why)
+	}
+}
