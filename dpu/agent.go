@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hecsys/hec/bpf"
-	"github.com/hecsys/hec/kv"
-	"github.com/hecsys/hec/kv/resp"
-	"github.com/hecsys/hec/kv/udp"
-	"github.com/hecsys/hec/shared/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hecsys/hec/shared/accept"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
 )
 
@@ -27,12 +26,19 @@ import (
 // (-ldflags "-X github.com/hecsys/hec/dpu.Version=...").
 var Version = "dev"
 
-// Agent is hecd: one region, its dispatcher, the TCP handoff listener and
-// the management server.
+// Agent is hecd: the core (the region and its dispatcher, the TCP handoff,
+// the management API and metrics, the lifecycle) and the services it
+// composes.
 type Agent struct {
 	cfg  Config
 	log  *slog.Logger
 	disp *Dispatcher
+
+	services []Service
+	envs     []*Env // one per service, same order
+	shared   Shared
+	mux      *http.ServeMux
+	registry *prometheus.Registry
 
 	started  time.Time
 	gen      atomic.Uint32
@@ -41,30 +47,21 @@ type Agent struct {
 	readyCh  chan struct{}
 	lastBeat atomic.Int64 // unix nanos of the poller's last housekeeping
 
+	core    []api.Service // the core's rows: shm, tcp, mgmt
+	coreEnv *Env          // the core's listeners (the TCP handoff)
+	tcpLoop *accept.Loop
+
+	// PowerOff, when set before Run, serves POST /v1/poweroff (hecd as the
+	// child of process 1 asks it to power the machine off).
+	PowerOff func()
+
 	mu       sync.Mutex
-	services []Service
-
-	powerOff func() // set by RunInit: POST /v1/poweroff calls it
-
-	peers    *peer.Node // nil: the peer layer is off
-	profile  *Applied
-	platform *Platform
-	rails    []RailRate // under mu
-
-	store *kv.Store
-	resp  *resp.Server
-	udp   *udp.Server
-
-	xdp     *xdp                         // nil: the XDP fast path is off or failed (xdpNote says why)
-	xdpNote string                       // set before the management API serves
-	hot     atomic.Pointer[bpf.HotCache] // the hot-GET map every write invalidates; nil: none
+	profile  *api.Profile
+	platform *api.Platform
+	rails    []api.Rail
 }
 
-// Store returns the kv store while the agent runs.
-func (a *Agent) Store() *kv.Store { return a.store }
-
-// New checks cfg and returns an agent ready to Run. Services register their
-// ops on Dispatcher() before Run.
+// New checks cfg and returns an agent ready to Run.
 func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -73,15 +70,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := NewDispatcher(log, cfg.Workers)
-	d.doorbell = *cfg.Doorbell
-	return &Agent{cfg: cfg, log: log, disp: d, readyCh: make(chan struct{})}, nil
+	d := NewDispatcher(log, cfg.Agent.Workers)
+	d.doorbell = *cfg.Agent.Doorbell
+	return &Agent{cfg: cfg, log: log, disp: d, readyCh: make(chan struct{}), services: cfg.services()}, nil
 }
 
-// Config returns the configuration with defaults filled in.
-func (a *Agent) Config() Config { return a.cfg }
-
-// Dispatcher returns the dispatcher, for services to register their ops.
+// Dispatcher returns the dispatcher, for ops registered outside a service
+// (tests).
 func (a *Agent) Dispatcher() *Dispatcher { return a.disp }
 
 // Generation returns the generation of the current run (0 before Run).
@@ -90,16 +85,10 @@ func (a *Agent) Generation() uint32 { return a.gen.Load() }
 // Ready is closed once the agent serves everything it was configured for.
 func (a *Agent) Ready() <-chan struct{} { return a.readyCh }
 
-// Services lists what was configured and whether it is served.
-func (a *Agent) Services() []Service {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]Service(nil), a.services...)
-}
-
-// Addr returns the address a service listens on (useful with port 0).
+// Addr returns the address a service or transport listens on (useful
+// with port 0).
 func (a *Agent) Addr(name string) string {
-	for _, s := range a.Services() {
+	for _, s := range a.serviceRows() {
 		if s.Name == name {
 			return s.Addr
 		}
@@ -107,33 +96,55 @@ func (a *Agent) Addr(name string) string {
 	return ""
 }
 
-func (a *Agent) addService(s Service) {
+func (a *Agent) serviceRows() []api.Service {
 	a.mu.Lock()
-	a.services = append(a.services, s)
+	rows := append([]api.Service(nil), a.core...)
 	a.mu.Unlock()
+	for i := range rows {
+		if rows[i].Name == "tcp" && a.coreEnv != nil {
+			rows[i].Stopped = a.coreEnv.stoppedWhy()
+		}
+	}
+	for i, s := range a.services {
+		row := s.Status()
+		if i < len(a.envs) && a.envs[i] != nil {
+			row.Stopped = a.envs[i].stoppedWhy()
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // Status returns what GET /v1/status serves.
-func (a *Agent) Status() Status {
-	st := Status{Version: Version, PID: os.Getpid(), Started: a.started, UptimeSec: time.Since(a.started).Seconds(),
-		Generation: a.Generation(), StateDir: a.cfg.StateDir, Services: a.Services(),
-		QueuePairs: a.disp.QueuePairs(), Ops: a.disp.OpCounts(), Profile: a.profile, Rails: a.Rails()}
-	if a.peers != nil {
-		st.NodeID, st.Peers = a.cfg.NodeID, a.peers.Peers()
-	}
+func (a *Agent) Status() api.Status {
+	st := api.Status{Version: Version, PID: os.Getpid(), Started: a.started, UptimeSec: time.Since(a.started).Seconds(),
+		Generation: a.Generation(), Ready: a.isReady() == nil, StateDir: a.cfg.Agent.StateDir,
+		Services: a.serviceRows(), QueuePairs: a.disp.QueuePairs(), Ops: a.disp.OpCounts(), Rails: a.Rails()}
 	a.mu.Lock()
-	st.Platform = a.platform
+	st.Platform, st.Profile = a.platform, a.profile
 	a.mu.Unlock()
-	if a.cfg.Shm != Off {
-		st.Region = a.cfg.Shm
+	if a.cfg.Agent.Shm != Off {
+		st.Region = a.cfg.Agent.Shm
 		st.RegionSize, _ = a.geometry.Size()
 		st.WindowSize = a.geometry.WindowSize
+	}
+	for _, s := range a.services {
+		if f, ok := s.(StatusFiller); ok {
+			f.FillStatus(&st)
+		}
 	}
 	return st
 }
 
+// SetProfile records the DPU profile hecd applied, for /v1/status.
+func (a *Agent) SetProfile(p *api.Profile) {
+	a.mu.Lock()
+	a.profile = p
+	a.mu.Unlock()
+}
+
 func (a *Agent) healthy() error {
-	if a.cfg.Shm == Off {
+	if a.cfg.Agent.Shm == Off {
 		return nil
 	}
 	if last := time.Unix(0, a.lastBeat.Load()); time.Since(last) > 2*time.Second {
@@ -142,188 +153,259 @@ func (a *Agent) healthy() error {
 	return nil
 }
 
+// isReady says why the agent is not ready: starting, stopping, or a
+// listener that stopped for good.
+func (a *Agent) isReady() error {
+	if !a.ready.Load() {
+		return errors.New("not ready")
+	}
+	for _, row := range a.serviceRows() {
+		if row.Stopped != "" {
+			return fmt.Errorf("%s stopped serving: %s", row.Name, row.Stopped)
+		}
+	}
+	return nil
+}
+
+func (a *Agent) addCore(s api.Service) {
+	a.mu.Lock()
+	a.core = append(a.core, s)
+	a.mu.Unlock()
+}
+
 // nextGeneration reads the generation kept in the state directory and
-// stores the next one, so generations grow across restarts even when the
+// returns the next one, so generations grow across restarts even when the
 // region file was removed.
 func (a *Agent) nextGeneration() (uint32, error) {
-	path := filepath.Join(a.cfg.StateDir, "generation")
+	path := filepath.Join(a.cfg.Agent.StateDir, "generation")
 	var prev uint64
 	if b, err := os.ReadFile(path); err == nil {
 		prev, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("read generation: %w", err)
+		return 0, fmt.Errorf("--state-dir %s: read generation: %w", a.cfg.Agent.StateDir, err)
 	}
 	return uint32(prev) + 1, nil
 }
 
 func (a *Agent) storeGeneration(gen uint32) error {
-	path := filepath.Join(a.cfg.StateDir, "generation")
+	path := filepath.Join(a.cfg.Agent.StateDir, "generation")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(uint64(gen), 10)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("store generation: %w", err)
+		return fmt.Errorf("--state-dir %s: store generation: %w", a.cfg.Agent.StateDir, err)
 	}
 	return os.Rename(tmp, path)
 }
 
-// Run serves until ctx ends, then stops cleanly: the region is marked
-// stopped (hosts fail in-flight work with a retryable status and wait for
-// the next agent), listeners are closed, in-flight work is drained.
+// Run serves until ctx ends, then stops cleanly, and returns nil; or it
+// returns why it could not start.
+//
+// Starting, it takes everything that can fail before it touches the
+// region: a lock on the state directory and one on the region file (a
+// second agent on either says which pid holds it and leaves it alone),
+// the core's listeners, and every service's resources (Service.Open).
+// Only then does it format the region, start the services in order and
+// serve. Stopping, it marks the region stopped (hosts fail in-flight work
+// with a retryable status), stops the transports and the management API,
+// stops the services in reverse order, waiting for each one's goroutines,
+// and unmaps the region last.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
-	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+	c := &a.cfg.Agent
+	var cleanup []func() // run in reverse on return
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		return fmt.Errorf("--state-dir %s: %w", c.StateDir, err)
+	}
+	stateLock, err := lockFile(filepath.Join(c.StateDir, "hecd.lock"), true, 0o644)
+	if err != nil {
+		return fmt.Errorf("--state-dir %s: %w", c.StateDir, err)
+	}
+	cleanup = append(cleanup, func() { stateLock.Close() })
+	if c.Shm != Off {
+		_, statErr := os.Stat(c.Shm)
+		regionLock, err := lockFile(c.Shm, !c.MapExisting, 0o600)
+		if err != nil {
+			var held *errLocked
+			if errors.As(err, &held) {
+				return fmt.Errorf("--shm %s: served by another agent (pid %d); leaving it alone", c.Shm, held.pid)
+			}
+			return fmt.Errorf("--shm %s: %w", c.Shm, err)
+		}
+		cleanup = append(cleanup, func() { regionLock.Close() })
+		if errors.Is(statErr, os.ErrNotExist) {
+			// Created here: an agent that fails to start leaves no file.
+			cleanup = append(cleanup, func() {
+				if a.gen.Load() == 0 { // never formatted
+					os.Remove(c.Shm)
+				}
+			})
+		}
 	}
 	gen, err := a.nextGeneration()
 	if err != nil {
 		return err
 	}
-	dur, _ := kv.ParseDurability(a.cfg.KVDurability)
-	if a.store, err = kv.Open(filepath.Join(a.cfg.StateDir, "kv"), kv.WithDurability(dur), kv.WithLogger(a.log),
-		kv.WithWriteHook(func(key []byte) {
-			if h := a.hot.Load(); h != nil {
-				h.Invalidate(key)
-			}
-		})); err != nil {
-		return err
-	}
-	defer a.store.Close()
-	registerKVOps(a.disp, a.store)
 
-	var wg sync.WaitGroup
-	var closers []func() // listeners to close at shutdown, before waiting
-	defer func() {
-		for _, c := range closers {
-			c()
+	// The core's listeners, then every service's resources.
+	env := &Env{Log: a.log, StateDir: c.StateDir, Shared: &a.shared, Version: Version, name: "tcp"}
+	a.coreEnv = env
+	var tcpLn, mgmtLn net.Listener
+	if c.TCP != Off {
+		if tcpLn, err = env.Listen("tcp", c.TCP); err != nil {
+			return err
 		}
-	}()
-	pollCtx, stopPoll := context.WithCancel(ctx)
-	defer stopPoll()
+		cleanup = append(cleanup, func() { tcpLn.Close() })
+		a.shared.SetAddr("tcp", tcpLn.Addr().String())
+	}
+	if c.Mgmt != Off {
+		if mgmtLn, err = env.Listen("mgmt", c.Mgmt); err != nil {
+			return err
+		}
+		cleanup = append(cleanup, func() { mgmtLn.Close() })
+		a.shared.SetAddr("mgmt", mgmtLn.Addr().String())
+	}
+	a.mux = http.NewServeMux()
+	a.registry = prometheus.NewRegistry()
+	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
+	cleanup = append(cleanup, stopServices)
+	opened := 0
+	cleanup = append(cleanup, func() { a.stopServices(opened) })
+	for _, s := range a.services {
+		e := &Env{Log: a.log, Dispatcher: a.disp, Mux: a.mux, Metrics: a.registry, StateDir: c.StateDir,
+			Shared: &a.shared, Version: Version, name: s.Name()}
+		a.envs = append(a.envs, e)
+		if err := s.Open(svcCtx, e); err != nil {
+			return err // it names the flag
+		}
+		opened++
+	}
+
+	// Everything that can fail is held: the region.
 	var ra *ring.Agent
-	var region *ring.Region
-	if a.cfg.Shm != Off {
-		want := a.cfg.RegionSize
-		if a.cfg.MapExisting {
-			if region, err = ring.Map(a.cfg.Shm, 0, false); err != nil {
-				return err
-			}
-			defer region.Close()
-			want = region.Len()
-		}
-		g, err := ring.GeometryForSize(want, a.cfg.QueuePairs, a.cfg.RingEntries)
-		if err != nil {
-			return fmt.Errorf("region geometry: %w", err)
-		}
-		if !a.cfg.MapExisting {
-			size, _ := g.Size()
-			if region, err = ring.Map(a.cfg.Shm, size, true); err != nil {
-				return err
-			}
-			defer region.Close()
-		}
-		ra, err = ring.Format(region, ring.AgentConfig{Geometry: g, LeaseTimeout: a.cfg.LeaseTimeout.Duration,
-			CheckPIDs: *a.cfg.CheckPIDs, MinGeneration: gen})
+	if c.Shm != Off {
+		region, g, err := a.mapRegion()
 		if err != nil {
 			return err
 		}
+		cleanup = append(cleanup, func() { region.Close() })
+		if ra, err = ring.Format(region, ring.AgentConfig{Geometry: g, LeaseTimeout: c.LeaseTimeout.Duration,
+			CheckPIDs: *c.CheckPIDs, MinGeneration: gen}); err != nil {
+			return fmt.Errorf("--shm %s: %w", c.Shm, err)
+		}
 		a.geometry = g
 		gen = ra.Generation()
-		a.addService(Service{Name: "shm", Addr: a.cfg.Shm, Served: true,
+		cleanup = append(cleanup, ra.Stop)
+		a.addCore(api.Service{Name: "shm", Addr: c.Shm, Served: true,
 			Note: fmt.Sprintf("%d queue pairs × %d KiB windows", g.QueuePairs, g.WindowSize>>10)})
-		a.lastBeat.Store(time.Now().UnixNano())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.disp.RunShmWithBeat(pollCtx, ra, &a.lastBeat)
-		}()
 	}
 	a.gen.Store(gen)
 	if err := a.storeGeneration(gen); err != nil {
 		return err
 	}
+	for i, s := range a.services {
+		if err := s.Start(svcCtx, a.envs[i]); err != nil {
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+	}
 
-	var tcp *tcpServer
-	if a.cfg.TCP != Off {
-		ln, err := net.Listen("tcp", a.cfg.TCP)
-		if err != nil {
-			return fmt.Errorf("tcp handoff listener: %w", err)
-		}
-		tcp = &tcpServer{a: a, ln: ln, conns: map[net.Conn]struct{}{}}
-		a.addService(Service{Name: "tcp", Addr: ln.Addr().String(), Served: true})
-		wg.Add(1)
-		go func() { defer wg.Done(); tcp.serve(pollCtx) }()
+	// Serve: the poller, the TCP handoff, the management API.
+	var transports sync.WaitGroup
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	if ra != nil {
+		a.lastBeat.Store(time.Now().UnixNano())
+		transports.Add(1)
+		go func() {
+			defer transports.Done()
+			a.disp.RunShm(pollCtx, ra, &a.lastBeat)
+		}()
 	}
-	if a.cfg.Peer != Off {
-		stopPeers, err := a.startPeers(pollCtx)
-		if err != nil {
-			return fmt.Errorf("peer layer: %w", err)
-		}
-		defer stopPeers()
-	} else {
-		a.addService(Service{Name: "peer", Addr: Off, Served: false, Note: "off (hecd --peer ADDR --node-id N --cluster-key-file F)"})
-	}
-	if a.cfg.RESP != Off {
-		ln, err := net.Listen("tcp", a.cfg.RESP)
-		if err != nil {
-			return fmt.Errorf("resp listener: %w", err)
-		}
-		rs := &resp.Server{Store: a.store, Password: a.cfg.RESPPassword, Log: a.log, Version: Version}
-		a.resp = rs
-		a.addService(Service{Name: "resp", Addr: ln.Addr().String(), Served: true, Note: "kv, " + a.store.Durability().String()})
-		wg.Add(1)
-		go func() { defer wg.Done(); rs.Serve(pollCtx, ln) }()
-		closers = append(closers, func() { ln.Close(); rs.Close() })
-	}
-	if a.cfg.XDP != Off {
-		x, err := a.startXDP(pollCtx, &wg)
-		if err != nil {
-			a.xdpNote = err.Error()
-			a.log.Error("xdp fast path not served", "iface", a.cfg.XDP, "err", err)
-			a.addService(Service{Name: "xdp", Addr: a.cfg.XDP, Served: false, Note: err.Error()})
-		} else {
-			a.xdp = x
-			closers = append(closers, x.close)
-			note := x.mode.String() + " mode"
-			if x.hot != nil {
-				note += ", hot GETs answered in XDP"
-			}
-			a.addService(Service{Name: "xdp", Addr: a.cfg.XDP, Served: true, Note: note})
-		}
-	} else {
-		a.xdpNote = "off (hecd --xdp IFACE)"
-		a.addService(Service{Name: "xdp", Addr: Off, Served: false, Note: a.xdpNote})
-	}
-	if a.cfg.UDP != Off {
-		pc, err := net.ListenPacket("udp", a.cfg.UDP)
-		if err != nil {
-			return fmt.Errorf("udp listener: %w", err)
-		}
-		us := &udp.Server{Store: a.store, Log: a.log}
-		if a.xdp != nil && a.xdp.hot != nil {
-			us.Seen = a.xdp.seenGET
-		}
-		a.udp = us
-		a.addService(Service{Name: "udp", Addr: pc.LocalAddr().String(), Served: true, Note: "memcached-style GET"})
-		wg.Add(1)
-		go func() { defer wg.Done(); us.Serve(pollCtx, pc) }()
-		closers = append(closers, func() { pc.Close() })
+	if tcpLn != nil {
+		a.tcpLoop = env.Serve(tcpLn, func(conn net.Conn) { serveTCP(pollCtx, a, conn) })
+		a.addCore(api.Service{Name: "tcp", Addr: tcpLn.Addr().String(), Served: true})
 	}
 	var hs *http.Server
-	if a.cfg.Mgmt != Off {
-		ln, err := net.Listen("tcp", a.cfg.Mgmt)
-		if err != nil {
-			if tcp != nil {
-				tcp.close()
-			}
-			return fmt.Errorf("management listener: %w", err)
-		}
+	if mgmtLn != nil {
 		hs = &http.Server{Handler: a.mgmtHandler(), ReadHeaderTimeout: 5 * time.Second}
-		a.addService(Service{Name: "mgmt", Addr: ln.Addr().String(), Served: true})
-		wg.Add(1)
-		go func() { defer wg.Done(); hs.Serve(ln) }()
+		a.addCore(api.Service{Name: "mgmt", Addr: mgmtLn.Addr().String(), Served: true})
+		transports.Add(1)
+		go func() { defer transports.Done(); hs.Serve(mgmtLn) }()
 	}
 	a.ready.Store(true)
 	close(a.readyCh)
-	a.log.Info("ready", "generation", gen, "region", a.cfg.Shm, "tcp", a.Addr("tcp"), "mgmt", a.Addr("mgmt"), "version", Version)
+	a.log.Info("ready", "generation", gen, "region", c.Shm, "tcp", a.Addr("tcp"), "mgmt", a.Addr("mgmt"), "version", Version)
+	transports.Add(1)
+	go func() { defer transports.Done(); a.background(pollCtx) }()
+
+	<-ctx.Done()
+	a.ready.Store(false)
+	a.log.Info("stopping")
+	if a.tcpLoop != nil {
+		a.tcpLoop.Close()
+	}
+	stopPoll()
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	transports.Wait()
+	env.wg.Wait()
+	if ra != nil {
+		ra.Stop()
+	}
+	stopServices()
+	a.stopServices(opened)
+	opened = 0
+	a.log.Info("stopped")
+	return nil
+}
+
+// stopServices stops the first n services in reverse order, each after
+// the goroutines of those after it have returned.
+func (a *Agent) stopServices(n int) {
+	for i := n - 1; i >= 0; i-- {
+		a.services[i].Stop()
+		a.envs[i].wg.Wait()
+	}
+}
+
+// mapRegion maps (creating and sizing, unless it maps an existing device
+// whole) the region file.
+func (a *Agent) mapRegion() (*ring.Region, ring.Geometry, error) {
+	c := &a.cfg.Agent
+	want := c.RegionSize
+	var region *ring.Region
+	var err error
+	if c.MapExisting {
+		if region, err = ring.Map(c.Shm, 0, false); err != nil {
+			return nil, ring.Geometry{}, fmt.Errorf("--shm %s: %w", c.Shm, err)
+		}
+		want = region.Len()
+	}
+	g, err := ring.GeometryForSize(want, c.QueuePairs, c.RingEntries)
+	if err != nil {
+		if region != nil {
+			region.Close()
+		}
+		return nil, g, fmt.Errorf("--region-size %d: %w", want, err)
+	}
+	if region == nil {
+		size, _ := g.Size()
+		if region, err = ring.Map(c.Shm, size, true); err != nil {
+			return nil, g, fmt.Errorf("--shm %s: %w", c.Shm, err)
+		}
+	}
+	return region, g, nil
+}
+
+// background finds the platform and keeps the rail rates fresh.
+func (a *Agent) background(ctx context.Context) {
 	if p, err := DetectPlatform("/"); err == nil {
 		a.mu.Lock()
 		a.platform = &p
@@ -331,29 +413,5 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		a.log.Warn("platform detection", "err", err)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); a.calibrate(pollCtx) }()
-
-	<-ctx.Done()
-	a.ready.Store(false)
-	a.log.Info("stopping")
-	if tcp != nil {
-		tcp.close()
-	}
-	for _, c := range closers {
-		c()
-	}
-	closers = nil
-	stopPoll()
-	if hs != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		hs.Shutdown(sctx)
-		cancel()
-	}
-	wg.Wait()
-	if ra != nil {
-		ra.Stop()
-	}
-	a.log.Info("stopped")
-	return nil
+	a.calibrate(ctx)
 }

@@ -5,19 +5,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/rail"
 )
-
-// RailRate is what a rail was measured to do, and when.
-type RailRate struct {
-	Rail       string    `json:"rail"`
-	Kind       string    `json:"kind"`
-	Cores      int       `json:"cores"`
-	CopyRate   float64   `json:"copy_bytes_per_second"`
-	CRC32CRate float64   `json:"crc32c_bytes_per_second"`
-	MeasuredAt time.Time `json:"measured_at"`
-	AgeSeconds float64   `json:"age_seconds"`
-}
 
 // Calibration runs in the background: first once the agent is ready (it
 // never delays readiness), then every calibrationEvery, so a rate drifts
@@ -43,7 +33,7 @@ func (a *Agent) calibrate(ctx context.Context) {
 		cp, crc := rail.MeasureCPU(calibrationBytes, ways, calibrationTime)
 		debug.FreeOSMemory() // the buffers are garbage: give them back now, not in minutes
 		a.mu.Lock()
-		a.rails = []RailRate{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
+		a.rails = []api.Rail{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
 		a.mu.Unlock()
 		a.log.Debug("calibrated", "copy_GBps", cp/1e9, "crc32c_GBps", crc/1e9, "cores", ways)
 		t.Reset(calibrationEvery)
@@ -51,10 +41,10 @@ func (a *Agent) calibrate(ctx context.Context) {
 }
 
 // Rails returns the agent's calibrated rail rates with their age.
-func (a *Agent) Rails() []RailRate {
+func (a *Agent) Rails() []api.Rail {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]RailRate, len(a.rails))
+	out := make([]api.Rail, len(a.rails))
 	for i, r := range a.rails {
 		r.AgeSeconds = time.Since(r.MeasuredAt).Seconds()
 		out[i] = r

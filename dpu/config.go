@@ -2,32 +2,32 @@ package dpu
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/hecsys/hec/bpf"
+	"github.com/hecsys/hec/dpu/profile"
+	"github.com/hecsys/hec/shared/api"
 )
 
-// Defaults users can rely on; hecctl finds an agent on them with no flags.
-const (
-	DefaultShm        = "/dev/shm/hec0"
-	DefaultTCP        = "127.0.0.1:7610"
-	DefaultMgmt       = "127.0.0.1:7600"
-	DefaultRESP       = "127.0.0.1:6380"
-	DefaultUDP        = "127.0.0.1:11311"
-	DefaultRegionSize = 64 << 20
-)
+// Off is the value that disables a listener, the region or a service.
+const Off = api.Off
 
-// Config is the agent's configuration. The zero value of every field means
-// its default, filled in by withDefaults; a TOML file (LoadConfigFile) and
-// flags (cmd/hecd) set the same fields.
-type Config struct {
+// DefaultRegionSize is the region's size when none is configured.
+const DefaultRegionSize = 64 << 20
+
+// AgentConfig is the core's section ([agent] in a configuration file):
+// the region, the handoff over TCP, the management API and the state.
+// The zero value of every field means its default (withDefaults).
+type AgentConfig struct {
 	// Shm is the region file. Default /dev/shm/hec0; "off" disables the
 	// shared-memory transport.
 	Shm string `toml:"shm"`
@@ -39,7 +39,8 @@ type Config struct {
 	// QueuePairs is the number of queue pairs (host processes served at
 	// once over shared memory). Default 16.
 	QueuePairs int `toml:"queue_pairs"`
-	// RingEntries is the number of descriptors per ring. Default 256.
+	// RingEntries is the number of descriptors per ring, a power of two.
+	// Default 256.
 	RingEntries int `toml:"ring_entries"`
 	// TCP is the address of the TCP handoff listener. Default
 	// 127.0.0.1:7610; "off" disables it.
@@ -47,23 +48,8 @@ type Config struct {
 	// Mgmt is the management HTTP address. Default 127.0.0.1:7600; "off"
 	// disables it.
 	Mgmt string `toml:"mgmt"`
-	// RESP is the Redis-protocol address of the kv service. Default
-	// 127.0.0.1:6380. Not served by this build: reported as such.
-	RESP string `toml:"resp"`
-	// UDP is the address of the kv service's UDP GET path. Default
-	// 127.0.0.1:11311. Not served by this build: reported as such.
-	UDP string `toml:"udp"`
-	// KVDurability is "sync" (default: a write is acknowledged once on
-	// disk, concurrent writes sharing fsyncs) or "async" (acknowledged in
-	// memory; a crash may lose the last writes).
-	KVDurability string `toml:"kv_durability"`
-	// DPUProfile makes an emulated agent behave like a DPU's Arm side:
-	// "bf2", "bf3" or "none" (default). See Profile.
-	DPUProfile string `toml:"dpu_profile"`
-	// RESPPassword, when set, makes RESP clients AUTH first.
-	RESPPassword string `toml:"resp_password"`
-	// StateDir keeps what outlives a restart (the generation counter, later
-	// the kv data). Default $XDG_STATE_HOME/hec or ~/.local/state/hec.
+	// StateDir keeps what outlives a restart (the generation counter, the
+	// kv data). Default $XDG_STATE_HOME/hec or ~/.local/state/hec.
 	StateDir string `toml:"state_dir"`
 	// LeaseTimeout fences a queue pair whose holder's heartbeat is older.
 	// Default 3s.
@@ -82,195 +68,285 @@ type Config struct {
 	Workers int `toml:"workers"`
 	// MaxFrame bounds one TCP frame's payload. Default 64 MiB.
 	MaxFrame int `toml:"max_frame"`
-
-	// The peer layer (agents talking to agents). Served when Peer is an
-	// address; NodeID and a cluster key are then required.
-	//
-	// NodeID is this agent's id in its cluster (1..).
-	NodeID uint32 `toml:"node_id"`
-	// Peer is the address other agents reach this one on. Default off.
-	Peer string `toml:"peer"`
-	// Peers is the static member list, "ID@HOST:PORT" each (this node may
-	// be in it).
-	Peers []string `toml:"peers"`
-	// ClusterKeyFile holds the cluster key (at least 16 bytes) that
-	// authenticates every peer connection.
-	ClusterKeyFile string `toml:"cluster_key_file"`
-	// Membership is "static" (default: Peers) or "etcd://HOST:PORT": the
-	// agent registers under a lease and follows the member set there.
-	Membership string `toml:"membership"`
-	// Cluster names the cluster (the etcd key prefix). Default "hec".
-	Cluster string `toml:"cluster"`
-	// XDP names the interface the XDP fast path attaches to (counters,
-	// allow-list, samples, hot GETs answered in the kernel). Default off.
-	XDP string `toml:"xdp"`
-	// XDPMode is auto (default: native, else generic), native or generic.
-	XDPMode string `toml:"xdp_mode"`
-	// XDPReplace lets the agent replace an XDP program it did not attach.
-	XDPReplace bool `toml:"xdp_replace"`
-	// XDPPinDir is where the counters, talkers and allow-list are pinned
-	// (bpffs), so they outlive a restart. Default
-	// /sys/fs/bpf/hec/nsINODE-IFACE; "off" pins nothing.
-	XDPPinDir string `toml:"xdp_pin_dir"`
-	// ACLDefault is what the allow-list does with sources it does not
-	// name on the service ports: allow (default) or deny.
-	ACLDefault string `toml:"acl_default"`
-	// HotKeys bounds the keys whose UDP GETs XDP answers. Default 1024
-	// (at most 4096); 0 turns hot GETs off.
-	HotKeys *int `toml:"hot_keys"`
-	// HotMaxValue is the largest value held for XDP. Default 512 bytes.
-	HotMaxValue int `toml:"hot_max_value"`
-	// HotMinRate is how many GETs per second reaching user space make a
-	// key hot. Default 100.
-	HotMinRate float64 `toml:"hot_min_rate"`
-
-	// PeerDeadline declares dead a peer that owes work and has sent
-	// nothing for this long. Default 2s.
-	PeerDeadline Duration `toml:"peer_deadline"`
+	// DPUProfile makes an emulated agent behave like a DPU's Arm side:
+	// "bf2", "bf3" or "none" (default). See package profile.
+	DPUProfile string `toml:"dpu_profile"`
+	// TestHooks serves POST /v1/debug/fatal, which kills the agent with a
+	// Go fatal error (tests of the supervisor). Never set it in
+	// production.
+	TestHooks bool `toml:"test_hooks"`
 }
 
-// Duration is a time.Duration that reads from TOML as "3s".
-type Duration struct{ time.Duration }
-
-// UnmarshalText parses a Go duration.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	d.Duration = v
-	return err
-}
-
-// Off is the value that disables a listener or the region.
-const Off = "off"
-
-// LoadConfigFile reads a TOML file into c, leaving fields the file does not
-// name as they are. Unknown keys are an error: a typo must not be ignored.
-func LoadConfigFile(path string, c *Config) error {
-	md, err := toml.DecodeFile(path, c)
-	if err != nil {
-		return fmt.Errorf("read config %s: %w", path, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return fmt.Errorf("read config %s: unknown keys %v", path, und)
-	}
-	return nil
-}
-
-// ErrConfig wraps every configuration error.
-var ErrConfig = errors.New("dpu: bad configuration")
-
-// withDefaults returns c with every zero field set to its default, and
-// checks the result.
-func (c Config) withDefaults() (Config, error) {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.Shm, DefaultShm)
-	def(&c.TCP, DefaultTCP)
-	def(&c.Mgmt, DefaultMgmt)
-	def(&c.RESP, DefaultRESP)
-	def(&c.UDP, DefaultUDP)
-	def(&c.Peer, Off)
-	def(&c.Membership, "static")
-	def(&c.Cluster, "hec")
-	if c.PeerDeadline.Duration == 0 {
-		c.PeerDeadline.Duration = 2 * time.Second
-	}
-	def(&c.XDP, Off)
-	def(&c.XDPMode, "auto")
-	def(&c.ACLDefault, "allow")
-	if c.HotKeys == nil {
-		n := 1024
-		c.HotKeys = &n
-	}
-	if c.HotMaxValue == 0 {
-		c.HotMaxValue = 512
-	}
-	if c.HotMinRate == 0 {
-		c.HotMinRate = 100
-	}
+func (c *AgentConfig) withDefaults() error {
+	defString(&c.Shm, api.DefaultRegion)
+	defString(&c.TCP, api.DefaultTCP)
+	defString(&c.Mgmt, api.DefaultMgmt)
 	if c.RegionSize == 0 {
 		c.RegionSize = DefaultRegionSize
 	}
-	if c.QueuePairs == 0 {
-		c.QueuePairs = 16
-	}
-	if c.RingEntries == 0 {
-		c.RingEntries = 256
-	}
-	if c.LeaseTimeout.Duration == 0 {
-		c.LeaseTimeout.Duration = 3 * time.Second
-	}
-	if c.CheckPIDs == nil {
-		t := true
-		c.CheckPIDs = &t
-	}
-	if c.Doorbell == nil {
-		t := true
-		c.Doorbell = &t
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = 64 << 20
-	}
+	defInt(&c.QueuePairs, 16)
+	defInt(&c.RingEntries, 256)
+	defDuration(&c.LeaseTimeout, 3*time.Second)
+	defBool(&c.CheckPIDs, true)
+	defBool(&c.Doorbell, true)
+	defInt(&c.MaxFrame, 64<<20)
+	defString(&c.DPUProfile, "none")
 	if c.StateDir == "" {
 		base := os.Getenv("XDG_STATE_HOME")
 		if base == "" {
 			home, err := os.UserHomeDir()
 			if err != nil {
-				return c, fmt.Errorf("no state dir: set --state-dir (%v): %w", err, ErrConfig)
+				return fmt.Errorf("--state-dir: no default (%v): %w", err, ErrConfig)
 			}
 			base = filepath.Join(home, ".local", "state")
 		}
 		c.StateDir = filepath.Join(base, "hec")
 	}
-	return c, c.validate()
+	return nil
 }
 
-func (c Config) validate() error {
-	for name, addr := range map[string]string{"tcp": c.TCP, "mgmt": c.Mgmt, "resp": c.RESP, "udp": c.UDP} {
-		if addr == Off {
-			continue
+func (c *AgentConfig) validate() error {
+	if err := checkAddr("tcp", c.TCP); err != nil {
+		return err
+	}
+	if err := checkAddr("mgmt", c.Mgmt); err != nil {
+		return err
+	}
+	if c.QueuePairs < 1 {
+		return fmt.Errorf("--queue-pairs %d: want at least 1: %w", c.QueuePairs, ErrConfig)
+	}
+	if c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
+		return fmt.Errorf("--ring-entries %d: want a power of two: %w", c.RingEntries, ErrConfig)
+	}
+	if c.Workers < 0 {
+		return fmt.Errorf("--workers %d: negative: %w", c.Workers, ErrConfig)
+	}
+	if c.MaxFrame < 0 {
+		return fmt.Errorf("--max-frame %d: negative: %w", c.MaxFrame, ErrConfig)
+	}
+	if _, err := profile.Parse(c.DPUProfile); err != nil {
+		return fmt.Errorf("--dpu-profile: %v: %w", err, ErrConfig)
+	}
+	if c.LeaseTimeout.Duration < 0 {
+		return fmt.Errorf("--lease-timeout %v: negative: %w", c.LeaseTimeout, ErrConfig)
+	}
+	return nil
+}
+
+func (c *AgentConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Shm, "shm", c.Shm, "shared-memory region file, or off")
+	fs.Uint64Var(&c.RegionSize, "region-size", c.RegionSize, "region size in bytes")
+	fs.BoolVar(&c.MapExisting, "map-existing", c.MapExisting, "map the region file whole as it is (an ivshmem BAR) instead of sizing it")
+	fs.IntVar(&c.QueuePairs, "queue-pairs", c.QueuePairs, "queue pairs in the region")
+	fs.IntVar(&c.RingEntries, "ring-entries", c.RingEntries, "descriptors per ring (power of two)")
+	fs.StringVar(&c.TCP, "tcp", c.TCP, "TCP handoff listener address, or off")
+	fs.StringVar(&c.Mgmt, "mgmt", c.Mgmt, "management HTTP address, or off")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "state directory")
+	fs.Var(&c.LeaseTimeout, "lease-timeout", "fence a queue pair whose holder's heartbeat is older than this")
+	fs.Var(boolPtr{&c.CheckPIDs}, "check-pids", "fence queue pairs whose holder pid is gone (local emulation only)")
+	fs.Var(boolPtr{&c.Doorbell}, "doorbell", "sleep on a futex doorbell hosts ring when idle (hosts share this kernel)")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "handler worker goroutines (0: GOMAXPROCS)")
+	fs.IntVar(&c.MaxFrame, "max-frame", c.MaxFrame, "largest TCP frame payload in bytes")
+	fs.StringVar(&c.DPUProfile, "dpu-profile", c.DPUProfile, "behave like a DPU's Arm side: bf2, bf3 or none (own cores, CPU quota, no AVX)")
+	fs.BoolVar(&c.TestHooks, "test-hooks", c.TestHooks, "serve POST /v1/debug/fatal (tests of the supervisor only)")
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("dpu: bad configuration")
+
+// section is one part of Config: its defaults, its checks and its flags,
+// bound straight to its fields (one edit adds a setting).
+type section interface {
+	withDefaults() error
+	validate() error
+	flags(fs *flag.FlagSet)
+}
+
+// withDefaults returns c with every zero field set to its default, and
+// checks the result.
+func (c Config) withDefaults() (Config, error) {
+	for _, s := range c.sections() {
+		if err := s.withDefaults(); err != nil {
+			return c, err
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("--%s %q: %v: %w", name, addr, err, ErrConfig)
+	}
+	for _, s := range c.sections() {
+		if err := s.validate(); err != nil {
+			return c, err
 		}
 	}
-	if c.KVDurability != "" && c.KVDurability != "sync" && c.KVDurability != "async" {
-		return fmt.Errorf("kv_durability %q: want sync or async: %w", c.KVDurability, ErrConfig)
+	return c, nil
+}
+
+// DefaultConfig returns the configuration with every default filled in
+// (what hecd with no flags runs).
+func DefaultConfig() Config {
+	var c Config
+	for _, s := range c.sections() {
+		s.withDefaults()
 	}
-	if c.Peer != Off {
-		if _, _, err := net.SplitHostPort(c.Peer); err != nil {
-			return fmt.Errorf("--peer %q: %v: %w", c.Peer, err, ErrConfig)
+	return c
+}
+
+// RegisterFlags binds hecd's flags to c's fields; a flag's default is the
+// field's value at the time.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	for _, s := range c.sections() {
+		s.flags(fs)
+	}
+}
+
+// LoadConfigFile reads a TOML file into c, leaving fields the file does not
+// name as they are: [agent] for the core, a section per service. Unknown
+// keys are an error: a typo must not be ignored.
+func LoadConfigFile(path string, c *Config) error {
+	md, err := toml.DecodeFile(path, c)
+	if err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return fmt.Errorf("--config %s: unknown keys %v", path, und)
+	}
+	return nil
+}
+
+// ParseArgs is hecd's configuration path: defaults, then the TOML file
+// named by --config (if any), then the flags given, which override the
+// file. The flag set it returns stays bound to the returned Config's
+// fields (FlagSet.Set changes them); extra registers the caller's flags
+// that are not configuration.
+func ParseArgs(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, *flag.FlagSet, error) {
+	parse := func(c *Config) (*flag.FlagSet, string, error) {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		fs.SetOutput(io.Discard) // the caller reports the error, in one line
+		file := fs.String("config", "", "TOML configuration file ([agent] and a section per service; flags override it)")
+		c.RegisterFlags(fs)
+		if extra != nil {
+			extra(fs)
 		}
-		if c.NodeID == 0 || c.ClusterKeyFile == "" {
-			return fmt.Errorf("the peer layer needs a node id and a cluster key file: %w", ErrConfig)
+		err := fs.Parse(args)
+		return fs, *file, err
+	}
+	c := DefaultConfig()
+	fs, file, err := parse(&c)
+	if err != nil || file == "" {
+		return &c, fs, err
+	}
+	fromFile := DefaultConfig()
+	if err := LoadConfigFile(file, &fromFile); err != nil {
+		return &c, fs, err
+	}
+	fs, _, err = parse(&fromFile)
+	return &fromFile, fs, err
+}
+
+// Duration is a time.Duration that reads from TOML and flags as "3s".
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration.
+func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
+
+// Set parses a Go duration (flag.Value).
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// boolPtr binds a flag to a *bool field whose nil means its default.
+type boolPtr struct{ p **bool }
+
+func (b boolPtr) String() string {
+	if b.p == nil || *b.p == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.p)
+}
+
+func (b boolPtr) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.p = &v
+	return nil
+}
+
+func (b boolPtr) IsBoolFlag() bool { return true }
+
+// intPtr binds a flag to an *int field whose nil means its default.
+type intPtr struct{ p **int }
+
+func (n intPtr) String() string {
+	if n.p == nil || *n.p == nil {
+		return ""
+	}
+	return strconv.Itoa(**n.p)
+}
+
+func (n intPtr) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	*n.p = &v
+	return nil
+}
+
+// listFlag binds a flag to a []string field: one comma-separated value.
+type listFlag struct{ p *[]string }
+
+func (l listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.p = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.p = append(*l.p, v)
 		}
 	}
-	if _, err := parsePeers(c.Peers); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrConfig)
+	return nil
+}
+
+func defString(s *string, v string) {
+	if *s == "" {
+		*s = v
 	}
-	if c.Membership != "static" && !strings.HasPrefix(c.Membership, "etcd://") {
-		return fmt.Errorf("membership %q: want static or etcd://HOST:PORT: %w", c.Membership, ErrConfig)
+}
+
+func defInt(n *int, v int) {
+	if *n == 0 {
+		*n = v
 	}
-	if _, err := ParseProfile(c.DPUProfile); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrConfig)
+}
+
+func defBool(b **bool, v bool) {
+	if *b == nil {
+		*b = &v
 	}
-	if _, err := bpf.ParseMode(c.XDPMode); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrConfig)
+}
+
+func defDuration(d *Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
 	}
-	if c.ACLDefault != "allow" && c.ACLDefault != "deny" {
-		return fmt.Errorf("acl_default %q: want allow or deny: %w", c.ACLDefault, ErrConfig)
+}
+
+// checkAddr checks a listener address (HOST:PORT, or off) given by --flag.
+func checkAddr(flag, addr string) error {
+	if addr == Off {
+		return nil
 	}
-	if *c.HotKeys < 0 || *c.HotKeys > bpf.HotSlots || c.HotMaxValue < 0 || c.HotMaxValue > bpf.HotBodyMax-HotReplyOverhead || c.HotMinRate < 0 {
-		return fmt.Errorf("hot_keys %d (0..%d), hot_max_value %d (0..%d), hot_min_rate %g: %w", *c.HotKeys, bpf.HotSlots,
-			c.HotMaxValue, bpf.HotBodyMax-HotReplyOverhead, c.HotMinRate, ErrConfig)
-	}
-	if c.QueuePairs < 1 || c.RingEntries < 2 || c.RingEntries&(c.RingEntries-1) != 0 {
-		return fmt.Errorf("queue_pairs %d, ring_entries %d (a power of two): %w", c.QueuePairs, c.RingEntries, ErrConfig)
-	}
-	if c.Workers < 0 || c.MaxFrame < 0 || c.LeaseTimeout.Duration < 0 {
-		return fmt.Errorf("negative workers, max_frame or lease_timeout: %w", ErrConfig)
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--%s %q: %v: %w", flag, addr, err, ErrConfig)
 	}
 	return nil
 }

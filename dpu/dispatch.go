@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -70,7 +71,7 @@ type Dispatcher struct {
 	ring     func()
 
 	mu    sync.Mutex
-	snaps []QPStatus
+	snaps []api.QueuePair
 }
 
 type job struct {
@@ -200,17 +201,12 @@ const (
 	idleHousekeep  = 100 * time.Millisecond
 )
 
-// RunShm polls every queue pair of a until ctx ends. It is the only
-// goroutine touching a's queue pairs. On return, work taken but not done has
-// been completed or dropped with its queue pair.
-func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent) {
-	var beat atomic.Int64
-	d.RunShmWithBeat(ctx, a, &beat)
-}
-
-// RunShmWithBeat is RunShm, storing the time of each housekeeping pass in
-// beat (for the agent's health check).
-func (d *Dispatcher) RunShmWithBeat(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
+// RunShm polls every queue pair of a until ctx ends, storing the time of
+// each housekeeping pass in beat (the agent's health check). It is the
+// only goroutine touching a's queue pairs. On return, work taken but not
+// done has been completed or dropped with its queue pair, and the workers
+// have returned.
+func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
 	qps := a.QueuePairs()
 	touched := make([]bool, len(qps))
 	in := make([]ring.Incoming, 32)
@@ -374,12 +370,12 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 		pid, _ := q.Holder()
 		d.log.Info("queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
 	}
-	snaps := make([]QPStatus, 0, len(a.QueuePairs()))
+	snaps := make([]api.QueuePair, 0, len(a.QueuePairs()))
 	for _, q := range a.QueuePairs() {
 		st, why := q.State()
 		pid, start := q.Holder()
 		faults, fences := q.Counters()
-		snaps = append(snaps, QPStatus{Index: q.Index(), State: st.String(), PID: pid, StartTicks: start,
+		snaps = append(snaps, api.QueuePair{Index: q.Index(), State: st.String(), PID: pid, StartTicks: start,
 			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences})
 	}
 	d.mu.Lock()
@@ -387,39 +383,20 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 	d.mu.Unlock()
 }
 
-// QPStatus is one queue pair in /v1/status.
-type QPStatus struct {
-	Index      int    `json:"index"`
-	State      string `json:"state"`
-	PID        uint32 `json:"pid,omitempty"`
-	StartTicks uint64 `json:"start_ticks,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	InFlight   uint64 `json:"in_flight"`
-	Faults     uint64 `json:"faults"`
-	Fences     uint64 `json:"fences"`
-}
-
 // QueuePairs returns the last housekeeping snapshot of the queue pairs.
-func (d *Dispatcher) QueuePairs() []QPStatus {
+func (d *Dispatcher) QueuePairs() []api.QueuePair {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]QPStatus(nil), d.snaps...)
-}
-
-// OpCount is one op's counters in /v1/status.
-type OpCount struct {
-	Op     string `json:"op"`
-	Count  uint64 `json:"count"`
-	Errors uint64 `json:"errors"`
+	return append([]api.QueuePair(nil), d.snaps...)
 }
 
 // OpCounts returns per-op counters, sorted by op name, plus the count of
 // descriptors rejected before reaching a handler (as op "rejected").
-func (d *Dispatcher) OpCounts() []OpCount {
-	out := make([]OpCount, 0, len(d.handlers)+1)
+func (d *Dispatcher) OpCounts() []api.OpCount {
+	out := make([]api.OpCount, 0, len(d.handlers)+1)
 	for _, e := range d.handlers {
-		out = append(out, OpCount{Op: e.op.String(), Count: e.ops.Load(), Errors: e.errs.Load()})
+		out = append(out, api.OpCount{Op: e.op.String(), Count: e.ops.Load(), Errors: e.errs.Load()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Op < out[j].Op })
-	return append(out, OpCount{Op: "rejected", Count: d.badOps.Load(), Errors: d.badOps.Load()})
+	return append(out, api.OpCount{Op: "rejected", Count: d.badOps.Load(), Errors: d.badOps.Load()})
 }

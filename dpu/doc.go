@@ -1,28 +1,60 @@
-// Package dpu is the agent, hecd: its configuration, its lifecycle, the
-// dispatcher that serves the handoff (shared-memory queue pairs and the TCP
-// fallback transport), the management API and its metrics.
+// Package dpu is the agent, hecd: a small core — the region and the
+// dispatcher that serves the handoff (shared-memory queue pairs and the
+// TCP fallback transport), the management API and its metrics, the
+// lifecycle — and the services it composes (the kv store, its RESP and
+// UDP GET front ends, the peer layer, the XDP fast path).
 //
 // # Lifecycle
 //
-// New checks a Config (defaults filled in one place, Config.withDefaults),
-// and Agent.Run maps the region, formats it with a new generation (kept in
-// the state directory, so it grows across restarts even when the region file
-// is gone), starts the dispatcher, the TCP listener and the management HTTP
-// server, and reports ready. On cancellation it marks the region stopped
-// (hosts see it and fail in-flight work with a retryable status), drains and
-// returns.
+// New checks a Config (defaults filled in one place per section,
+// withDefaults; ParseArgs is hecd's path: defaults, then a TOML file, then
+// flags bound straight to the fields). Agent.Run then takes everything that
+// can fail before it touches the region: a lock on the state directory and
+// one on the region file (a second agent says which pid holds them and
+// leaves them alone), the core's listeners, and every service's resources
+// (Service.Open). Only then does it format the region with a new
+// generation (kept in the state directory, so it grows across restarts),
+// start the services in order, and serve. A failure to start is an error
+// naming the flag, never a crash. On cancellation it marks the region
+// stopped (hosts fail in-flight work with a retryable status), stops the
+// transports and the management API, stops the services in reverse order
+// — waiting for every goroutine each one started — and unmaps the region
+// last.
 //
-// # Services
+// # Handlers
 //
 // A service registers handlers for its op codes with Dispatcher.Handle. A
-// handler sees a Request: the validated copy of the descriptor and an
-// ring.Accessor for the memory its spans name — the queue pair's window over
-// shared memory, or the frame's payload over TCP — so it is written once for
-// both transports. Cheap handlers (Inline) run on the polling goroutine; the
-// others on a pool of workers whose completions the poller writes back.
+// handler sees a Request: the validated copy of the descriptor and a
+// ring.Accessor for the memory its spans name — the queue pair's window
+// over shared memory, or the frame's payload over TCP — so it is written
+// once for both transports. Cheap handlers (Inline) run on the polling
+// goroutine; the others on a pool of workers whose completions the poller
+// writes back.
 //
-// The kv service (package kv) is served three ways: its ops over the
-// handoff, the Redis protocol (kv/resp) and the UDP GET path (kv/udp). A
-// configured service the agent cannot serve is reported as "not served" in
-// the log, in /v1/status and by hecctl: never silently ignored.
+// # Adding a service
+//
+// A service is a type implementing Service, in files of its own in this
+// package (kv.go, resp.go, udp.go, peers.go and xdp.go are the examples):
+//
+//  1. Its configuration section: a FooConfig struct with a toml tag and a
+//     comment on each field, and its methods withDefaults (every zero
+//     field gets its default), validate (errors name the flag) and flags
+//     (each flag bound to its field: adding a setting is one edit).
+//  2. Its Service: Open takes what can fail — listeners through
+//     Env.Listen or Env.ListenPacket, which name the flag in their errors
+//     — and registers its handoff ops (env.Dispatcher), management routes
+//     (env.Mux), Prometheus collectors (env.Metrics), and any Shared piece
+//     it provides. Start serves, on goroutines started with env.Go;
+//     stream listeners go through env.Serve, which retries accept errors
+//     with back-off, counts them, and marks the service stopped (not
+//     ready, with the reason in /v1/status) if the listener fails for
+//     good. Stop closes what it opened so its goroutines return; the core
+//     waits for them. Status is its row in /v1/status; a service with
+//     more to report implements StatusFiller.
+//  3. Its op codes, if it serves the handoff: in shared/wire.
+//  4. One line in services.go: its section in Config (and in sections)
+//     and its constructor in services, in start order.
+//  5. The README: what it serves and its flags.
+//
+// Nothing in agent.go names a service (a repository test checks it).
 package dpu

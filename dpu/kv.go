@@ -4,12 +4,129 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hecsys/hec/kv"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
+
+// KVConfig is the kv store's section ([kv]).
+type KVConfig struct {
+	// Durability is "sync" (default: a write is acknowledged once on
+	// disk, concurrent writes sharing fsyncs) or "async" (acknowledged in
+	// memory; a crash may lose the last writes).
+	Durability string `toml:"durability"`
+}
+
+func (c *KVConfig) withDefaults() error {
+	defString(&c.Durability, "sync")
+	return nil
+}
+
+func (c *KVConfig) validate() error {
+	if _, err := kv.ParseDurability(c.Durability); err != nil {
+		return fmt.Errorf("--durability %q: want sync or async: %w", c.Durability, ErrConfig)
+	}
+	return nil
+}
+
+func (c *KVConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Durability, "durability", c.Durability, "kv writes acknowledged once on disk (sync) or in memory (async)")
+}
+
+// kvService is the Badger-backed store in STATE_DIR/kv and its ops over
+// the handoff. The store is Shared for the front ends (RESP, UDP GET) and
+// the XDP fast path; every write calls Shared.Written.
+type kvService struct {
+	cfg   KVConfig
+	store *kv.Store
+	dir   string
+}
+
+func newKVService(cfg KVConfig) *kvService { return &kvService{cfg: cfg} }
+
+func (s *kvService) Name() string { return "kv" }
+
+func (s *kvService) Open(_ context.Context, env *Env) error {
+	dur, _ := kv.ParseDurability(s.cfg.Durability)
+	s.dir = filepath.Join(env.StateDir, "kv")
+	st, err := kv.Open(s.dir, kv.WithDurability(dur), kv.WithLogger(env.Log), kv.WithWriteHook(env.Shared.Written))
+	if err != nil {
+		return fmt.Errorf("--state-dir %s: %w", env.StateDir, err)
+	}
+	s.store = st
+	env.Shared.Store = st
+	registerKVOps(env.Dispatcher, st)
+	env.Metrics.MustRegister(newKVCollector(st))
+	return nil
+}
+
+func (s *kvService) Start(context.Context, *Env) error { return nil }
+
+func (s *kvService) Stop() {
+	if s.store != nil {
+		s.store.Close()
+	}
+}
+
+func (s *kvService) Status() api.Service {
+	if s.store == nil {
+		return api.Service{Name: "kv", Addr: s.dir}
+	}
+	return api.Service{Name: "kv", Addr: s.dir, Served: true, Note: "badger, " + s.store.Durability().String() + " durability"}
+}
+
+// kvCollector exports the store's counters.
+type kvCollector struct {
+	st *kv.Store
+
+	ops, bytes, commits, writes, flushes, flushed, commitTime, cacheHits, cache *prometheus.Desc
+}
+
+func newKVCollector(st *kv.Store) *kvCollector {
+	return &kvCollector{
+		st:         st,
+		ops:        prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
+		bytes:      prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
+		commits:    prometheus.NewDesc("hec_kv_commits_total", "Durable rounds of the store's group committer: log syncs in sync mode, Badger transactions in async mode.", nil, nil),
+		writes:     prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes in those rounds; writes/commits is the mean group size.", nil, nil),
+		flushes:    prometheus.NewDesc("hec_kv_flushes_total", "Badger transactions writing SETs acknowledged from the cache.", nil, nil),
+		flushed:    prometheus.NewDesc("hec_kv_flushed_writes_total", "Writes in those transactions (a key written many times between flushes counts once).", nil, nil),
+		commitTime: prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
+		cacheHits:  prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
+		cache:      prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
+	}
+}
+
+func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ops, c.bytes, c.commits, c.writes, c.flushes, c.flushed, c.commitTime, c.cacheHits, c.cache} {
+		ch <- d
+	}
+}
+
+func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.st.Stats()
+	for kind, v := range map[string]uint64{"get": s.Gets, "put": s.Puts, "delete": s.Deletes, "scan": s.Scans, "miss": s.Misses} {
+		ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(v), kind)
+	}
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(s.LSMBytes), "lsm")
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(s.VlogBytes), "vlog")
+	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(s.Commits))
+	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(s.Writes))
+	ch <- prometheus.MustNewConstMetric(c.flushes, prometheus.CounterValue, float64(s.Flushes))
+	ch <- prometheus.MustNewConstMetric(c.flushed, prometheus.CounterValue, float64(s.Flushed))
+	ch <- prometheus.MustNewConstMetric(c.commitTime, prometheus.CounterValue, s.CommitTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.cacheHits, prometheus.CounterValue, float64(s.CacheHits))
+	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.GaugeValue, float64(s.CacheEntries), "entries")
+	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.GaugeValue, float64(s.CacheBytes), "bytes")
+}
 
 // registerKVOps serves the kv ops of the handoff from st. Keys and values
 // are read from, and values written into, the queue pair's window (or the

@@ -28,14 +28,14 @@ type etcdMembership struct {
 // etcdLeaseTTL is how long a dead agent stays a member, in seconds.
 const etcdLeaseTTL = 3
 
-func newEtcdMembership(ctx context.Context, cfg Config, node *peer.Node, log *slog.Logger) (*etcdMembership, error) {
+func newEtcdMembership(cfg PeerConfig, node *peer.Node, self string, log *slog.Logger) (*etcdMembership, error) {
 	endpoint := "http://" + strings.TrimPrefix(cfg.Membership, "etcd://")
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: nil})
 	if err != nil {
-		return nil, fmt.Errorf("membership %s: %w", cfg.Membership, err)
+		return nil, fmt.Errorf("--membership %s: %w", cfg.Membership, err)
 	}
 	return &etcdMembership{cli: cli, node: node, prefix: "/hec/" + cfg.Cluster + "/members/",
-		self: node.Addr(), ttl: etcdLeaseTTL, log: log}, nil
+		self: self, ttl: etcdLeaseTTL, log: log}, nil
 }
 
 func (m *etcdMembership) run(ctx context.Context) {

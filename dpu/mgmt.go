@@ -2,56 +2,25 @@ package dpu
 
 import (
 	"encoding/json"
-	"github.com/hecsys/hec/shared/peer"
 	"net/http"
-	"time"
+	"os"
+	"sync"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Status is the body of GET /v1/status.
-type Status struct {
-	Version    string     `json:"version"`
-	PID        int        `json:"pid"`
-	Started    time.Time  `json:"started"`
-	UptimeSec  float64    `json:"uptime_seconds"`
-	Generation uint32     `json:"generation"`
-	Region     string     `json:"region,omitempty"`
-	RegionSize uint64     `json:"region_size,omitempty"`
-	WindowSize uint64     `json:"window_size,omitempty"`
-	StateDir   string     `json:"state_dir"`
-	Services   []Service  `json:"services"`
-	QueuePairs []QPStatus `json:"queue_pairs"`
-	Ops        []OpCount  `json:"ops"`
-	// Platform is what the agent runs on; Profile the DPU profile applied
-	// (nil: none); Rails the agent's own rates, calibrated in the
-	// background after it is ready (empty until the first calibration).
-	Platform *Platform  `json:"platform,omitempty"`
-	Profile  *Applied   `json:"dpu_profile,omitempty"`
-	Rails    []RailRate `json:"rails"`
-	// NodeID and Peers: the peer layer, when served.
-	NodeID uint32            `json:"node_id,omitempty"`
-	Peers  []peer.PeerStatus `json:"peers,omitempty"`
-}
-
-// Service is one configured listener or transport and whether it is served.
-type Service struct {
-	Name   string `json:"name"`
-	Addr   string `json:"addr"`
-	Served bool   `json:"served"`
-	Note   string `json:"note,omitempty"`
-}
-
+// mgmtHandler serves the core's routes on the mux the services added
+// theirs to: /metrics, /healthz, /readyz, /v1/status, /v1/poweroff (and,
+// with --test-hooks, /v1/debug/fatal).
 func (a *Agent) mgmtHandler() http.Handler {
-	reg := prometheus.NewRegistry()
+	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newCollector(a), a.disp.latency)
-	mux := http.NewServeMux()
+	mux := a.mux
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	a.servePeers(mux)
-	a.serveXDP(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -60,8 +29,8 @@ func (a *Agent) mgmtHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !a.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if err := a.isReady(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))
@@ -70,14 +39,34 @@ func (a *Agent) mgmtHandler() http.Handler {
 		writeJSON(w, a.Status())
 	})
 	mux.HandleFunc("POST /v1/poweroff", func(w http.ResponseWriter, r *http.Request) {
-		if a.powerOff == nil {
-			http.Error(w, "poweroff is served only when hecd is process 1", http.StatusNotImplemented)
+		if a.PowerOff == nil {
+			http.Error(w, "poweroff is served only when hecd runs under process 1 of its machine", http.StatusNotImplemented)
 			return
 		}
 		w.Write([]byte("powering off\n"))
-		go a.powerOff()
+		go a.PowerOff()
 	})
+	if a.cfg.Agent.TestHooks {
+		mux.HandleFunc("POST /v1/debug/fatal", func(w http.ResponseWriter, r *http.Request) {
+			a.log.Warn("test hook: dying of a Go fatal error")
+			w.Write([]byte("dying\n"))
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			fatal()
+		})
+	}
 	return mux
+}
+
+// fatal ends the process with a Go fatal error ("sync: unlock of unlocked
+// mutex"), which no recover catches: what a crash in a service looks like
+// to the supervisor.
+func fatal() {
+	os.Stderr.Sync()
+	syscall.Sync()
+	var mu sync.Mutex
+	mu.Unlock()
 }
 
 // writeJSON writes v as indented JSON.
@@ -86,4 +75,67 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// collector exports the core's counters at scrape time, so the hot path
+// touches only its atomics. Each service registers its own.
+type collector struct {
+	a *Agent
+
+	ops, errs, qps, faults, fences, gen, services, retries *prometheus.Desc
+}
+
+func newCollector(a *Agent) *collector {
+	return &collector{
+		a:        a,
+		ops:      prometheus.NewDesc("hec_ops_total", "Ops served, by op.", []string{"op"}, nil),
+		errs:     prometheus.NewDesc("hec_op_errors_total", "Ops that completed with a status other than ok, by op (op=rejected: failed validation or unknown op).", []string{"op"}, nil),
+		qps:      prometheus.NewDesc("hec_queue_pairs", "Queue pairs by state.", []string{"state"}, nil),
+		faults:   prometheus.NewDesc("hec_queue_pair_faults_total", "Times a queue pair was faulted (indices went wrong).", nil, nil),
+		fences:   prometheus.NewDesc("hec_queue_pair_fences_total", "Times a queue pair was fenced (holder released, died or went silent).", nil, nil),
+		gen:      prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
+		services: prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (disabled, failed, or stopped serving).", []string{"service"}, nil),
+		retries:  prometheus.NewDesc("hec_accept_retries_total", "Accept errors retried with back-off (descriptors exhausted, aborted connections), by listener.", []string{"listener"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.retries} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for _, o := range c.a.disp.OpCounts() {
+		if o.Op != "rejected" {
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(o.Count), o.Op)
+		}
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(o.Errors), o.Op)
+	}
+	states := map[string]float64{"free": 0, "active": 0, "faulted": 0, "fenced": 0}
+	var faults, fences uint64
+	for _, q := range c.a.disp.QueuePairs() {
+		states[q.State]++
+		faults += q.Faults
+		fences += q.Fences
+	}
+	for s, n := range states {
+		ch <- prometheus.MustNewConstMetric(c.qps, prometheus.GaugeValue, n, s)
+	}
+	ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(faults))
+	ch <- prometheus.MustNewConstMetric(c.fences, prometheus.CounterValue, float64(fences))
+	ch <- prometheus.MustNewConstMetric(c.gen, prometheus.GaugeValue, float64(c.a.Generation()))
+	for _, s := range c.a.serviceRows() {
+		v := 0.0
+		if s.Served && s.Stopped == "" {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, v, s.Name)
+	}
+	envs := append([]*Env{c.a.coreEnv}, c.a.envs...)
+	for _, e := range envs {
+		if e != nil {
+			ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(e.acceptRetries()), e.name)
+		}
+	}
 }

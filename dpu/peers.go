@@ -3,6 +3,7 @@ package dpu
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/peer"
 )
 
@@ -34,68 +38,207 @@ func parsePeers(list []string) (map[uint32]string, error) {
 	return m, nil
 }
 
-// startPeers starts the peer layer: the node, its membership, and the
+// PeerConfig is the peer layer's section ([peer]): agents talking to
+// agents. Served when Addr is an address; NodeID and a cluster key are
+// then required.
+type PeerConfig struct {
+	// Addr is the address other agents reach this one on. Default off.
+	Addr string `toml:"addr"`
+	// NodeID is this agent's id in its cluster (1..).
+	NodeID uint32 `toml:"node_id"`
+	// Peers is the static member list, "ID@HOST:PORT" each (this node may
+	// be in it).
+	Peers []string `toml:"peers"`
+	// ClusterKeyFile holds the cluster key (at least 16 bytes) that
+	// authenticates every peer connection.
+	ClusterKeyFile string `toml:"cluster_key_file"`
+	// Membership is "static" (default: Peers) or "etcd://HOST:PORT": the
+	// agent registers under a lease and follows the member set there.
+	Membership string `toml:"membership"`
+	// Cluster names the cluster (the etcd key prefix). Default "hec".
+	Cluster string `toml:"cluster"`
+	// Deadline declares dead a peer that owes work and has sent nothing
+	// for this long. Default 2s.
+	Deadline Duration `toml:"deadline"`
+}
+
+func (c *PeerConfig) withDefaults() error {
+	defString(&c.Addr, Off)
+	defString(&c.Membership, "static")
+	defString(&c.Cluster, "hec")
+	defDuration(&c.Deadline, 2*time.Second)
+	return nil
+}
+
+func (c *PeerConfig) validate() error {
+	if err := checkAddr("peer", c.Addr); err != nil {
+		return err
+	}
+	if c.Addr != Off && c.NodeID == 0 {
+		return fmt.Errorf("--peer %s: the peer layer needs --node-id N (1..): %w", c.Addr, ErrConfig)
+	}
+	if c.Addr != Off && c.ClusterKeyFile == "" {
+		return fmt.Errorf("--peer %s: the peer layer needs --cluster-key-file F: %w", c.Addr, ErrConfig)
+	}
+	if _, err := parsePeers(c.Peers); err != nil {
+		return fmt.Errorf("--peers: %v: %w", err, ErrConfig)
+	}
+	if c.Membership != "static" && !strings.HasPrefix(c.Membership, "etcd://") {
+		return fmt.Errorf("--membership %q: want static or etcd://HOST:PORT: %w", c.Membership, ErrConfig)
+	}
+	return nil
+}
+
+func (c *PeerConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "peer", c.Addr, "address other agents reach this one on, or off")
+	fs.Func("node-id", "this agent's id in its cluster (peer layer)", func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		c.NodeID = uint32(n)
+		return err
+	})
+	fs.Var(listFlag{&c.Peers}, "peers", "static members, ID@HOST:PORT,... (peer layer)")
+	fs.StringVar(&c.ClusterKeyFile, "cluster-key-file", c.ClusterKeyFile, "file holding the cluster key (peer layer)")
+	fs.StringVar(&c.Membership, "membership", c.Membership, "static (--peers) or etcd://HOST:PORT")
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster name (the etcd key prefix)")
+	fs.Var(&c.Deadline, "peer-deadline", "declare dead a peer that owes work and has sent nothing for this long")
+}
+
+// peerService is the peer layer: the node, its membership, and the
 // management endpoints that use it.
-func (a *Agent) startPeers(ctx context.Context) (func(), error) {
-	key, err := os.ReadFile(a.cfg.ClusterKeyFile)
+type peerService struct {
+	cfg     PeerConfig
+	addr    string
+	node    *peer.Node
+	members map[uint32]string
+	etcd    *etcdMembership
+}
+
+func newPeerService(cfg PeerConfig) *peerService { return &peerService{cfg: cfg} }
+
+func (s *peerService) Name() string { return "peer" }
+
+func (s *peerService) Open(ctx context.Context, env *Env) error {
+	servePeers(env.Mux, s)
+	if s.cfg.Addr == Off {
+		return nil
+	}
+	key, err := os.ReadFile(s.cfg.ClusterKeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("cluster key: %w", err)
+		return fmt.Errorf("--cluster-key-file: %w", err)
 	}
 	key = []byte(strings.TrimSpace(string(key)))
-	members, _ := parsePeers(a.cfg.Peers)
-	node, err := peer.NewNode(peer.Config{ID: a.cfg.NodeID, Listen: a.cfg.Peer, Peers: members, Key: key,
-		Deadline: a.cfg.PeerDeadline.Duration, Log: a.log})
+	s.members, _ = parsePeers(s.cfg.Peers)
+	ln, err := env.Listen("peer", s.cfg.Addr)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { node.Run(ctx); close(done) }()
-	for deadline := time.Now().Add(5 * time.Second); node.Addr() == ""; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			return nil, fmt.Errorf("peer listener on %s did not start", a.cfg.Peer)
+	node, err := peer.NewNode(peer.Config{ID: s.cfg.NodeID, Listener: ln, Peers: s.members, Key: key,
+		Deadline: s.cfg.Deadline.Duration, Log: env.Log})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--cluster-key-file %s: %w", s.cfg.ClusterKeyFile, err)
+	}
+	if strings.HasPrefix(s.cfg.Membership, "etcd://") {
+		if s.etcd, err = newEtcdMembership(s.cfg, node, ln.Addr().String(), env.Log); err != nil {
+			ln.Close()
+			return err
 		}
 	}
-	a.peers = node
-	note := fmt.Sprintf("node %d, %d static members", a.cfg.NodeID, len(members))
-	var mdone chan struct{}
-	if strings.HasPrefix(a.cfg.Membership, "etcd://") {
-		m, err := newEtcdMembership(ctx, a.cfg, node, a.log)
-		if err != nil {
-			cancel()
-			<-done
-			return nil, err
-		}
-		mdone = make(chan struct{})
-		go func() { m.run(ctx); close(mdone) }()
-		note = fmt.Sprintf("node %d, members from %s", a.cfg.NodeID, a.cfg.Membership)
+	s.node, s.addr = node, ln.Addr().String()
+	env.Shared.Peer = node
+	env.Shared.SetAddr("peer", ln.Addr().String())
+	env.Metrics.MustRegister(newPeerCollector(node))
+	return nil
+}
+
+func (s *peerService) Start(ctx context.Context, env *Env) error {
+	if s.node == nil {
+		return nil
 	}
-	a.addService(Service{Name: "peer", Addr: node.Addr(), Served: true, Note: note})
-	return func() {
-		cancel()
-		<-done
-		if mdone != nil {
-			<-mdone
+	env.Go(func() { s.node.Run(ctx) })
+	if s.etcd != nil {
+		env.Go(func() { s.etcd.run(ctx) })
+	}
+	return nil
+}
+
+func (s *peerService) Stop() {
+	if s.node != nil {
+		s.node.Close()
+	}
+}
+
+func (s *peerService) Status() api.Service {
+	if s.node == nil {
+		return api.Service{Name: "peer", Addr: Off, Note: "off (hecd --peer ADDR --node-id N --cluster-key-file F)"}
+	}
+	note := fmt.Sprintf("node %d, %d static members", s.cfg.NodeID, len(s.members))
+	if s.etcd != nil {
+		note = fmt.Sprintf("node %d, members from %s", s.cfg.NodeID, s.cfg.Membership)
+	}
+	return api.Service{Name: "peer", Addr: s.addr, Served: true, Note: note}
+}
+
+func (s *peerService) FillStatus(st *api.Status) {
+	if s.node != nil {
+		st.NodeID, st.Peers = s.cfg.NodeID, s.node.Peers()
+	}
+}
+
+// peerCollector exports every peer's liveness and traffic.
+type peerCollector struct {
+	n                          *peer.Node
+	up, bytes, frames, refused *prometheus.Desc
+}
+
+func newPeerCollector(n *peer.Node) *peerCollector {
+	return &peerCollector{n: n,
+		up:      prometheus.NewDesc("hec_peer_up", "1 while a peer is alive (not declared dead), by peer node id.", []string{"peer"}, nil),
+		bytes:   prometheus.NewDesc("hec_peer_bytes_total", "Bytes of peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
+		frames:  prometheus.NewDesc("hec_peer_frames_total", "Peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
+		refused: prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped; bound: over a limit on connections or transfers).", []string{"reason"}, nil),
+	}
+}
+
+func (c *peerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.bytes, c.frames, c.refused} {
+		ch <- d
+	}
+}
+
+func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.n.Peers() {
+		id := strconv.FormatUint(uint64(p.ID), 10)
+		up := 0.0
+		if p.Alive {
+			up = 1
 		}
-	}, nil
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, id)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(p.SentBytes), id, "sent")
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(p.RecvBytes), id, "received")
+		ch <- prometheus.MustNewConstMetric(c.frames, prometheus.CounterValue, float64(p.SentFrames), id, "sent")
+		ch <- prometheus.MustNewConstMetric(c.frames, prometheus.CounterValue, float64(p.RecvFrames), id, "received")
+	}
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.AuthFailures.Load()), "auth")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.BadFrames.Load()), "frame")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.OldEpoch.Load()), "old_epoch")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.Refused.Load()), "bound")
 }
 
 // servePeers adds the peer endpoints to mux: GET /v1/peers, and POST
 // /v1/peers/test?peer=ID&pings=N&bytes=B, the round trips and bulk
 // transfer behind hecctl cluster ping.
-func (a *Agent) servePeers(mux *http.ServeMux) {
+func servePeers(mux *http.ServeMux, s *peerService) {
 	mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, r *http.Request) {
-		if a.peers == nil {
+		if s.node == nil {
 			http.Error(w, "the peer layer is not served (hecd --peer ADDR)", http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(a.peers.Peers())
+		json.NewEncoder(w).Encode(s.node.Peers())
 	})
 	mux.HandleFunc("POST /v1/peers/test", func(w http.ResponseWriter, r *http.Request) {
-		if a.peers == nil {
+		if s.node == nil {
 			http.Error(w, "the peer layer is not served (hecd --peer ADDR)", http.StatusNotFound)
 			return
 		}
@@ -109,10 +252,10 @@ func (a *Agent) servePeers(mux *http.ServeMux) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 		defer cancel()
-		res := peer.LinkTest{Peer: uint32(id), Pings: pings, Bytes: size}
+		res := api.LinkTest{Peer: uint32(id), Pings: pings, Bytes: size}
 		var rtts []time.Duration
 		for i := 0; i < pings && res.Error == ""; i++ {
-			d, err := a.peers.Ping(ctx, uint32(id))
+			d, err := s.node.Ping(ctx, uint32(id))
 			if err != nil {
 				res.Error = err.Error()
 			}
@@ -123,7 +266,7 @@ func (a *Agent) servePeers(mux *http.ServeMux) {
 			res.RTTMinUs, res.RTTP50Us = float64(rtts[0])/1e3, float64(rtts[len(rtts)/2])/1e3
 		}
 		if size > 0 && res.Error == "" {
-			d, err := a.peers.Transfer(ctx, uint32(id), size, 1<<20, 0)
+			d, err := s.node.Transfer(ctx, uint32(id), size, 1<<20, 0)
 			if err != nil {
 				res.Error = err.Error()
 			} else {

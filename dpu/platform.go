@@ -4,19 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/sysinfo"
 )
-
-// Platform is what the agent runs on.
-type Platform struct {
-	// Generation is BlueField-2, BlueField-3 or BlueField when the agent
-	// runs on a DPU's Arm cores, "emulated" anywhere else.
-	Generation  string        `json:"generation"`
-	Model       string        `json:"model,omitempty"` // DMI product or device-tree model
-	CPU         sysinfo.CPU   `json:"cpu"`
-	MemoryBytes int64         `json:"memory_bytes"`
-	NICs        []sysinfo.NIC `json:"nics"`
-}
 
 // Emulated is the Generation of an agent that is not on a DPU.
 const Emulated = "emulated"
@@ -24,9 +14,9 @@ const Emulated = "emulated"
 // DetectPlatform reads the machine under root ("/": this one): the
 // BlueField generation from its DMI strings or device tree, or from the
 // integrated ConnectX functions on an Arm machine's own PCI bus.
-func DetectPlatform(root string) (Platform, error) {
+func DetectPlatform(root string) (api.Platform, error) {
 	fs := sysinfo.FS{Root: root}
-	p := Platform{Generation: Emulated}
+	p := api.Platform{Generation: Emulated}
 	var err error
 	if p.CPU, err = fs.CPU(); err != nil {
 		return p, fmt.Errorf("dpu: platform: %w", err)

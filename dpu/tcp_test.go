@@ -13,7 +13,8 @@ import (
 
 func startTCPAgent(t *testing.T) *Agent {
 	t.Helper()
-	a, err := New(Config{Shm: Off, TCP: "127.0.0.1:0", Mgmt: Off, RESP: Off, UDP: Off, StateDir: t.TempDir(), MaxFrame: 1 << 20}, nil)
+	a, err := New(Config{Agent: AgentConfig{Shm: Off, TCP: "127.0.0.1:0", Mgmt: Off, StateDir: t.TempDir(), MaxFrame: 1 << 20},
+		RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +83,12 @@ func TestTCPServesAndSurvivesBadClients(t *testing.T) {
 	}
 }
 
-func TestCheckpointGenerationGrows(t *testing.T) {
+func TestGenerationGrowsAcrossRuns(t *testing.T) {
 	dir := t.TempDir()
 	var gens []uint32
 	for i := 0; i < 3; i++ {
-		a, err := New(Config{Shm: Off, TCP: Off, Mgmt: Off, RESP: Off, UDP: Off, StateDir: dir}, nil)
+		a, err := New(Config{Agent: AgentConfig{Shm: Off, TCP: Off, Mgmt: Off, StateDir: dir},
+			RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,18 +17,153 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/kv/udp"
+	"github.com/hecsys/hec/shared/api"
 )
 
-// xdp is the agent's XDP fast path: the program on its interface, the
-// hot-GET admission, and the management API over both.
+// XDPConfig is the XDP fast path's section ([xdp]).
+type XDPConfig struct {
+	// Iface names the interface the XDP fast path attaches to (counters,
+	// allow-list, samples, hot GETs answered in the kernel). Default off.
+	Iface string `toml:"iface"`
+	// Mode is auto (default: native, else generic), native or generic.
+	Mode string `toml:"mode"`
+	// Replace lets the agent replace an XDP program it did not attach.
+	Replace bool `toml:"replace"`
+	// PinDir is where the counters, talkers and allow-list are pinned
+	// (bpffs), so they outlive a restart. Default
+	// /sys/fs/bpf/hec/nsINODE-IFACE; "off" pins nothing.
+	PinDir string `toml:"pin_dir"`
+	// ACLDefault is what the allow-list does with sources it does not
+	// name on the service ports: allow (default) or deny.
+	ACLDefault string `toml:"acl_default"`
+	// HotKeys bounds the keys whose UDP GETs XDP answers. Default 1024
+	// (at most 4096); 0 turns hot GETs off.
+	HotKeys *int `toml:"hot_keys"`
+	// HotMaxValue is the largest value held for XDP. Default 512 bytes.
+	HotMaxValue int `toml:"hot_max_value"`
+	// HotMinRate is how many GETs per second reaching user space make a
+	// key hot. Default 100.
+	HotMinRate float64 `toml:"hot_min_rate"`
+}
+
+func (c *XDPConfig) withDefaults() error {
+	defString(&c.Iface, Off)
+	defString(&c.Mode, "auto")
+	defString(&c.ACLDefault, "allow")
+	if c.HotKeys == nil {
+		n := 1024
+		c.HotKeys = &n
+	}
+	defInt(&c.HotMaxValue, 512)
+	if c.HotMinRate == 0 {
+		c.HotMinRate = 100
+	}
+	return nil
+}
+
+func (c *XDPConfig) validate() error {
+	if _, err := bpf.ParseMode(c.Mode); err != nil {
+		return fmt.Errorf("--xdp-mode: %v: %w", err, ErrConfig)
+	}
+	if c.ACLDefault != "allow" && c.ACLDefault != "deny" {
+		return fmt.Errorf("--acl-default %q: want allow or deny: %w", c.ACLDefault, ErrConfig)
+	}
+	if *c.HotKeys < 0 || *c.HotKeys > bpf.HotSlots {
+		return fmt.Errorf("--hot-keys %d: want 0..%d: %w", *c.HotKeys, bpf.HotSlots, ErrConfig)
+	}
+	if c.HotMaxValue < 0 || c.HotMaxValue > bpf.HotBodyMax-HotReplyOverhead {
+		return fmt.Errorf("--hot-max-value %d: want 0..%d: %w", c.HotMaxValue, bpf.HotBodyMax-HotReplyOverhead, ErrConfig)
+	}
+	if c.HotMinRate < 0 {
+		return fmt.Errorf("--hot-min-rate %g: negative: %w", c.HotMinRate, ErrConfig)
+	}
+	return nil
+}
+
+func (c *XDPConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Iface, "xdp", c.Iface, "interface to attach the XDP fast path to (counters, allow-list, samples, hot GETs), or off")
+	fs.StringVar(&c.Mode, "xdp-mode", c.Mode, "XDP attach mode: auto (native, else generic), native or generic")
+	fs.BoolVar(&c.Replace, "xdp-replace", c.Replace, "replace an XDP program on the interface that hecd did not attach")
+	fs.StringVar(&c.PinDir, "xdp-pin-dir", c.PinDir, "bpffs directory for the counters and allow-list (default /sys/fs/bpf/hec/nsINODE-IFACE), or off")
+	fs.StringVar(&c.ACLDefault, "acl-default", c.ACLDefault, "sources the allow-list does not name, on the service ports: allow or deny")
+	fs.Var(intPtr{&c.HotKeys}, "hot-keys", "keys whose UDP GETs XDP answers (0: off, at most 4096)")
+	fs.IntVar(&c.HotMaxValue, "hot-max-value", c.HotMaxValue, "largest value held for XDP, in bytes")
+	fs.Float64Var(&c.HotMinRate, "hot-min-rate", c.HotMinRate, "GETs per second reaching user space that make a key hot")
+}
+
+// xdpService is the XDP fast path: the program on the agent's interface,
+// the hot-GET admission, and the management API over both. A program that
+// cannot load or attach is reported as not served, never fatal: the
+// services behind it still serve.
+type xdpService struct {
+	cfg  XDPConfig
+	note string // why it is not served
+	x    atomic.Pointer[xdp]
+}
+
+func newXDPService(cfg XDPConfig) *xdpService {
+	return &xdpService{cfg: cfg, note: "off (hecd --xdp IFACE)"}
+}
+
+func (s *xdpService) Name() string { return "xdp" }
+
+func (s *xdpService) Open(_ context.Context, env *Env) error {
+	serveXDP(env.Mux, s)
+	if s.cfg.Iface != Off {
+		env.Metrics.MustRegister(newXDPCollector(s))
+	}
+	return nil
+}
+
+// Start loads and attaches the program once every listener is open: it
+// classifies by their ports.
+func (s *xdpService) Start(ctx context.Context, env *Env) error {
+	if s.cfg.Iface == Off {
+		return nil
+	}
+	x, err := startXDP(ctx, env, s.cfg)
+	if err != nil {
+		s.note = err.Error()
+		env.Log.Error("xdp fast path not served", "iface", s.cfg.Iface, "err", err)
+		return nil
+	}
+	s.x.Store(x)
+	return nil
+}
+
+func (s *xdpService) Stop() {
+	if x := s.x.Load(); x != nil {
+		x.close()
+	}
+}
+
+func (s *xdpService) Status() api.Service {
+	x := s.x.Load()
+	if x == nil {
+		return api.Service{Name: "xdp", Addr: s.cfg.Iface, Note: s.note}
+	}
+	note := x.mode.String() + " mode"
+	if x.hot != nil {
+		note += ", hot GETs answered in XDP"
+	}
+	return api.Service{Name: "xdp", Addr: s.cfg.Iface, Served: true, Note: note}
+}
+
+// xdp is the loaded, attached program and its hot-key admission.
 type xdp struct {
-	a      *Agent
+	cfg    XDPConfig
+	log    *slog.Logger
+	store  *kv.Store
+	shared *Shared
 	prog   *bpf.Program
 	ifname string
 	mode   bpf.Mode
@@ -74,49 +211,52 @@ func netnsID() string {
 }
 
 // startXDP loads the program and attaches it to the configured interface.
-func (a *Agent) startXDP(ctx context.Context, wg *sync.WaitGroup) (*xdp, error) {
-	mode, err := bpf.ParseMode(a.cfg.XDPMode)
+func startXDP(ctx context.Context, env *Env, c XDPConfig) (*xdp, error) {
+	mode, err := bpf.ParseMode(c.Mode)
 	if err != nil {
 		return nil, err
 	}
-	pin := a.cfg.XDPPinDir
+	pin := c.PinDir
 	if pin == "" {
-		pin = filepath.Join(bpf.DefaultPinRoot, netnsID()+"-"+a.cfg.XDP)
+		pin = filepath.Join(bpf.DefaultPinRoot, netnsID()+"-"+c.Iface)
 	}
 	if pin == Off {
 		pin = ""
 	}
+	sh := env.Shared
 	cfg := bpf.Config{
-		Ports: bpf.Ports{RESP: portOf(a.cfg.RESP), UDPGet: portOf(a.cfg.UDP), Peer: portOf(a.cfg.Peer),
-			Mgmt: portOf(a.cfg.Mgmt)},
-		DefaultDeny: a.cfg.ACLDefault == "deny",
-		HotGET:      *a.cfg.HotKeys > 0 && a.cfg.UDP != Off,
+		Ports: bpf.Ports{RESP: portOf(sh.Addr("resp")), UDPGet: portOf(sh.Addr("udp")), Peer: portOf(sh.Addr("peer")),
+			Mgmt: portOf(sh.Addr("mgmt"))},
+		DefaultDeny: c.ACLDefault == "deny",
+		HotGET:      *c.HotKeys > 0 && sh.Addr("udp") != "" && sh.Store != nil,
 		PinDir:      pin,
 	}
 	prog, err := bpf.Load(cfg)
 	if err != nil {
 		return nil, err
 	}
-	x := &xdp{a: a, prog: prog, ifname: a.cfg.XDP, seen: map[string]uint32{}, idle: map[string]int{}}
-	if x.mode, err = prog.Attach(a.cfg.XDP, mode, a.cfg.XDPReplace); err != nil {
+	x := &xdp{cfg: c, log: env.Log, store: sh.Store, shared: sh, prog: prog, ifname: c.Iface,
+		seen: map[string]uint32{}, idle: map[string]int{}}
+	if x.mode, err = prog.Attach(c.Iface, mode, c.Replace); err != nil {
 		prog.Close()
 		return nil, err
 	}
 	if cfg.HotGET {
 		x.hot = prog.Hot()
-		a.hot.Store(x.hot)
-		wg.Add(1)
-		go func() { defer wg.Done(); x.admitLoop(ctx) }()
+		sh.OnWrite(x.hot.Invalidate)
+		sh.OnGETSeen(x.seenGET)
+		env.Go(func() { x.admitLoop(ctx) })
 	}
 	return x, nil
 }
 
 func (x *xdp) close() {
 	if x.hot != nil {
-		x.a.hot.Store(nil)
+		x.shared.OnWrite(nil)
+		x.shared.OnGETSeen(nil)
 	}
 	if err := x.prog.Close(); err != nil {
-		x.a.log.Warn("xdp close", "err", err)
+		x.log.Warn("xdp close", "err", err)
 	}
 }
 
@@ -161,7 +301,7 @@ func (x *xdp) admitRound() {
 
 	held, err := x.hot.Entries(true)
 	if err != nil {
-		x.a.log.Warn("hot keys", "err", err)
+		x.log.Warn("hot keys", "err", err)
 		return
 	}
 	hits := make(map[string]uint64, len(held))
@@ -175,7 +315,7 @@ func (x *xdp) admitRound() {
 			delete(hits, e.Key) // gone: not a candidate to evict below
 		}
 	}
-	min := uint32(x.a.cfg.HotMinRate * hotRound.Seconds())
+	min := uint32(x.cfg.HotMinRate * hotRound.Seconds())
 	min = max(min, 1)
 	var cands []candidate
 	for k, n := range seen {
@@ -208,7 +348,7 @@ func (x *xdp) admitRound() {
 				err = x.admit(c.key)
 			}
 		}
-		if err == nil && x.hot.Len() > *x.a.cfg.HotKeys {
+		if err == nil && x.hot.Len() > *x.cfg.HotKeys {
 			held := make([]string, 0, len(hits))
 			for k := range hits {
 				if k != c.key {
@@ -224,7 +364,7 @@ func (x *xdp) admitRound() {
 		}
 		if err != nil {
 			if !errors.Is(err, bpf.ErrHotFull) && !errors.Is(err, bpf.ErrHotValue) && !errors.Is(err, kv.ErrNotFound) {
-				x.a.log.Debug("hot admit", "key", c.key, "err", err)
+				x.log.Debug("hot admit", "key", c.key, "err", err)
 			}
 			continue
 		}
@@ -237,11 +377,11 @@ func (x *xdp) admitRound() {
 func (x *xdp) admit(key string) error {
 	k := []byte(key)
 	return x.hot.Admit(k, func() (bpf.HotValue, error) {
-		e, err := x.a.store.Get(k, nil)
+		e, err := x.store.Get(k, nil)
 		if err != nil {
 			return bpf.HotValue{}, err
 		}
-		if len(e.Value) > x.a.cfg.HotMaxValue {
+		if len(e.Value) > x.cfg.HotMaxValue {
 			return bpf.HotValue{}, fmt.Errorf("%w: %d bytes", bpf.ErrHotValue, len(e.Value))
 		}
 		reply := udp.AppendReply(nil, 0, k, &e, false)
@@ -249,49 +389,10 @@ func (x *xdp) admit(key string) error {
 	})
 }
 
-// XDPStatus is the body of GET /v1/xdp.
-type XDPStatus struct {
-	Interface   string            `json:"interface"`
-	Mode        string            `json:"mode"`
-	Arch        string            `json:"arch"`
-	JITedBytes  uint32            `json:"jited_bytes"` // machine code of the program; 0: interpreted
-	DefaultDeny bool              `json:"acl_default_deny"`
-	Classes     []XDPClass        `json:"classes"`
-	Talkers     []XDPTalker       `json:"top_talkers"`
-	Hot         *XDPHot           `json:"hot,omitempty"`
-	Drops       map[string]uint64 `json:"drops"`
-}
-
-// XDPClass is one class's counters.
-type XDPClass struct {
-	Class    string            `json:"class"`
-	Packets  uint64            `json:"packets"`
-	Bytes    uint64            `json:"bytes"`
-	Passed   uint64            `json:"passed"`
-	Answered uint64            `json:"answered"`
-	Dropped  map[string]uint64 `json:"dropped"`
-	HotMiss  uint64            `json:"hot_miss,omitempty"`
-	HotTorn  uint64            `json:"hot_torn,omitempty"`
-}
-
-// XDPTalker is one source's traffic.
-type XDPTalker struct {
-	Addr    string `json:"addr"`
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
-
-// XDPHot is the hot-GET map's state.
-type XDPHot struct {
-	Held          int    `json:"held"`
-	Served        int    `json:"served"`
-	Invalidations uint64 `json:"invalidations"`
-}
-
 // status reads the counters, the hot map's state and (talkers > 0) the
 // top talkers.
-func (x *xdp) status(talkers int) (XDPStatus, error) {
-	st := XDPStatus{Interface: x.ifname, Mode: x.mode.String(), Arch: runtime.GOARCH, DefaultDeny: x.prog.Config().DefaultDeny,
+func (x *xdp) status(talkers int) (api.XDPStatus, error) {
+	st := api.XDPStatus{Interface: x.ifname, Mode: x.mode.String(), Arch: runtime.GOARCH, DefaultDeny: x.prog.Config().DefaultDeny,
 		Drops: map[string]uint64{}}
 	st.JITedBytes, _ = x.prog.JITedBytes()
 	cs, err := x.prog.Stats()
@@ -299,7 +400,7 @@ func (x *xdp) status(talkers int) (XDPStatus, error) {
 		return st, err
 	}
 	for _, c := range cs {
-		xc := XDPClass{Class: c.Class.String(), Packets: c.Packets, Bytes: c.Bytes, Passed: c.Passed, Answered: c.Answered,
+		xc := api.XDPClass{Class: c.Class.String(), Packets: c.Packets, Bytes: c.Bytes, Passed: c.Passed, Answered: c.Answered,
 			Dropped: map[string]uint64{}, HotMiss: c.HotMiss, HotTorn: c.HotTorn}
 		for i, r := range bpf.DropReasons {
 			xc.Dropped[r] = c.Dropped[i]
@@ -313,39 +414,22 @@ func (x *xdp) status(talkers int) (XDPStatus, error) {
 			return st, err
 		}
 		for _, t := range ts {
-			st.Talkers = append(st.Talkers, XDPTalker{Addr: t.Addr.String(), Packets: t.Packets, Bytes: t.Bytes})
+			st.Talkers = append(st.Talkers, api.XDPTalker{Addr: t.Addr.String(), Packets: t.Packets, Bytes: t.Bytes})
 		}
 	}
 	if x.hot != nil {
-		h := &XDPHot{Invalidations: x.hot.Invalidations()}
+		h := &api.XDPHot{Invalidations: x.hot.Invalidations()}
 		h.Held, h.Served = x.hot.Counts()
 		st.Hot = h
 	}
 	return st, nil
 }
 
-// XDPSample is one sampled packet, as GET /v1/xdp/samples streams them
-// (one JSON object a line).
-type XDPSample struct {
-	Time    time.Time `json:"time"`
-	TimeNS  int64     `json:"t_ns"` // CLOCK_MONOTONIC
-	Len     int       `json:"len"`
-	Class   string    `json:"class"`
-	Verdict string    `json:"verdict"`
-	Data    []byte    `json:"data"`
-}
-
-// ACLRule is an allow-list rule in the management API.
-type ACLRule struct {
-	Prefix string `json:"prefix"`
-	Allow  bool   `json:"allow"`
-}
-
-func (a *Agent) serveXDP(mux *http.ServeMux) {
+func serveXDP(mux *http.ServeMux, s *xdpService) {
 	off := func(w http.ResponseWriter) *xdp {
-		x := a.xdp
+		x := s.x.Load()
 		if x == nil {
-			http.Error(w, "xdp is not served by this agent: "+a.xdpNote, http.StatusNotFound)
+			http.Error(w, "xdp is not served by this agent: "+s.note, http.StatusNotFound)
 		}
 		return x
 	}
@@ -445,7 +529,7 @@ func (a *Agent) serveXDP(mux *http.ServeMux) {
 			if err != nil {
 				return
 			}
-			if enc.Encode(XDPSample{Time: wall.Add(s.Time), TimeNS: int64(s.Time), Len: s.Len, Class: s.Class.String(), Verdict: s.Verdict, Data: s.Data}) != nil {
+			if enc.Encode(api.XDPSample{Time: wall.Add(s.Time), TimeNS: int64(s.Time), Len: s.Len, Class: s.Class.String(), Verdict: s.Verdict, Data: s.Data}) != nil {
 				return
 			}
 			if fl != nil {
@@ -464,18 +548,18 @@ func (a *Agent) serveXDP(mux *http.ServeMux) {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		out := []ACLRule{}
+		out := []api.ACLRule{}
 		for _, r := range rules {
-			out = append(out, ACLRule{Prefix: r.Prefix.String(), Allow: r.Allow})
+			out = append(out, api.ACLRule{Prefix: r.Prefix.String(), Allow: r.Allow})
 		}
-		writeJSON(w, map[string]any{"default_deny": x.prog.Config().DefaultDeny, "rules": out})
+		writeJSON(w, api.ACL{DefaultDeny: x.prog.Config().DefaultDeny, Rules: out})
 	})
 	mux.HandleFunc("POST /v1/acl", func(w http.ResponseWriter, r *http.Request) {
 		x := off(w)
 		if x == nil {
 			return
 		}
-		var rule ACLRule
+		var rule api.ACLRule
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&rule); err != nil {
 			http.Error(w, "body: "+err.Error(), http.StatusBadRequest)
 			return
@@ -529,3 +613,48 @@ func parsePrefix(s string) (netip.Prefix, error) {
 // ("VALUE ", the key of up to bpf.HotKeyMax bytes, " 0 ", the length,
 // the CRLFs and "END"): HotMaxValue stays under bpf.HotBodyMax minus it.
 const HotReplyOverhead = 6 + bpf.HotKeyMax + 3 + 4 + 2 + 2 + 5
+
+// xdpCollector exports the program's counters and the hot map's state.
+type xdpCollector struct {
+	s                             *xdpService
+	packets, bytes, verdicts, hot *prometheus.Desc
+}
+
+func newXDPCollector(s *xdpService) *xdpCollector {
+	return &xdpCollector{s: s,
+		packets:  prometheus.NewDesc("hec_xdp_packets_total", "Packets seen by the XDP program on the agent's interface, by class.", []string{"class"}, nil),
+		bytes:    prometheus.NewDesc("hec_xdp_bytes_total", "Bytes seen by the XDP program, by class.", []string{"class"}, nil),
+		verdicts: prometheus.NewDesc("hec_xdp_verdicts_total", "What the XDP program did with packets, by class and verdict (passed, answered, dropped_acl, dropped_malformed).", []string{"class", "verdict"}, nil),
+		hot:      prometheus.NewDesc("hec_xdp_hot_keys", "Keys held in the XDP hot-GET map, by state (held, served).", []string{"state"}, nil),
+	}
+}
+
+func (c *xdpCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.verdicts, c.hot} {
+		ch <- d
+	}
+}
+
+func (c *xdpCollector) Collect(ch chan<- prometheus.Metric) {
+	x := c.s.x.Load()
+	if x == nil {
+		return
+	}
+	st, err := x.status(0)
+	if err != nil {
+		return
+	}
+	for _, cl := range st.Classes {
+		ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(cl.Packets), cl.Class)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(cl.Bytes), cl.Class)
+		ch <- prometheus.MustNewConstMetric(c.verdicts, prometheus.CounterValue, float64(cl.Passed), cl.Class, "passed")
+		ch <- prometheus.MustNewConstMetric(c.verdicts, prometheus.CounterValue, float64(cl.Answered), cl.Class, "answered")
+		for r, n := range cl.Dropped {
+			ch <- prometheus.MustNewConstMetric(c.verdicts, prometheus.CounterValue, float64(n), cl.Class, "dropped_"+r)
+		}
+	}
+	if st.Hot != nil {
+		ch <- prometheus.MustNewConstMetric(c.hot, prometheus.GaugeValue, float64(st.Hot.Held), "held")
+		ch <- prometheus.MustNewConstMetric(c.hot, prometheus.GaugeValue, float64(st.Hot.Served), "served")
+	}
+}

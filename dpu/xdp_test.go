@@ -29,8 +29,8 @@ func TestHotAdmission(t *testing.T) {
 	}
 	defer prog.Close()
 	limit := 2
-	a := &Agent{cfg: Config{HotKeys: &limit, HotMaxValue: 16, HotMinRate: 100}, store: store, log: slog.New(slog.DiscardHandler)}
-	x := &xdp{a: a, prog: prog, hot: prog.Hot(), seen: map[string]uint32{}, idle: map[string]int{}}
+	x := &xdp{cfg: XDPConfig{HotKeys: &limit, HotMaxValue: 16, HotMinRate: 100}, store: store, log: slog.New(slog.DiscardHandler),
+		prog: prog, hot: prog.Hot(), seen: map[string]uint32{}, idle: map[string]int{}}
 	for k, v := range map[string]string{"a": "1", "b": "2", "c": "3", "big": strings.Repeat("x", 17), "cold": "4"} {
 		if _, err := store.Put([]byte(k), []byte(v), kv.PutOptions{}); err != nil {
 			t.Fatal(err)

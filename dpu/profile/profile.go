@@ -1,4 +1,4 @@
-package dpu
+package profile
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hecsys/hec/shared/api"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,26 +32,22 @@ type Profile struct {
 	// hash and runtime kernels then take their SSE paths, like NEON's
 	// 128-bit ones).
 	GODEBUGOff []string `json:"godebug_off,omitempty"`
-	// LibraryOff lists features GODEBUG cannot reach; libraries that probe
-	// them themselves (reedsolomon: WithGFNI, WithAVX512) get them off
-	// through their options.
-	LibraryOff []string `json:"library_off,omitempty"`
 }
 
 // Profiles are the DPU profiles hecd --dpu-profile knows.
 var Profiles = map[string]Profile{
 	"none": {Name: "none"},
 	"bf2": {Name: "bf2", Cores: 8, Core: "Cortex-A72", CoreSpeed: 0.4,
-		GODEBUGOff: []string{"avx", "avx2", "avx512f", "fma"}, LibraryOff: []string{"gfni", "avx512"}},
+		GODEBUGOff: []string{"avx", "avx2", "avx512f", "fma"}},
 	"bf3": {Name: "bf3", Cores: 16, Core: "Cortex-A78AE", CoreSpeed: 0.7,
-		GODEBUGOff: []string{"avx", "avx2", "avx512f", "fma"}, LibraryOff: []string{"gfni", "avx512"}},
+		GODEBUGOff: []string{"avx", "avx2", "avx512f", "fma"}},
 }
 
 // ProfileEnv names the profile whose GODEBUG a re-executed hecd runs with.
 const ProfileEnv = "HEC_DPU_PROFILE_EXEC"
 
-// ParseProfile returns the profile called name.
-func ParseProfile(name string) (Profile, error) {
+// Parse returns the profile called name ("" is none).
+func Parse(name string) (Profile, error) {
 	if name == "" {
 		name = "none"
 	}
@@ -243,5 +241,9 @@ func cpuCgroupRoot() (string, bool, error) {
 	return "", false, errors.New("no cgroup cpu controller mounted")
 }
 
-// SetProfile records the DPU profile main applied, for /v1/status.
-func (a *Agent) SetProfile(p Applied) { a.profile = &p }
+// Status is what /v1/status reports of the applied profile.
+func (a Applied) Status() *api.Profile {
+	p := a.Profile
+	return &api.Profile{Name: p.Name, Cores: p.Cores, Core: p.Core, CoreSpeed: p.CoreSpeed, GODEBUGOff: p.GODEBUGOff,
+		CPUs: a.CPUs, GOMAXPROCS: a.GOMAXPROCS, Quota: a.Quota, QuotaNote: a.QuotaNote, SIMDOff: a.SIMDOff}
+}

@@ -1,4 +1,4 @@
-package dpu
+package profile
 
 import (
 	"encoding/json"
@@ -11,15 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestParseProfile(t *testing.T) {
+func TestParse(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
 		ok   bool
 		name string
 	}{{"", true, "none"}, {"none", true, "none"}, {"bf2", true, "bf2"}, {"bf3", true, "bf3"}, {"bf4", false, ""}} {
-		p, err := ParseProfile(tt.in)
+		p, err := Parse(tt.in)
 		if (err == nil) != tt.ok || p.Name != tt.name {
-			t.Errorf("ParseProfile(%q) = %+v, %v", tt.in, p, err)
+			t.Errorf("Parse(%q) = %+v, %v", tt.in, p, err)
 		}
 	}
 }
@@ -38,7 +38,7 @@ func TestProfileApplyHelper(t *testing.T) {
 	if os.Getenv("HEC_PROFILE_HELPER") == "" {
 		t.Skip("helper process of TestProfileApply")
 	}
-	p, _ := ParseProfile("bf2")
+	p, _ := Parse("bf2")
 	if err := p.Reexec(); err != nil {
 		t.Fatal(err)
 	}

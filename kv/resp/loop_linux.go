@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hecsys/hec/shared/accept"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -111,12 +113,15 @@ func (lp *loop) shutdown() {
 	lp.mu.Unlock()
 }
 
-// Serve accepts clients on ln until it is closed, and serves them on the
-// event loops.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+// Start starts the event loops (one per GOMAXPROCS); ServeConn hands them
+// clients. Close stops them.
+func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
+		return ErrClosed
+	}
+	if len(s.loops) > 0 {
 		return nil
 	}
 	s.started = time.Now()
@@ -130,34 +135,51 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for range runtime.GOMAXPROCS(0) {
 		lp, err := newLoop(ctx, s)
 		if err != nil {
-			s.mu.Unlock()
-			s.Close()
+			for _, lp := range s.loops {
+				lp.shutdown()
+			}
+			s.loops = nil
 			return err
 		}
 		s.loops = append(s.loops, lp)
 		s.running.Add(1)
 		go func() { defer s.running.Done(); lp.run() }()
 	}
+	return nil
+}
+
+// ServeConn moves conn's socket to an event loop (conn itself is closed:
+// the loop serves a descriptor of its own) and returns.
+func (s *Server) ServeConn(conn net.Conn) {
+	remote := conn.RemoteAddr().String()
+	s.mu.Lock()
 	loops := s.loops
 	s.mu.Unlock()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("resp accept: %w", err)
-		}
-		remote := conn.RemoteAddr().String()
-		fd, err := takeFD(conn)
-		if err != nil {
-			s.Log.Warn("resp: dropping client", "remote", remote, "err", err)
-			continue
-		}
-		s.connected.Add(1)
-		s.total.Add(1)
-		loops[s.next.Add(1)%uint64(len(loops))].add(fd)
+	if len(loops) == 0 {
+		conn.Close()
+		return
 	}
+	fd, err := takeFD(conn)
+	if err != nil {
+		s.Log.Warn("resp: dropping client", "remote", remote, "err", err)
+		return
+	}
+	s.connected.Add(1)
+	s.total.Add(1)
+	loops[s.next.Add(1)%uint64(len(loops))].add(fd)
+}
+
+// Serve starts the loops and accepts clients on ln (package accept: errors
+// retried with back-off) until ln is closed. The clients stay served
+// until Close.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.Start(ctx); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil
+		}
+		return err
+	}
+	return accept.New("resp", ln, s.ServeConn, s.Log).Run()
 }
 
 // takeFD moves an accepted connection's socket out of Go's poller into a

@@ -16,5 +16,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return fmt.Errorf("resp: the front end needs Linux epoll: %w", errors.ErrUnsupported)
 }
 
+// Start reports that the RESP front end needs Linux.
+func (s *Server) Start(ctx context.Context) error {
+	return fmt.Errorf("resp: the front end needs Linux epoll: %w", errors.ErrUnsupported)
+}
+
+// ServeConn closes conn: nothing serves it.
+func (s *Server) ServeConn(conn net.Conn) { conn.Close() }
+
 // Close does nothing where Serve cannot run.
 func (s *Server) Close() {}

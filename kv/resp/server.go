@@ -17,6 +17,9 @@ import (
 	"github.com/hecsys/hec/kv"
 )
 
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("resp: server closed")
+
 // Server serves a store over RESP.
 type Server struct {
 	Store    *kv.Store
@@ -884,7 +887,7 @@ func (s *Server) info() string {
 	n, _ := s.Store.Count()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Server\r\nredis_version:7.0.0\r\nhec_version:%s\r\nredis_mode:standalone\r\nprocess_id:%d\r\nuptime_in_seconds:%d\r\n\r\n",
-		s.Version, pid(), int(time.Since(s.started).Seconds()))
+		s.Version, os.Getpid(), int(time.Since(s.started).Seconds()))
 	fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\n\r\n", s.connected.Load())
 	fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nused_memory_rss:%d\r\nmaxmemory:%d\r\n\r\n", ms.HeapAlloc, ms.Sys, st.MemoryBudget)
 	fmt.Fprintf(&b, "# Persistence\r\naof_enabled:%d\r\nhec_durability:%s\r\nhec_lsm_bytes:%d\r\nhec_vlog_bytes:%d\r\n\r\n",
@@ -894,5 +897,3 @@ func (s *Server) info() string {
 	fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", n)
 	return b.String()
 }
-
-func pid() int { return os.Getpid() }

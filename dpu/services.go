@@ -1,0 +1,26 @@
+package dpu
+
+// Config is the agent's configuration: the core's section and one section
+// per service, each with its defaults, checks and flags beside its
+// service. A TOML file given with --config has an [agent] table and a
+// table per service ([kv], [peer], [resp], [udp], [xdp]).
+type Config struct {
+	Agent AgentConfig `toml:"agent"`
+	KV    KVConfig    `toml:"kv"`
+	Peer  PeerConfig  `toml:"peer"`
+	RESP  RESPConfig  `toml:"resp"`
+	UDP   UDPConfig   `toml:"udp"`
+	XDP   XDPConfig   `toml:"xdp"`
+}
+
+func (c *Config) sections() []section {
+	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP}
+}
+
+// services are the services hecd runs, in the order they start (and the
+// reverse of the order they stop): the kv store first, since others serve
+// it.
+func (c *Config) services() []Service {
+	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
+		newXDPService(c.XDP)}
+}
