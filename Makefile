@@ -30,7 +30,7 @@ build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (every package for
 
 .PHONY: run
 run: build ## start the agent in local emulation and tour every service (stops it at the end)
-	scripts/tour
+	test/tour
 
 .PHONY: test
 test: test-deps ## vet, then all tests with -race (the QEMU ones included), then shared/ as arm64 binaries under qemu-user
@@ -40,18 +40,18 @@ test: test-deps ## vet, then all tests with -race (the QEMU ones included), then
 
 .PHONY: test-deps
 test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext4, cpio (as root)
-	@scripts/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
-	@scripts/need mkfs.ext4 e2fsprogs || true
-	@scripts/need cpio cpio || true
-	@scripts/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
-	@scripts/need etcd etcd-server || echo "SKIP: the etcd membership tests will skip (no etcd-server)"
-	@scripts/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
-	@scripts/need clang clang llvm libbpf-dev || echo "SKIP: the check that bpf/'s generated bindings are fresh will skip (no clang)"
-	@scripts/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
+	@test/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
+	@test/need mkfs.ext4 e2fsprogs || true
+	@test/need cpio cpio || true
+	@test/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
+	@test/need etcd etcd-server || echo "SKIP: the etcd membership tests will skip (no etcd-server)"
+	@test/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
+	@test/need clang clang llvm libbpf-dev || echo "SKIP: the check that bpf/'s generated bindings are fresh will skip (no clang)"
+	@test/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
-	@if scripts/need qemu-aarch64-static qemu-user-static; then \
+	@if test/need qemu-aarch64-static qemu-user-static; then \
 		echo "GOARCH=arm64 go test -exec qemu-aarch64-static $(ARM64_TEST_PKGS)"; \
 		GOARCH=arm64 CGO_ENABLED=0 HEC_TEST_EXEC=qemu-aarch64-static \
 			$(GO) test -count=1 -exec qemu-aarch64-static $(ARM64_TEST_PKGS); \
@@ -65,16 +65,16 @@ image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, si
 
 .PHONY: bench
 bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
-	@scripts/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
-	@scripts/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
-	@scripts/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
+	@test/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
+	@test/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
+	@test/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out
 
 .PHONY: generate
 generate: ## regenerate bpf/'s committed bindings (hec_bpfel.go, .o) from xdp.c with clang (installs clang, libbpf-dev)
-	@scripts/need clang clang llvm libbpf-dev
+	@test/need clang clang llvm libbpf-dev
 	$(GO) generate ./bpf
 
 .PHONY: lint

@@ -9,15 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// Default targets, matching the agent's defaults.
+// Default targets, matching the agent's defaults (package api).
 const (
-	DefaultShm    = "shm:///dev/shm/hec0"
-	DefaultTCP    = "tcp://127.0.0.1:7610"
-	DefaultMgmt   = "127.0.0.1:7600"
+	DefaultShm    = "shm://" + api.DefaultRegion
+	DefaultTCP    = "tcp://" + api.DefaultTCP
+	DefaultMgmt   = api.DefaultMgmt
 	defaultChunk  = 4 << 20
 	maxChunksInFl = 8
 )

@@ -16,8 +16,8 @@ import (
 func startAgent() (shm, tcp string, stop func()) {
 	dir, _ := os.MkdirTemp("", "hec-example")
 	shm = filepath.Join("/dev/shm", filepath.Base(dir))
-	a, err := dpu.New(dpu.Config{Shm: shm, RegionSize: 8 << 20, QueuePairs: 2, TCP: "127.0.0.1:0",
-		Mgmt: dpu.Off, RESP: dpu.Off, UDP: dpu.Off, StateDir: dir}, nil)
+	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: shm, RegionSize: 8 << 20, QueuePairs: 2, TCP: "127.0.0.1:0",
+		Mgmt: dpu.Off, StateDir: dir}, RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -71,8 +71,8 @@ func benchAgent(ctx context.Context, rep *Report, quick bool) error {
 	shm := shmPath("agent")
 	defer os.Remove(shm)
 	// Two queue pairs in 160 MiB: windows large enough for a 64 MiB buffer.
-	a, err := dpu.New(dpu.Config{Shm: shm, RegionSize: 160 << 20, QueuePairs: 2, TCP: dpu.Off, Mgmt: dpu.Off,
-		RESP: dpu.Off, UDP: dpu.Off, StateDir: dir}, nil)
+	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: shm, RegionSize: 160 << 20, QueuePairs: 2, TCP: dpu.Off, Mgmt: dpu.Off,
+		StateDir: dir}, RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}}, nil)
 	if err != nil {
 		return err
 	}

@@ -3,16 +3,17 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // The kv scenario (issue: the KV service): redis-benchmark against hecd's
@@ -77,19 +78,9 @@ func (s *kvServer) stop() {
 
 // waitCalibrated waits until the agent behind mgmt port reports its rails.
 func waitCalibrated(ctx context.Context, port int) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/status", port)
+	m := host.NewMgmt(fmt.Sprintf("127.0.0.1:%d", port))
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			continue
-		}
-		var st struct {
-			Rails []json.RawMessage `json:"rails"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if err == nil && len(st.Rails) > 0 {
+		if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
 			return nil
 		}
 	}
@@ -127,10 +118,9 @@ func scratchHecd(tag string) (dir, hecd string, err error) {
 	if dir, err = os.MkdirTemp("", "hec-bench-"+tag); err != nil {
 		return "", "", err
 	}
-	hecd = filepath.Join(dir, "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "./dpu/cmd/hecd").CombinedOutput(); err != nil {
+	if hecd, err = testutil.Build("./dpu/cmd/hecd"); err != nil {
 		os.RemoveAll(dir)
-		return "", "", fmt.Errorf("build hecd: %v: %s", err, out)
+		return "", "", err
 	}
 	return dir, hecd, nil
 }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hecsys/hec/cluster"
+	"github.com/hecsys/hec/test/cluster"
 )
 
 // The peers scenario (issue: peers and clusters): agent-to-agent bulk

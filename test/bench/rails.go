@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,18 +80,14 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
 	// Ready, and its own background calibration done (it would disturb).
-	var st struct {
-		Rails []json.RawMessage `json:"rails"`
-	}
-	for deadline := time.Now().Add(20 * time.Second); len(st.Rails) == 0; {
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("hecd did not calibrate within 20 s")
 		}
 		time.Sleep(100 * time.Millisecond)
-		if resp, err := http.Get("http://" + mgmt + "/v1/status"); err == nil {
-			json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-		}
 	}
 	old, err := pinAll(0) // the host rail: the first core; the agent has the last
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -22,7 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hecsys/hec/bpf"
-	"github.com/hecsys/hec/cluster"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/test/cluster"
 )
 
 // The xdp scenario (issue: the eBPF/XDP fast path):
@@ -374,24 +374,12 @@ func udpLoad(ns, to string, rate int, secs float64, want []byte) (int, error) {
 
 // xdpAnswered reads the UDP GETs answered in XDP from the agent.
 func xdpAnswered(switchNS, mgmt string) float64 {
-	resp, err := cluster.Client(switchNS).Get("http://" + mgmt + "/v1/xdp")
+	st, err := (&host.Mgmt{Addr: mgmt, HTTP: cluster.Client(switchNS)}).XDP(context.Background(), 0)
 	if err != nil {
 		return 0
 	}
-	defer resp.Body.Close()
-	var st struct {
-		Classes []struct {
-			Class    string  `json:"class"`
-			Answered float64 `json:"answered"`
-		} `json:"classes"`
-	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	for _, c := range st.Classes {
-		if c.Class == "udp_get" {
-			return c.Answered
-		}
-	}
-	return 0
+	c, _ := st.Class("udp_get")
+	return float64(c.Answered)
 }
 
 func respSet(ctx context.Context, ns, addr, key, value string) error {

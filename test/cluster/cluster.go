@@ -23,7 +23,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
+	"github.com/hecsys/hec/shared/api"
 )
 
 // Options describe a cluster to make.
@@ -62,10 +64,14 @@ type Node struct {
 
 // Mgmt is the node agent's management address (reachable inside the
 // cluster's namespaces only: see Client).
-func (n Node) Mgmt() string { return net.JoinHostPort(n.Addr, "7600") }
+func (n Node) Mgmt() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.PortMgmt)) }
+
+// Client is a client of the node's management API, connecting from
+// inside its namespace.
+func (n Node) Client() *host.Mgmt { return &host.Mgmt{Addr: n.Mgmt(), HTTP: Client(n.NS)} }
 
 // Peer is the node agent's peer address.
-func (n Node) Peer() string { return net.JoinHostPort(n.Addr, "7700") }
+func (n Node) Peer() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.PortPeer)) }
 
 // State is a cluster that is up, as written to its state directory.
 type State struct {
@@ -326,8 +332,9 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 	}
 	args := []string{hecd,
 		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(16 << 20),
-		"--tcp", net.JoinHostPort(n.Addr, "7610"), "--mgmt", n.Mgmt(), "--resp", net.JoinHostPort(n.Addr, "6380"),
-		"--udp", net.JoinHostPort(n.Addr, "11311"), "--state-dir", dir,
+		"--tcp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortTCP)), "--mgmt", n.Mgmt(),
+		"--resp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRESP)), "--udp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortUDP)),
+		"--state-dir", dir,
 		"--node-id", strconv.Itoa(n.Index), "--peer", n.Peer(), "--cluster-key-file", st.Key, "--cluster", st.Name}
 	if st.Membership == "etcd" {
 		args = append(args, "--membership", "etcd://"+st.Etcd)
@@ -397,17 +404,11 @@ func startEtcd(st *State, log io.Writer) error {
 // rail (it does so in the background just after; measuring the cluster
 // meanwhile would measure the calibration too).
 func (st *State) waitReady(ctx context.Context, n Node) error {
-	hc := Client(n.NS)
+	m := n.Client()
+	m.HTTP = clientTimeout(n.NS, 2*time.Second)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := hc.Get("http://" + n.Mgmt() + "/v1/status"); err == nil {
-			var status struct {
-				Rails []json.RawMessage `json:"rails"`
-			}
-			err := json.NewDecoder(resp.Body).Decode(&status)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && err == nil && len(status.Rails) > 0 {
-				return nil
-			}
+		if status, err := m.Status(ctx); err == nil && len(status.Rails) > 0 {
+			return nil
 		}
 		if !alive(n.PID) {
 			return fmt.Errorf("cluster: node %d's agent exited (log: %s)", n.Index, filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index), "hecd.log"))

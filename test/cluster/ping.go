@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/hecsys/hec/shared/peer"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/rail"
 )
 
@@ -19,7 +17,7 @@ import (
 type PairResult struct {
 	From int `json:"from"`
 	To   int `json:"to"`
-	peer.LinkTest
+	api.LinkTest
 }
 
 // Ping has every agent measure round trips (pings of them) and a bulk
@@ -29,23 +27,16 @@ type PairResult struct {
 func (st *State) Ping(ctx context.Context, pings int, bytes int64) ([]PairResult, error) {
 	var out []PairResult
 	for _, a := range st.Nodes {
-		hc := Client(a.NS)
+		m := a.Client()
 		for _, b := range st.Nodes {
 			if a.Index == b.Index {
 				continue
 			}
-			url := fmt.Sprintf("http://%s/v1/peers/test?peer=%d&pings=%d&bytes=%d", a.Mgmt(), b.Index, pings, bytes)
-			req, _ := newPost(ctx, url)
 			r := PairResult{From: a.Index, To: b.Index}
-			resp, err := hc.Do(req)
+			lt, err := m.TestPeer(ctx, uint32(b.Index), pings, bytes)
+			r.LinkTest = lt
 			if err != nil {
 				r.Error = err.Error()
-			} else {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err := json.Unmarshal(body, &r.LinkTest); err != nil {
-					r.Error = fmt.Sprintf("%s: %s", resp.Status, body)
-				}
 			}
 			out = append(out, r)
 		}
@@ -61,8 +52,4 @@ func (st *State) Ping(ctx context.Context, pings int, bytes int64) ([]PairResult
 		os.WriteFile(filepath.Join(st.Dir, "rails.json"), b, 0o644)
 	}
 	return out, nil
-}
-
-func newPost(ctx context.Context, url string) (*http.Request, error) {
-	return http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -47,9 +48,9 @@ func agentConfig(t *testing.T) dpu.Config {
 	path := filepath.Join(shm, fmt.Sprintf("hec-e2e-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	t.Cleanup(func() { os.Remove(path) })
 	return dpu.Config{
-		Shm: path, RegionSize: 16 << 20, QueuePairs: 8, RingEntries: 64,
-		TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", RESP: dpu.Off, UDP: dpu.Off,
-		StateDir: t.TempDir(), LeaseTimeout: dpu.Duration{Duration: time.Second},
+		Agent: dpu.AgentConfig{Shm: path, RegionSize: 16 << 20, QueuePairs: 8, RingEntries: 64,
+			TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", StateDir: t.TempDir(), LeaseTimeout: dpu.Duration{Duration: time.Second}},
+		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off},
 	}
 }
 
@@ -72,6 +73,16 @@ func startAgent(t *testing.T, cfg dpu.Config) *testAgent {
 	}
 	t.Cleanup(ta.stop)
 	return ta
+}
+
+// status is the agent's GET /v1/status.
+func (ta *testAgent) status(t *testing.T) api.Status {
+	t.Helper()
+	st, err := host.NewMgmt(ta.Addr("mgmt")).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func (ta *testAgent) stop() {

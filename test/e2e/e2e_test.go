@@ -24,7 +24,7 @@ import (
 
 func TestPingAndChecksumBothTransports(t *testing.T) {
 	a := startAgent(t, agentConfig(t))
-	for _, target := range []string{"shm://" + a.cfg.Shm, "tcp://" + a.Addr("tcp")} {
+	for _, target := range []string{"shm://" + a.cfg.Agent.Shm, "tcp://" + a.Addr("tcp")} {
 		t.Run(strings.SplitN(target, ":", 2)[0], func(t *testing.T) {
 			c := dial(t, target)
 			ctx := context.Background()
@@ -92,7 +92,7 @@ func TestKill9MidBatch(t *testing.T) {
 	}
 	cfg := agentConfig(t)
 	a := startAgent(t, cfg)
-	target := "HEC_E2E_TARGET=shm://" + cfg.Shm
+	target := "HEC_E2E_TARGET=shm://" + cfg.Agent.Shm
 	type hammerProc struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -169,7 +169,7 @@ func TestAgentRestartUnderClients(t *testing.T) {
 	stop := make(chan struct{})
 	errs := make(chan error, 8)
 	for i := 0; i < 3; i++ {
-		c := dial(t, "shm://"+cfg.Shm)
+		c := dial(t, "shm://"+cfg.Agent.Shm)
 		buf, err := c.Alloc(64 << 10)
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +242,7 @@ func TestMillionHostileDescriptors(t *testing.T) {
 	}
 	cfg := agentConfig(t)
 	a := startAgent(t, cfg)
-	r, err := ring.Map(cfg.Shm, 0, false)
+	r, err := ring.Map(cfg.Agent.Shm, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestMillionHostileDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := dial(t, "shm://"+cfg.Shm)
+	good := dial(t, "shm://"+cfg.Agent.Shm)
 	stop := make(chan struct{})
 	goodErr := make(chan error, 1)
 	var goodOps int
@@ -329,7 +329,7 @@ func TestMillionHostileDescriptors(t *testing.T) {
 	if completed != sent {
 		t.Fatalf("%d sent, %d completed", sent, completed)
 	}
-	if err := dial(t, "shm://"+cfg.Shm).Ping(context.Background()); err != nil {
+	if err := dial(t, "shm://"+cfg.Agent.Shm).Ping(context.Background()); err != nil {
 		t.Fatalf("agent after the storm: %v", err)
 	}
 	t.Logf("%d hostile descriptors: statuses %v; %d faults; good client %d ops", sent, statuses, faults, goodOps)
@@ -343,7 +343,7 @@ func TestMillionHostileDescriptors(t *testing.T) {
 // and batched calls, over both transports.
 func TestOneClientManyGoroutines(t *testing.T) {
 	a := startAgent(t, agentConfig(t))
-	for _, target := range []string{"shm://" + a.cfg.Shm, "tcp://" + a.Addr("tcp")} {
+	for _, target := range []string{"shm://" + a.cfg.Agent.Shm, "tcp://" + a.Addr("tcp")} {
 		c := dial(t, target)
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
@@ -380,7 +380,7 @@ func hammerFor(c *host.Client, seed uint64, d time.Duration) (int, error) {
 // rails and for rails forced to split evenly.
 func TestChecksumSplitEqualsSingleRail(t *testing.T) {
 	a := startAgent(t, agentConfig(t))
-	c := dial(t, "shm://"+a.cfg.Shm)
+	c := dial(t, "shm://"+a.cfg.Agent.Shm)
 	ctx := context.Background()
 	cal, err := c.CalibrateChecksum(ctx, nil)
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 // runAgentHelper runs an agent in this process (HEC_E2E_HELPER=agent) with
 // only RESP served, on HEC_E2E_RESP, state in HEC_E2E_STATE.
 func runAgentHelper() int {
-	a, err := dpu.New(dpu.Config{Shm: dpu.Off, TCP: dpu.Off, Mgmt: dpu.Off, UDP: dpu.Off,
-		RESP: os.Getenv("HEC_E2E_RESP"), StateDir: os.Getenv("HEC_E2E_STATE"), KVDurability: "sync"}, nil)
+	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: dpu.Off, Mgmt: dpu.Off, StateDir: os.Getenv("HEC_E2E_STATE")},
+		UDP: dpu.UDPConfig{Addr: dpu.Off}, RESP: dpu.RESPConfig{Addr: os.Getenv("HEC_E2E_RESP")}, KV: dpu.KVConfig{Durability: "sync"}}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 1

@@ -18,12 +18,12 @@ import (
 // RESP — a write by one path is read by the others.
 func TestKVEverywhere(t *testing.T) {
 	cfg := agentConfig(t)
-	cfg.RESP = "127.0.0.1:0"
+	cfg.RESP.Addr = "127.0.0.1:0"
 	a := startAgent(t, cfg)
 	ctx := context.Background()
 	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp")})
 	defer rc.Close()
-	for _, target := range []string{"shm://" + cfg.Shm, "tcp://" + a.Addr("tcp")} {
+	for _, target := range []string{"shm://" + cfg.Agent.Shm, "tcp://" + a.Addr("tcp")} {
 		t.Run(target[:3], func(t *testing.T) {
 			kv := dial(t, target).KV()
 			key := []byte("k:" + target[:3])

@@ -1,10 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,28 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hecsys/hec/dpu"
-	"github.com/hecsys/hec/shared/peer"
-)
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/test/testutil"
 
-// freePorts reserves n loopback ports (listen, note, close): static
-// member lists need addresses before the agents start.
-func freePorts(t *testing.T, n int) []string {
-	var out []string
-	var lns []net.Listener
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
+	"github.com/hecsys/hec/dpu"
+)
 
 func clusterKey(t *testing.T) string {
 	f := filepath.Join(t.TempDir(), "cluster.key")
@@ -46,9 +29,8 @@ func clusterKey(t *testing.T) string {
 
 func peerConfig(t *testing.T, id uint32, addr, key string, members []string) dpu.Config {
 	cfg := agentConfig(t)
-	cfg.Shm, cfg.TCP = dpu.Off, dpu.Off
-	cfg.NodeID, cfg.Peer, cfg.ClusterKeyFile, cfg.Peers = id, addr, key, members
-	cfg.PeerDeadline = dpu.Duration{Duration: time.Second}
+	cfg.Agent.Shm, cfg.Agent.TCP = dpu.Off, dpu.Off
+	cfg.Peer = dpu.PeerConfig{NodeID: id, Addr: addr, ClusterKeyFile: key, Peers: members, Deadline: dpu.Duration{Duration: time.Second}}
 	return cfg
 }
 
@@ -74,7 +56,7 @@ func getJSON(t *testing.T, method, url string, v any) int {
 // uses it; the peers on /v1/status and /metrics.
 func TestAgentsTalkToAgents(t *testing.T) {
 	key := clusterKey(t)
-	addrs := freePorts(t, 3)
+	addrs := testutil.FreeAddrs(t, 3)
 	var members []string
 	for i, a := range addrs {
 		members = append(members, fmt.Sprintf("%d@%s", i+1, a))
@@ -88,16 +70,14 @@ func TestAgentsTalkToAgents(t *testing.T) {
 			if i == j {
 				continue
 			}
-			var res peer.LinkTest
-			url := fmt.Sprintf("http://%s/v1/peers/test?peer=%d&pings=20&bytes=%d", a.Addr("mgmt"), j+1, 32<<20)
-			if code := getJSON(t, "POST", url, &res); code != 200 || res.Error != "" || res.RTTP50Us <= 0 || res.GBPerSec <= 0 {
-				t.Fatalf("%d → %d: %d %+v", i+1, j+1, code, res)
+			res, err := host.NewMgmt(a.Addr("mgmt")).TestPeer(context.Background(), uint32(j+1), 20, 32<<20)
+			if err != nil || res.Error != "" || res.RTTP50Us <= 0 || res.GBPerSec <= 0 {
+				t.Fatalf("%d → %d: %v %+v", i+1, j+1, err, res)
 			}
 			t.Logf("%d → %d: rtt p50 %.0f µs, %.2f GB/s", i+1, j+1, res.RTTP50Us, res.GBPerSec)
 		}
 	}
-	var st dpu.Status
-	getJSON(t, "GET", "http://"+agents[0].Addr("mgmt")+"/v1/status", &st)
+	st := agents[0].status(t)
 	if st.NodeID != 1 || len(st.Peers) != 2 || !st.Peers[0].Alive || st.Peers[0].SentBytes < 32<<20 {
 		t.Fatalf("status peers: %+v", st.Peers)
 	}
@@ -124,7 +104,7 @@ func startEtcd(t *testing.T) string {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("etcd not installed (make test installs etcd-server as root)")
 	}
-	ports := freePorts(t, 2)
+	ports := testutil.FreeAddrs(t, 2)
 	client, peerURL := "http://"+ports[0], "http://"+ports[1]
 	cmd := exec.Command("etcd", "--data-dir", t.TempDir(), "--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
@@ -150,18 +130,15 @@ func startEtcd(t *testing.T) string {
 func TestEtcdMembership(t *testing.T) {
 	etcd := startEtcd(t)
 	key := clusterKey(t)
-	addrs := freePorts(t, 3)
+	addrs := testutil.FreeAddrs(t, 3)
 	var agents []*testAgent
 	for i := 0; i < 2; i++ {
 		cfg := peerConfig(t, uint32(i+1), addrs[i], key, nil)
-		cfg.Membership, cfg.Cluster = "etcd://"+etcd, "e2e"
+		cfg.Peer.Membership, cfg.Peer.Cluster = "etcd://"+etcd, "e2e"
 		agents = append(agents, startAgent(t, cfg))
 	}
 	// The third agent is a process of its own, to be killed.
-	hecd := filepath.Join(t.TempDir(), "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "../../dpu/cmd/hecd").CombinedOutput(); err != nil {
-		t.Fatalf("build hecd: %v\n%s", err, out)
-	}
+	hecd := testutil.Hecd(t)
 	third := exec.Command(hecd, "--shm", "off", "--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", "127.0.0.1:0",
 		"--state-dir", t.TempDir(), "--node-id", "3", "--peer", addrs[2], "--cluster-key-file", key,
 		"--membership", "etcd://"+etcd, "--cluster", "e2e", "--log-level", "warn")
@@ -171,8 +148,7 @@ func TestEtcdMembership(t *testing.T) {
 	}
 	defer func() { third.Process.Kill(); third.Wait() }()
 	members := func(a *testAgent) map[uint32]bool {
-		var st dpu.Status
-		getJSON(t, "GET", "http://"+a.Addr("mgmt")+"/v1/status", &st)
+		st := a.status(t)
 		m := map[uint32]bool{}
 		for _, p := range st.Peers {
 			m[p.ID] = true
@@ -181,9 +157,8 @@ func TestEtcdMembership(t *testing.T) {
 	}
 	waitUntil(t, 15*time.Second, func() bool { return members(agents[0])[2] && members(agents[0])[3] && members(agents[1])[3] })
 	// They talk, found through etcd.
-	var res peer.LinkTest
-	if code := getJSON(t, "POST", fmt.Sprintf("http://%s/v1/peers/test?peer=3&pings=5&bytes=1048576", agents[0].Addr("mgmt")), &res); code != 200 {
-		t.Fatalf("1 → 3: %+v", res)
+	if res, err := host.NewMgmt(agents[0].Addr("mgmt")).TestPeer(context.Background(), 3, 5, 1<<20); err != nil || res.Error != "" {
+		t.Fatalf("1 → 3: %v %+v", err, res)
 	}
 	third.Process.Kill()
 	t0 := time.Now()

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/test/testutil"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hecsys/hec/cluster"
-	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/test/cluster"
 )
 
 // xdpCluster makes a cluster of two agents with XDP on their veths; node
@@ -35,10 +36,7 @@ func xdpCluster(t *testing.T, name, mode string, args ...string) *cluster.State 
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("no ip (iproute2): make test installs it as root")
 	}
-	bin := filepath.Join(t.TempDir(), "hecd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../dpu/cmd/hecd").CombinedOutput(); err != nil {
-		t.Fatalf("build hecd: %v\n%s", err, out)
-	}
+	bin := testutil.Hecd(t)
 	dir := filepath.Join(t.TempDir(), "state")
 	cluster.Down(name, dir, nil)
 	var log bytes.Buffer
@@ -62,31 +60,24 @@ func xdpCluster(t *testing.T, name, mode string, args ...string) *cluster.State 
 	return st
 }
 
-func xdpStatus(t *testing.T, st *cluster.State, n int) dpu.XDPStatus {
+// mgmtFromSwitch is a client of node n's management API from the
+// switch's namespace (not node 1's, which the allow-list tests deny).
+func mgmtFromSwitch(st *cluster.State, n int) *host.Mgmt {
+	return &host.Mgmt{Addr: st.Nodes[n].Mgmt(), HTTP: cluster.Client(st.Switch)}
+}
+
+func xdpStatus(t *testing.T, st *cluster.State, n int) api.XDPStatus {
 	t.Helper()
-	var s dpu.XDPStatus
-	resp, err := cluster.Client(st.Switch).Get("http://" + st.Nodes[n].Mgmt() + "/v1/xdp")
+	s, err := mgmtFromSwitch(st, n).XDP(context.Background(), 10)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("/v1/xdp: %s: %s", resp.Status, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func classOf(s dpu.XDPStatus, name string) dpu.XDPClass {
-	for _, c := range s.Classes {
-		if c.Class == name {
-			return c
-		}
-	}
-	return dpu.XDPClass{}
+func classOf(s api.XDPStatus, name string) api.XDPClass {
+	c, _ := s.Class(name)
+	return c
 }
 
 // udpGetter sends memcached UDP GETs from a namespace.
@@ -239,13 +230,10 @@ func TestXDPOnVeth(t *testing.T) {
 				t.Fatalf("get after set: %q, %v", v, err)
 			}
 			// The allow-list: deny node 1, then take the rule out.
-			mc := cluster.Client(st.Switch) // not node 1: the allow-list will deny it, on every service port
-			mgmt := "http://" + st.Nodes[1].Mgmt()
-			resp, err := mc.Post(mgmt+"/v1/acl", "application/json", strings.NewReader(`{"prefix":"`+st.Nodes[0].Addr+`/32","allow":false}`))
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("acl add: %v %v", resp, err)
+			mc := mgmtFromSwitch(st, 1) // not node 1: the allow-list will deny it, on every service port
+			if err := mc.ACLAdd(ctx, api.ACLRule{Prefix: st.Nodes[0].Addr + "/32", Allow: false}); err != nil {
+				t.Fatalf("acl add: %v", err)
 			}
-			resp.Body.Close()
 			g.wait = 300 * time.Millisecond
 			if v, err := g.get("hot"); err == nil {
 				t.Fatalf("denied source got %q", v)
@@ -253,31 +241,22 @@ func TestXDPOnVeth(t *testing.T) {
 			if s := xdpStatus(t, st, 1); s.Drops["acl"] == 0 {
 				t.Errorf("acl drop not counted: %v", s.Drops)
 			}
-			req, _ := http.NewRequest(http.MethodDelete, mgmt+"/v1/acl?prefix="+st.Nodes[0].Addr+"/32", nil)
-			if resp, err = mc.Do(req); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("acl del: %v %v", resp, err)
+			if err := mc.ACLDel(ctx, st.Nodes[0].Addr+"/32"); err != nil {
+				t.Fatalf("acl del: %v", err)
 			}
-			resp.Body.Close()
 			g.wait = time.Second
 			if v, err := g.get("hot"); err != nil || string(v) != "new" {
 				t.Fatalf("get after acl del: %q, %v", v, err)
 			}
 			// Samples while traffic flows.
 			stop := g.getInBackground("hot", 5*time.Millisecond)
-			resp, err = mc.Get(mgmt + "/v1/xdp/samples?seconds=1&snap=96")
-			if err != nil {
+			var samples []api.XDPSample
+			if err := mc.Samples(ctx, api.SampleQuery{Seconds: 1, Snap: 96}, func(s api.XDPSample) bool {
+				samples = append(samples, s)
+				return true
+			}); err != nil {
 				t.Fatal(err)
 			}
-			var samples []dpu.XDPSample
-			dec := json.NewDecoder(resp.Body)
-			for {
-				var s dpu.XDPSample
-				if dec.Decode(&s) != nil {
-					break
-				}
-				samples = append(samples, s)
-			}
-			resp.Body.Close()
 			stop()
 			var gets int
 			for _, s := range samples {
@@ -302,10 +281,7 @@ func inspectPcap(t *testing.T, st *cluster.State, g *udpGetter) {
 	if err != nil {
 		t.Skip("no tshark: make test-deps installs it as root")
 	}
-	bin := filepath.Join(t.TempDir(), "hecctl")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../host/cmd/hecctl").CombinedOutput(); err != nil {
-		t.Fatalf("build hecctl: %v\n%s", err, out)
-	}
+	bin := testutil.Hecctl(t)
 	stop := g.getInBackground("hot", 2*time.Millisecond)
 	pcap := filepath.Join(t.TempDir(), "x.pcap")
 	out, err := exec.Command("ip", "netns", "exec", st.Switch, bin, "inspect", "--mgmt", st.Nodes[1].Mgmt(),

@@ -3,10 +3,14 @@ package repo
 import (
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -65,23 +69,40 @@ func isStd(path string) bool {
 	return !strings.Contains(first, ".")
 }
 
-// TestLayering enforces DESIGN.md's "who may import whom".
+// TestLayering enforces DESIGN.md's "who may import whom": each rule says
+// what a layer may not depend on, and why.
 func TestLayering(t *testing.T) {
+	m := func(p string) string { return module + "/" + p }
 	rules := []struct {
 		layer   string
 		allowed func(dep string) bool // nil: everything not forbidden
 		forbid  []string              // import path prefixes
+		why     string
 	}{
 		{layer: "shared", allowed: func(dep string) bool {
 			return isStd(dep) || under(dep, "shared") || strings.HasPrefix(dep, "golang.org/x/sys/")
-		}},
-		{layer: "ec", forbid: []string{module + "/dpu", module + "/host", module + "/kv", module + "/bpf", module + "/coll"}},
-		{layer: "coll", forbid: []string{module + "/dpu", module + "/host", module + "/kv", module + "/bpf"}},
-		{layer: "kv", forbid: []string{module + "/dpu", module + "/host", module + "/bpf", module + "/ec", module + "/coll"}},
-		{layer: "bpf", forbid: []string{module + "/dpu", module + "/host", module + "/kv", module + "/ec", module + "/coll"}},
-		{layer: "dpu", forbid: []string{module + "/host"}},
-		{layer: "host", forbid: []string{module + "/dpu", module + "/kv", module + "/bpf",
-			"github.com/dgraph-io/badger", "github.com/cilium/ebpf", "github.com/vishvananda/netlink"}},
+		}, why: "the contract between host and DPU: every side links it, so it carries nothing but the standard library and x/sys"},
+		{layer: "ec", forbid: []string{m("dpu"), m("host"), m("kv"), m("bpf"), m("coll"), m("test")},
+			why: "a domain library, usable and testable alone (the host rail links it too)"},
+		{layer: "coll", forbid: []string{m("dpu"), m("host"), m("kv"), m("bpf"), m("ec"), m("test")},
+			why: "a domain library, usable and testable alone (the host rail links it too)"},
+		{layer: "kv", forbid: []string{m("dpu"), m("host"), m("bpf"), m("ec"), m("coll"), m("test")},
+			why: "a domain library that knows nothing of the agent"},
+		{layer: "bpf", forbid: []string{m("dpu"), m("host"), m("kv"), m("ec"), m("coll"), m("test")},
+			why: "a domain library that knows nothing of the agent"},
+		{layer: "dpu", forbid: []string{m("host"), m("images"), m("qemu"), m("test")},
+			why: "the agent is what runs on the DPU: no host library, no build or test harness in it"},
+		{layer: "dpu/pid1", forbid: []string{m("dpu/profile"), m("kv"), m("bpf"), m("ec"), m("coll"), m("shared/peer"), m("dpu")},
+			why: "process 1 supervises the agent and never runs service code: a crash there panics the kernel"},
+		{layer: "host", forbid: []string{m("dpu"), m("kv"), m("bpf"),
+			"github.com/dgraph-io/badger", "github.com/cilium/ebpf", "github.com/vishvananda/netlink"},
+			why: "an application that links the host library stays small: no agent, no Badger, no eBPF"},
+		{layer: "images", forbid: []string{m("dpu"), m("host"), m("kv"), m("bpf"), m("test")},
+			why: "the image builder builds hecd with the go command; linking the agent would put it in every tool"},
+		{layer: "qemu", forbid: []string{m("dpu"), m("host"), m("kv"), m("bpf"), m("test")},
+			why: "the harness boots an image and reaches it over the network like any client"},
+		{layer: "test/cluster", forbid: []string{m("dpu"), m("kv"), m("bpf"), "github.com/cilium/ebpf"},
+			why: "test clusters run hecd binaries; hecctl links this package, so it must stay as small as the host layer"},
 	}
 	checked := 0
 	for _, p := range listPackages(t) {
@@ -92,11 +113,11 @@ func TestLayering(t *testing.T) {
 			checked++
 			for _, dep := range p.Deps {
 				if r.allowed != nil && !r.allowed(dep) {
-					t.Errorf("%s (layer %s) depends on %s", p.ImportPath, r.layer, dep)
+					t.Errorf("%s (layer %s) depends on %s: %s", p.ImportPath, r.layer, dep, r.why)
 				}
 				for _, f := range r.forbid {
-					if dep == f || strings.HasPrefix(dep, f+"/") {
-						t.Errorf("%s (layer %s) must not depend on %s", p.ImportPath, r.layer, dep)
+					if (dep == f || strings.HasPrefix(dep, f+"/")) && !(r.layer == "dpu/pid1" && f == m("dpu") && under(dep, "dpu/pid1")) {
+						t.Errorf("%s (layer %s) must not depend on %s: %s", p.ImportPath, r.layer, dep, r.why)
 					}
 				}
 			}
@@ -104,6 +125,25 @@ func TestLayering(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no package fell under a layering rule")
+	}
+}
+
+// TestTopLevel: the top level is fixed (DESIGN.md).
+func TestTopLevel(t *testing.T) {
+	want := map[string]bool{"go.mod": true, "go.sum": true, "dpu": true, "host": true, "shared": true, "bpf": true, "kv": true,
+		"ec": true, "coll": true, "images": true, "qemu": true, "test": true, "Makefile": true, "README.md": true, ".ci": true,
+		".gitignore": true}
+	out, err := exec.Command("git", "-C", "../..", "ls-files").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		top, _, _ := strings.Cut(f, "/")
+		if !want[top] && !seen[top] {
+			t.Errorf("%s at the top level: the layout is go.mod, dpu/, host/, shared/, bpf/, kv/, ec/, coll/, images/, qemu/, test/, Makefile", top)
+		}
+		seen[top] = true
 	}
 }
 
@@ -117,4 +157,43 @@ func TestEveryPackageHasDoc(t *testing.T) {
 			t.Errorf("%s: no doc.go", p.ImportPath)
 		}
 	}
+}
+
+// TestAgentCoreNamesNoService: the agent's core composes services through
+// the Service seam; dpu/agent.go importing a service's package, or naming
+// one, means a service leaked into it (dpu/doc.go has the recipe: a new
+// service touches its own files, its op codes, the list in
+// dpu/services.go and the README).
+func TestAgentCoreNamesNoService(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "../../dpu/agent.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		p := strings.Trim(imp.Path.Value, `"`)
+		for _, svc := range []string{"/kv", "/bpf", "/shared/peer", "/ec", "/coll"} {
+			if strings.HasPrefix(p, module+svc) {
+				t.Errorf("dpu/agent.go imports %s", p)
+			}
+		}
+	}
+	services := regexp.MustCompile(`(?i)\b(kv|resp|redis|udp|xdp|bpf|peers?|etcd|ec|coll|hot)\b|kvService|respService|udpService|xdpService|peerService`)
+	ast.Inspect(f, func(n ast.Node) bool {
+		var text string
+		switch x := n.(type) {
+		case *ast.Ident:
+			text = x.Name
+		case *ast.BasicLit:
+			if x.Kind == token.STRING {
+				text = x.Value
+			}
+		default:
+			return true
+		}
+		if services.MatchString(text) {
+			t.Errorf("%s: dpu/agent.go names a service: %s", fset.Position(n.Pos()), text)
+		}
+		return true
+	})
 }

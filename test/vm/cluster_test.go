@@ -3,11 +3,12 @@ package vm
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
-	"github.com/hecsys/hec/cluster"
+	"github.com/hecsys/hec/test/testutil"
+
+	"github.com/hecsys/hec/test/cluster"
 )
 
 // A test cluster with an arm64 VM among its agents: the VM joins the
@@ -18,10 +19,7 @@ func TestClusterWithAVM(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("clusters are network namespaces: root only (CI runs as root)")
 	}
-	hecd := filepath.Join(t.TempDir(), "hecd")
-	if out, err := exec.Command("go", "build", "-o", hecd, "../../dpu/cmd/hecd").CombinedOutput(); err != nil {
-		t.Fatalf("build hecd: %v\n%s", err, out)
-	}
+	hecd := testutil.Hecd(t)
 	const name = "tvm"
 	dir := filepath.Join(t.TempDir(), "state")
 	cluster.Down(name, dir, nil)

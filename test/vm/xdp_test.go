@@ -3,9 +3,7 @@ package vm
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -13,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 )
 
 // TestVMXDP: the arm64 agent attaches its XDP program to the VM's
@@ -21,20 +20,12 @@ import (
 // reaches it through QEMU; UDP GETs are answered, from XDP once hot.
 func TestVMXDP(t *testing.T) {
 	vm, _ := boot(t, "xdp")
-	status := func() dpu.XDPStatus {
+	status := func() api.XDPStatus {
 		t.Helper()
-		resp, err := http.Get("http://" + vm.Mgmt + "/v1/xdp")
+		s, err := host.NewMgmt(vm.Mgmt).XDP(context.Background(), 10)
 		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var s dpu.XDPStatus
-		if resp.StatusCode != http.StatusOK {
 			b, _ := os.ReadFile(vm.Console)
-			t.Fatalf("/v1/xdp: %s\nconsole:\n%s", resp.Status, b)
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-			t.Fatal(err)
+			t.Fatalf("/v1/xdp: %v\nconsole:\n%s", err, b)
 		}
 		return s
 	}
@@ -73,17 +64,9 @@ func TestVMXDP(t *testing.T) {
 		}
 	}
 	after := status()
-	var udp, resp, mgmt dpu.XDPClass
-	for _, c := range after.Classes {
-		switch c.Class {
-		case "udp_get":
-			udp = c
-		case "resp":
-			resp = c
-		case "mgmt":
-			mgmt = c
-		}
-	}
+	udp, _ := after.Class("udp_get")
+	resp, _ := after.Class("resp")
+	mgmt, _ := after.Class("mgmt")
 	t.Logf("%d of %d GETs answered; XDP counted udp_get %d packets (%d answered in XDP), resp %d, mgmt %d",
 		got, n, udp.Packets, udp.Answered, resp.Packets, mgmt.Packets)
 	if got < n*9/10 {

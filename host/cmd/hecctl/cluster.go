@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/hecsys/hec/cluster"
+	"github.com/hecsys/hec/test/cluster"
 )
 
 const clusterUsage = `usage: hecctl cluster up|down|status|ping|exec [flags]

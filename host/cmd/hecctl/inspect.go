@@ -3,13 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -19,73 +16,13 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 )
 
-// xdpDoc is GET /v1/xdp (dpu.XDPStatus).
-type xdpDoc struct {
-	Interface   string            `json:"interface"`
-	Mode        string            `json:"mode"`
-	DefaultDeny bool              `json:"acl_default_deny"`
-	Drops       map[string]uint64 `json:"drops"`
-	Classes     []struct {
-		Class    string            `json:"class"`
-		Packets  uint64            `json:"packets"`
-		Bytes    uint64            `json:"bytes"`
-		Passed   uint64            `json:"passed"`
-		Answered uint64            `json:"answered"`
-		Dropped  map[string]uint64 `json:"dropped"`
-	} `json:"classes"`
-	Talkers []struct {
-		Addr    string `json:"addr"`
-		Packets uint64 `json:"packets"`
-		Bytes   uint64 `json:"bytes"`
-	} `json:"top_talkers"`
-	Hot *struct {
-		Held          int    `json:"held"`
-		Served        int    `json:"served"`
-		Invalidations uint64 `json:"invalidations"`
-	} `json:"hot"`
-}
-
-// sampleDoc is one line of GET /v1/xdp/samples (dpu.XDPSample).
-type sampleDoc struct {
-	Time    time.Time `json:"time"`
-	Len     int       `json:"len"`
-	Class   string    `json:"class"`
-	Verdict string    `json:"verdict"`
-	Data    []byte    `json:"data"`
-}
-
-func getXDP(ctx context.Context, mgmt string, top int) (xdpDoc, error) {
-	var d xdpDoc
-	resp, err := get(ctx, mgmt, fmt.Sprintf("/v1/xdp?talkers=%d", top))
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	return d, json.NewDecoder(resp.Body).Decode(&d)
-}
-
-// mgmtDo sends a request to the management API; a status other than 200
-// is an error carrying the agent's message.
-func mgmtDo(ctx context.Context, method, mgmt, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+mgmt+path, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("management API at %s: %w (is hecd running? --mgmt)", mgmt, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(msg)))
-	}
-	return resp, nil
+func getXDP(ctx context.Context, mgmt string, top int) (api.XDPStatus, error) {
+	return host.NewMgmt(mgmt).XDP(ctx, top)
 }
 
 func inspectCmd(ctx context.Context, args []string, out io.Writer) error {
@@ -134,7 +71,7 @@ func inspectCmd(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func printRates(out io.Writer, prev, cur xdpDoc, dt float64) {
+func printRates(out io.Writer, prev, cur api.XDPStatus, dt float64) {
 	rate := func(a, b uint64) float64 {
 		if b < a { // the agent restarted without its pins
 			return float64(b) / dt
@@ -201,19 +138,6 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 	if snap == 0 || snap > 256 || every == 0 || seconds <= 0 {
 		return fmt.Errorf("inspect: want --snap 1..256, --every >= 1, --seconds > 0")
 	}
-	q := url.Values{}
-	q.Set("seconds", fmt.Sprint(seconds))
-	q.Set("every", fmt.Sprint(every))
-	q.Set("snap", fmt.Sprint(snap))
-	q.Set("classes", classes)
-	if limit > 0 {
-		q.Set("max", fmt.Sprint(limit))
-	}
-	resp, err := get(ctx, mgmt, "/v1/xdp/samples?"+q.Encode())
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -224,27 +148,33 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	dec := json.NewDecoder(resp.Body)
 	n := 0
 	got := map[string]int{}
-	for {
-		var s sampleDoc
-		if err := dec.Decode(&s); err != nil {
-			if err != io.EOF && ctx.Err() == nil {
-				fmt.Fprintf(out, "inspect: samples stream ended: %v\n", err)
-			}
-			break
-		}
+	var werr error
+	q := api.SampleQuery{Every: every, Snap: snap, Max: limit, Seconds: seconds, Classes: classes}
+	err = host.NewMgmt(mgmt).Samples(ctx, q, func(s api.XDPSample) bool {
 		if len(s.Data) > int(snap) || len(s.Data) > s.Len {
-			continue // not what was asked: never write a malformed record
+			return true // not what was asked: never write a malformed record
 		}
 		ci := gopacket.CaptureInfo{Timestamp: s.Time, CaptureLength: len(s.Data), Length: s.Len}
-		if err := w.WritePacket(ci, s.Data); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", path, err)
+		if werr = w.WritePacket(ci, s.Data); werr != nil {
+			return false
 		}
 		n++
 		got[s.Class+"/"+s.Verdict]++
+		return true
+	})
+	if werr != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	if err != nil {
+		if n == 0 {
+			f.Close()
+			os.Remove(path)
+			return err
+		}
+		fmt.Fprintf(out, "inspect: samples stream ended: %v\n", err)
 	}
 	if err := bw.Flush(); err != nil {
 		f.Close()
@@ -278,42 +208,26 @@ func aclCmd(ctx context.Context, args []string, out io.Writer) error {
 		if len(pos) != 1 {
 			return fmt.Errorf("acl add: want one PREFIX (ADDR/BITS or ADDR)")
 		}
-		body, _ := json.Marshal(map[string]any{"prefix": pos[0], "allow": !*deny})
-		resp, err := mgmtDo(ctx, http.MethodPost, c.mgmt, "/v1/acl", strings.NewReader(string(body)))
-		if err != nil {
+		if err := host.NewMgmt(c.mgmt).ACLAdd(ctx, api.ACLRule{Prefix: pos[0], Allow: !*deny}); err != nil {
 			return err
 		}
-		resp.Body.Close()
 		fmt.Fprintf(out, "%s %s\n", map[bool]string{true: "deny", false: "allow"}[*deny], pos[0])
 		return nil
 	case "del":
 		if len(pos) != 1 {
 			return fmt.Errorf("acl del: want one PREFIX")
 		}
-		resp, err := mgmtDo(ctx, http.MethodDelete, c.mgmt, "/v1/acl?prefix="+url.QueryEscape(pos[0]), nil)
-		if err != nil {
+		if err := host.NewMgmt(c.mgmt).ACLDel(ctx, pos[0]); err != nil {
 			return err
 		}
-		resp.Body.Close()
 		fmt.Fprintf(out, "removed %s\n", pos[0])
 		return nil
 	case "list":
 		if len(pos) != 0 {
 			return fmt.Errorf("acl list: takes no arguments")
 		}
-		resp, err := get(ctx, c.mgmt, "/v1/acl")
+		doc, err := host.NewMgmt(c.mgmt).ACL(ctx)
 		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var doc struct {
-			DefaultDeny bool `json:"default_deny"`
-			Rules       []struct {
-				Prefix string `json:"prefix"`
-				Allow  bool   `json:"allow"`
-			} `json:"rules"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 			return err
 		}
 		tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)

@@ -3,12 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -137,49 +135,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 }
 
-// get is a GET on the management API (mgmtDo).
-func get(ctx context.Context, mgmt, path string) (*http.Response, error) {
-	return mgmtDo(ctx, http.MethodGet, mgmt, path, nil)
-}
-
-type statusDoc struct {
-	Version    string  `json:"version"`
-	PID        int     `json:"pid"`
-	UptimeSec  float64 `json:"uptime_seconds"`
-	Generation uint32  `json:"generation"`
-	Region     string  `json:"region"`
-	RegionSize uint64  `json:"region_size"`
-	WindowSize uint64  `json:"window_size"`
-	StateDir   string  `json:"state_dir"`
-	Services   []struct {
-		Name, Addr, Note string
-		Served           bool
-	} `json:"services"`
-	QueuePairs []struct {
-		Index    int    `json:"index"`
-		State    string `json:"state"`
-		PID      uint32 `json:"pid"`
-		Reason   string `json:"reason"`
-		InFlight uint64 `json:"in_flight"`
-		Faults   uint64 `json:"faults"`
-		Fences   uint64 `json:"fences"`
-	} `json:"queue_pairs"`
-	Ops []struct {
-		Op     string `json:"op"`
-		Count  uint64 `json:"count"`
-		Errors uint64 `json:"errors"`
-	} `json:"ops"`
-}
-
 func status(ctx context.Context, c common, out io.Writer) error {
-	resp, err := get(ctx, c.mgmt, "/v1/status")
+	st, err := host.NewMgmt(c.mgmt).Status(ctx)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	var st statusDoc
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return fmt.Errorf("decode status: %w", err)
 	}
 	fmt.Fprintf(out, "agent    hecd %s, pid %d, up %s, generation %d\n", st.Version, st.PID,
 		(time.Duration(st.UptimeSec) * time.Second).String(), st.Generation)
@@ -193,6 +152,9 @@ func status(ctx context.Context, c common, out io.Writer) error {
 		served := "yes"
 		if !s.Served {
 			served = "NO"
+		}
+		if s.Stopped != "" {
+			served = "STOPPED: " + s.Stopped
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Addr, served, s.Note)
 	}
@@ -303,12 +265,11 @@ func checksum(ctx context.Context, c common, path string, verify bool, out io.Wr
 }
 
 func metrics(ctx context.Context, c common, out io.Writer) error {
-	resp, err := get(ctx, c.mgmt, "/metrics")
+	text, err := host.NewMgmt(c.mgmt).Metrics(ctx)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
+	s := bufio.NewScanner(strings.NewReader(text))
 	for s.Scan() {
 		if l := s.Text(); strings.HasPrefix(l, "hec_") && !strings.Contains(l, "_bucket{") {
 			fmt.Fprintln(out, l)
@@ -414,7 +375,7 @@ func kvCmd(ctx context.Context, args []string, out io.Writer) error {
 	kv := cl.KV()
 	switch args[0] {
 	case "get":
-		v, ver, err := kv.Get(ctx, []byte(fs.Arg(0)), nil)
+		v, _, err := kv.Get(ctx, []byte(fs.Arg(0)), nil)
 		if host.IsNotFound(err) {
 			return fmt.Errorf("%s: not found", fs.Arg(0))
 		}
@@ -422,7 +383,6 @@ func kvCmd(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "%s\n", v)
-		_ = ver
 	case "put":
 		if err := kv.Put(ctx, []byte(fs.Arg(0)), []byte(fs.Arg(1)), host.PutOptions{TTL: *ttl}); err != nil {
 			return err

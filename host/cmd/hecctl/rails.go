@@ -52,41 +52,6 @@ func hostCalibration(recalibrate bool) (hostRates, string) {
 	return r, "measured now"
 }
 
-type railsStatus struct {
-	Platform *struct {
-		Generation  string `json:"generation"`
-		MemoryBytes int64  `json:"memory_bytes"`
-		CPU         struct {
-			Model string   `json:"model"`
-			Count int      `json:"count"`
-			Arch  string   `json:"arch"`
-			SIMD  []string `json:"simd"`
-		} `json:"cpu"`
-	} `json:"platform"`
-	Profile *struct {
-		Profile struct {
-			Name       string   `json:"name"`
-			Cores      int      `json:"cores"`
-			Core       string   `json:"core"`
-			CoreSpeed  float64  `json:"core_speed"`
-			GODEBUGOff []string `json:"godebug_off"`
-		} `json:"profile"`
-		CPUs       []int   `json:"cpus"`
-		GOMAXPROCS int     `json:"gomaxprocs"`
-		Quota      float64 `json:"quota_cores"`
-		QuotaNote  string  `json:"quota_note"`
-		SIMDOff    bool    `json:"simd_off"`
-	} `json:"dpu_profile"`
-	Rails []struct {
-		Rail       string  `json:"rail"`
-		Kind       string  `json:"kind"`
-		Cores      int     `json:"cores"`
-		Copy       float64 `json:"copy_bytes_per_second"`
-		CRC32C     float64 `json:"crc32c_bytes_per_second"`
-		AgeSeconds float64 `json:"age_seconds"`
-	} `json:"rails"`
-}
-
 func gbps(r float64) string {
 	if r <= 0 {
 		return "-"
@@ -144,15 +109,7 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 	hr, hsrc := hostCalibration(recalibrate)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	defer tw.Flush()
-	var st railsStatus
-	agentErr := func() error {
-		resp, err := get(ctx, c.mgmt, "/v1/status")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&st)
-	}()
+	st, agentErr := host.NewMgmt(c.mgmt).Status(ctx)
 	fmt.Fprintf(tw, "\nagent\n")
 	if agentErr != nil {
 		fmt.Fprintf(tw, "  not reachable: %v\n", agentErr)
@@ -160,17 +117,17 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 		if p := st.Platform; p != nil {
 			fmt.Fprintf(tw, "  platform\t%s: %s, %d CPUs, %s, SIMD: %s\n", p.Generation, p.CPU.Model, p.CPU.Count, p.CPU.Arch, strings.Join(p.CPU.SIMD, " "))
 		}
-		if p := st.Profile; p != nil && p.Profile.Name != "none" {
+		if p := st.Profile; p != nil && p.Name != "none" {
 			simd := "vector extensions on"
 			if p.SIMDOff {
-				simd = "off: " + strings.Join(p.Profile.GODEBUGOff, " ")
+				simd = "off: " + strings.Join(p.GODEBUGOff, " ")
 			}
 			quota := fmt.Sprintf("quota %.2f cores", p.Quota)
 			if p.Quota == 0 {
 				quota = p.QuotaNote
 			}
 			fmt.Fprintf(tw, "  profile\t%s (%d× %s at %.2f of a host core): pinned to CPUs %v, GOMAXPROCS %d, %s, %s\n",
-				p.Profile.Name, p.Profile.Cores, p.Profile.Core, p.Profile.CoreSpeed, p.CPUs, p.GOMAXPROCS, quota, simd)
+				p.Name, p.Cores, p.Core, p.CoreSpeed, p.CPUs, p.GOMAXPROCS, quota, simd)
 		} else {
 			fmt.Fprintf(tw, "  profile\tnone: the agent shares this host's cores at full speed (hecd --dpu-profile bf2|bf3)\n")
 		}
@@ -178,7 +135,7 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 	fmt.Fprintf(tw, "\nRAIL\tKIND\tCORES\tALPHA\tCOPY\tCRC32C\tMEASURED\n")
 	fmt.Fprintf(tw, "host\t%s\t%d\t-\t%s\t%s\t%s (%s)\n", rail.HostCPU, hr.Cores, gbps(hr.Copy), gbps(hr.CRC32C), age(time.Since(hr.MeasuredAt)), hsrc)
 	for _, r := range st.Rails {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t-\t%s\t%s\t%s (the agent's own, in the background)\n", r.Rail, r.Kind, r.Cores, gbps(r.Copy), gbps(r.CRC32C), age(time.Duration(r.AgeSeconds*float64(time.Second))))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t-\t%s\t%s\t%s (the agent's own, in the background)\n", r.Rail, r.Kind, r.Cores, gbps(r.CopyRate), gbps(r.CRC32CRate), age(time.Duration(r.AgeSeconds*float64(time.Second))))
 	}
 	if agentErr != nil {
 		return nil

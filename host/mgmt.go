@@ -1,0 +1,262 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hecsys/hec/shared/api"
+)
+
+// ErrRefused wraps an answer of the management API other than success:
+// the agent was reached and said no (a bad request, a service it does not
+// serve).
+var ErrRefused = errors.New("host: refused by the agent")
+
+// ErrUnreachable wraps a failure to reach the management API at all.
+var ErrUnreachable = errors.New("host: agent unreachable")
+
+// Mgmt is a typed client of an agent's management API (package api has
+// the bodies). hecctl, the bench and the tests use it.
+type Mgmt struct {
+	// Addr is the API's HOST:PORT.
+	Addr string
+	// HTTP is the client used (default http.DefaultClient).
+	HTTP *http.Client
+}
+
+// NewMgmt returns a client of the management API at addr ("" is the
+// local agent's default).
+func NewMgmt(addr string) *Mgmt {
+	if addr == "" {
+		addr = api.DefaultMgmt
+	}
+	return &Mgmt{Addr: addr}
+}
+
+func (m *Mgmt) client() *http.Client {
+	if m.HTTP != nil {
+		return m.HTTP
+	}
+	return http.DefaultClient
+}
+
+// Do sends a request to path; an answer other than 2xx is an error wrapping
+// ErrRefused with the agent's message. The caller closes the body.
+func (m *Mgmt) Do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+m.Addr+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("management API at %s: %w: %w", m.Addr, ErrUnreachable, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: %s: %s: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrRefused)
+	}
+	return resp, nil
+}
+
+func (m *Mgmt) getJSON(ctx context.Context, path string, v any) error {
+	resp, err := m.Do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: decode: %w", path, err)
+	}
+	return nil
+}
+
+// Status is GET /v1/status.
+func (m *Mgmt) Status(ctx context.Context) (api.Status, error) {
+	var st api.Status
+	return st, m.getJSON(ctx, "/v1/status", &st)
+}
+
+// Ready reports whether GET /readyz answers 200 (nil) or why not.
+func (m *Mgmt) Ready(ctx context.Context) error {
+	resp, err := m.Do(ctx, http.MethodGet, "/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Metrics returns the Prometheus text exposition of GET /metrics.
+func (m *Mgmt) Metrics(ctx context.Context) (string, error) {
+	resp, err := m.Do(ctx, http.MethodGet, "/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// Metric returns the value of one series of GET /metrics, named as the
+// exposition writes it (`hec_ops_total{op="ping"}`); false when absent.
+func (m *Mgmt) Metric(ctx context.Context, series string) (float64, bool, error) {
+	text, err := m.Metrics(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if ok && name == series {
+			v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			return v, err == nil, err
+		}
+	}
+	return 0, false, sc.Err()
+}
+
+// Peers is GET /v1/peers.
+func (m *Mgmt) Peers(ctx context.Context) ([]api.PeerStatus, error) {
+	var ps []api.PeerStatus
+	return ps, m.getJSON(ctx, "/v1/peers", &ps)
+}
+
+// TestPeer is POST /v1/peers/test: round trips and a bulk transfer to a
+// peer. A failed test is an answer (its Error says why), not an error.
+func (m *Mgmt) TestPeer(ctx context.Context, peer uint32, pings int, bytes int64) (api.LinkTest, error) {
+	var r api.LinkTest
+	path := fmt.Sprintf("/v1/peers/test?peer=%d&pings=%d&bytes=%d", peer, pings, bytes)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.Addr+path, nil)
+	if err != nil {
+		return r, err
+	}
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return r, fmt.Errorf("management API at %s: %w: %w", m.Addr, ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusBadGateway {
+		return r, fmt.Errorf("POST %s: %s: %s: %w", path, resp.Status, strings.TrimSpace(string(body)), ErrRefused)
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, fmt.Errorf("POST %s: decode: %w", path, err)
+	}
+	return r, nil
+}
+
+// XDP is GET /v1/xdp with the top talkers.
+func (m *Mgmt) XDP(ctx context.Context, talkers int) (api.XDPStatus, error) {
+	var st api.XDPStatus
+	return st, m.getJSON(ctx, fmt.Sprintf("/v1/xdp?talkers=%d", talkers), &st)
+}
+
+// Samples streams GET /v1/xdp/samples to f until the agent ends the
+// stream (the query's time or count) or f returns false.
+func (m *Mgmt) Samples(ctx context.Context, q api.SampleQuery, f func(api.XDPSample) bool) error {
+	v := url.Values{}
+	if q.Every > 0 {
+		v.Set("every", strconv.FormatUint(uint64(q.Every), 10))
+	}
+	if q.Snap > 0 {
+		v.Set("snap", strconv.FormatUint(uint64(q.Snap), 10))
+	}
+	if q.Max > 0 {
+		v.Set("max", strconv.FormatUint(uint64(q.Max), 10))
+	}
+	if q.Seconds > 0 {
+		v.Set("seconds", strconv.FormatFloat(q.Seconds, 'f', -1, 64))
+	}
+	if q.Classes != "" {
+		v.Set("classes", q.Classes)
+	}
+	resp, err := m.Do(ctx, http.MethodGet, "/v1/xdp/samples?"+v.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var s api.XDPSample
+		if err := dec.Decode(&s); err != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("samples: %w", err)
+		}
+		if !f(s) {
+			return nil
+		}
+	}
+}
+
+// ACL is GET /v1/acl.
+func (m *Mgmt) ACL(ctx context.Context) (api.ACL, error) {
+	var a api.ACL
+	return a, m.getJSON(ctx, "/v1/acl", &a)
+}
+
+// ACLAdd is POST /v1/acl.
+func (m *Mgmt) ACLAdd(ctx context.Context, r api.ACLRule) error {
+	resp, err := m.Do(ctx, http.MethodPost, "/v1/acl", r)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// ACLDel is DELETE /v1/acl?prefix=P.
+func (m *Mgmt) ACLDel(ctx context.Context, prefix string) error {
+	resp, err := m.Do(ctx, http.MethodDelete, "/v1/acl?prefix="+url.QueryEscape(prefix), nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// PowerOff is POST /v1/poweroff (an agent under process 1 of its machine).
+func (m *Mgmt) PowerOff(ctx context.Context) error {
+	resp, err := m.Do(ctx, http.MethodPost, "/v1/poweroff", nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// WaitReady polls /readyz until it answers 200 or ctx ends.
+func (m *Mgmt) WaitReady(ctx context.Context) error {
+	for {
+		err := m.Ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent at %s not ready: %w", m.Addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
