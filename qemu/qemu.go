@@ -142,11 +142,14 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	appendArgs := "console=ttyAMA0 quiet hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
+	// panic=-1: a panicked guest kernel reboots at once, which -no-reboot
+	// turns into QEMU's exit (Panic reads why from the console), instead
+	// of QEMU spinning on a dead guest.
+	appendArgs := "console=ttyAMA0 quiet panic=-1 hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
 	netdev := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
 		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
 	if o.Tap != "" {
-		appendArgs = "console=ttyAMA0 quiet hec.ip=" + o.GuestIP + " hec.state=/dev/vda"
+		appendArgs = "console=ttyAMA0 quiet panic=-1 hec.ip=" + o.GuestIP + " hec.state=/dev/vda"
 		netdev = "tap,id=n0,ifname=" + o.Tap + ",script=no,downscript=no"
 	}
 	if o.LeaseTimeout > 0 {
@@ -198,6 +201,9 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		tail, _ := os.ReadFile(console)
 		if len(tail) > 2000 {
 			tail = tail[len(tail)-2000:]
+		}
+		if why, ok := vm.Panic(); ok {
+			err = fmt.Errorf("%w; the guest kernel panicked: %s", err, why)
 		}
 		return nil, fmt.Errorf("VM %s not ready: %w\nconsole (%s):\n%s", o.Name, err, console, tail)
 	}
@@ -297,6 +303,21 @@ func (vm *VM) alive() bool {
 	// A reused pid is not our QEMU.
 	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", vm.PID))
 	return len(cmd) > 0 && string(cmd[:min(len(cmd), 11)]) == "qemu-system"
+}
+
+// Panic reports whether the guest kernel panicked (its console says
+// "Kernel panic"), and the line that says why.
+func (vm *VM) Panic() (string, bool) {
+	b, err := os.ReadFile(vm.Console)
+	if err != nil {
+		return "", false
+	}
+	i := strings.Index(string(b), "Kernel panic")
+	if i < 0 {
+		return "", false
+	}
+	line, _, _ := strings.Cut(string(b[i:]), "\n")
+	return strings.TrimSpace(line), true
 }
 
 // Running reports whether the VM's QEMU still runs.

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,9 +61,9 @@ func bundle(t *testing.T) string {
 	return bundleDir
 }
 
-func boot(t *testing.T, name string) (*qemu.VM, qemu.Options) {
+func boot(t *testing.T, name string, kernelArgs ...string) (*qemu.VM, qemu.Options) {
 	t.Helper()
-	o := qemu.Options{Name: name, Bundle: bundle(t), StateDir: filepath.Join(t.TempDir(), name),
+	o := qemu.Options{Name: name, Bundle: bundle(t), StateDir: filepath.Join(t.TempDir(), name), KernelArgs: strings.Join(kernelArgs, " "),
 		Shm: fmt.Sprintf("/dev/shm/hec-test-%s-%d", name, os.Getpid()), LeaseTimeout: time.Second,
 		MgmtPort: freePort(t), TCPPort: freePort(t), RESPPort: freePort(t), UDPPort: freePort(t)}
 	vm, err := qemu.Up(context.Background(), o)
@@ -109,23 +106,11 @@ func dial(t *testing.T, vm *qemu.VM) *host.Client {
 
 func generation(t *testing.T, vm *qemu.VM) uint32 {
 	t.Helper()
-	resp, err := http.Get("http://" + vm.Mgmt + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	g, ok, err := host.NewMgmt(vm.Mgmt).Metric(context.Background(), "hec_agent_generation")
+	if err != nil || !ok {
+		t.Fatalf("no hec_agent_generation in /metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, "hec_agent_generation "); ok {
-			g, _ := strconv.ParseFloat(v, 64)
-			return uint32(g)
-		}
-	}
-	t.Fatal("no hec_agent_generation in /metrics")
-	return 0
+	return uint32(g)
 }
 
 // TestVM is the arm64 agent in QEMU against the x86 host library over

@@ -315,6 +315,9 @@ func qemuCmd(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("no VM %s: %w", *name, err)
 		}
 		state := "stopped"
+		if why, ok := vm.Panic(); ok && !vm.Running() {
+			state = "stopped: the guest kernel panicked (" + why + ")"
+		}
 		if vm.Running() {
 			state = fmt.Sprintf("running (pid %d, booted in %v)", vm.PID, vm.BootTime.Round(time.Millisecond))
 		}
