@@ -763,6 +763,32 @@ func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []b
 	return out, next, err
 }
 
+// DeleteAll deletes every key (FLUSHALL), a page of deleteAllPage at a
+// time through the ordinary write path: each page is logged and durable
+// like any delete, and the write hook sees every key. It is not atomic:
+// a write that lands meanwhile behind the page being deleted survives.
+// It returns the number of keys deleted.
+func (s *Store) DeleteAll() (int, error) {
+	n := 0
+	for {
+		page, _, err := s.Scan(nil, nil, deleteAllPage, true)
+		if err != nil || len(page) == 0 {
+			return n, err
+		}
+		keys := make([][]byte, len(page))
+		for i, kv := range page {
+			keys[i] = kv.Key
+		}
+		d, err := s.Delete(keys...)
+		n += d
+		if err != nil || d == 0 { // d == 0: nothing the scan showed was there to delete
+			return n, err
+		}
+	}
+}
+
+const deleteAllPage = 1024
+
 // Count returns the number of live keys (DBSIZE). It iterates keys.
 func (s *Store) Count() (int, error) {
 	if err := s.settle(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -172,5 +173,41 @@ func TestReopenKeepsSyncWrites(t *testing.T) {
 	defer s.Close()
 	if e, err := s.Get([]byte("durable"), nil); err != nil || string(e.Value) != "yes" {
 		t.Fatalf("after reopen: %v", err)
+	}
+}
+
+func TestDeleteAll(t *testing.T) {
+	for _, d := range []Durability{Sync, Async} {
+		t.Run(d.String(), func(t *testing.T) {
+			var hooked atomic.Int64
+			s, err := Open(t.TempDir(), WithDurability(d), WithWriteHook(func([]byte) { hooked.Add(1) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			const n = 3000 // several pages
+			for i := range n {
+				if _, err := s.Put([]byte(fmt.Sprintf("k%05d", i)), []byte("v"), PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := hooked.Load()
+			got, err := s.DeleteAll()
+			if err != nil || got != n {
+				t.Fatalf("DeleteAll: %d, %v", got, err)
+			}
+			if c, err := s.Count(); err != nil || c != 0 {
+				t.Fatalf("after: %d keys, %v", c, err)
+			}
+			if _, err := s.Get([]byte("k00042"), nil); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("get after: %v", err)
+			}
+			if hooked.Load()-before < n {
+				t.Fatalf("write hook saw %d of %d deletes", hooked.Load()-before, n)
+			}
+			if got, err := s.DeleteAll(); err != nil || got != 0 {
+				t.Fatalf("DeleteAll of nothing: %d, %v", got, err)
+			}
+		})
 	}
 }
