@@ -410,16 +410,24 @@ func (lp *loop) process(c *client, data []byte) {
 			data = data[used:]
 			continue
 		}
-		cmd := commandName(args[0])
+		cmd := lookup(args[0])
+		isSet := cmd == cmdSet && c.authed
+		var so setArgs
+		if isSet {
+			so = parseSet(args)
+		}
 		switch {
-		case cmd == "SET" && c.authed && len(c.pending) == 0 && c.setNoWait(args):
-		case cmd == "SET" && c.authed && c.queueSet(args):
+		case isSet && len(c.pending) == 0 && c.setNoWait(args, &so):
+		case isSet && c.queueSet(args, &so):
 		case len(c.pending) > 0:
 			// Anything else waits for the queued SETs: it may read them,
 			// and its reply comes after theirs.
 			lp.park(c, data)
 			return
-		case !c.authed || cmd == "SET" || !inline(cmd):
+		case !c.authed || isSet || (cmd != nil && !cmd.runsOnLoop()):
+			if isSet {
+				c.handed = &so // the worker's first request: parsed already
+			}
 			lp.handOff(c, data)
 			return
 		default:

@@ -219,9 +219,11 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"ECHO", "hello world"}, "hello world"},
 		{[]string{"CONFIG", "GET", "save"}, "save"},
 		{[]string{"PERSIST", "k"}, "1"},
-		{[]string{"COMMAND", "COUNT"}, "28"},
+		{[]string{"COMMAND", "COUNT"}, "30"},
 		{[]string{"SELECT", "0"}, "OK"},
 		{[]string{"CLIENT", "SETNAME", "tour"}, "OK"},
+		{[]string{"GET", "k", "extra"}, "ERR wrong number of arguments for 'get' command"},
+		{[]string{"FLUSHALL", "NOW"}, "ERR syntax error"},
 		{[]string{"QUIT"}, "OK"},
 	} {
 		if got := run(tt.args...); got != tt.want {
@@ -230,6 +232,23 @@ func TestRedisCLI(t *testing.T) {
 	}
 	if got := run("--scan", "--pattern", "*"); !strings.Contains(got, "k") || !strings.Contains(got, "n") {
 		t.Errorf("--scan: %q", got)
+	}
+	if got := run("COMMAND", "INFO", "get", "set"); !strings.Contains(got, "get") || !strings.Contains(got, "readonly") ||
+		!strings.Contains(got, "set") || !strings.Contains(got, "write") {
+		t.Errorf("COMMAND INFO get set: %q", got)
+	}
+	if got := run("FLUSHDB"); got != "OK" {
+		t.Errorf("FLUSHDB: %q", got)
+	}
+	if got := run("DBSIZE"); got != "0" {
+		t.Errorf("DBSIZE after FLUSHDB: %q", got)
+	}
+	run("SET", "x", "1")
+	if got := run("FLUSHALL", "ASYNC"); got != "OK" {
+		t.Errorf("FLUSHALL ASYNC: %q", got)
+	}
+	if got := run("GET", "x"); got != "" {
+		t.Errorf("GET after FLUSHALL: %q", got)
 	}
 	if got := run("NOSUCH"); !strings.HasPrefix(got, "ERR unknown command") {
 		t.Errorf("unknown command: %q", got)

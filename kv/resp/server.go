@@ -76,6 +76,9 @@ type client struct {
 	pending  []kv.Pending
 	arena    []byte // their keys and values, copied out of the read buffer
 	canDefer bool   // more requests are buffered: a SET may be queued
+	// handed is the first request's SET options, parsed by the loop that
+	// handed the client to a worker (nil: none).
+	handed *setArgs
 }
 
 // Bounds on what one client may have queued.
@@ -107,18 +110,6 @@ func (c *client) protocolError(err error) {
 	c.s.Log.Warn("resp: closing client", "remote", c.remote, "err", err)
 }
 
-// inline reports whether cmd runs on the event loop: it never waits for
-// the committer or walks the store. The others run on a worker goroutine.
-func inline(cmd string) bool {
-	switch cmd {
-	case "PING", "ECHO", "GET", "MGET", "EXISTS", "TTL", "PTTL", "SELECT", "HELLO", "COMMAND", "CONFIG", "CLIENT",
-		"AUTH", "QUIT":
-		return true
-	}
-	_, known := commands[cmd]
-	return !known // an unknown command's error
-}
-
 // runBlocking runs the client's buffered requests on a worker goroutine,
 // where a command may wait. A run of pipelined SETs is queued in the store
 // and shares its commit.
@@ -143,40 +134,11 @@ func (c *client) runBlocking(ctx context.Context) {
 		}
 		c.s.commands.Add(1)
 		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
-		c.exec(ctx, commandName(args[0]), args)
+		c.exec(ctx, lookup(args[0]), args)
 	}
 	c.drain()
+	c.handed = nil
 	c.in = append(c.in[:0], data...)
-}
-
-// commands interns the upper-case names of the commands served, so
-// looking one up does not allocate.
-var commands = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{"PING", "ECHO", "GET", "SET", "DEL", "UNLINK", "EXISTS", "MGET", "MSET", "INCR", "DECR",
-		"INCRBY", "DECRBY", "EXPIRE", "PEXPIRE", "TTL", "PTTL", "PERSIST", "SCAN", "DBSIZE", "INFO", "AUTH", "SELECT",
-		"HELLO", "COMMAND", "CONFIG", "CLIENT", "QUIT", "FLUSHALL", "FLUSHDB"} {
-		m[n] = n
-	}
-	return m
-}()
-
-// commandName returns name in upper case.
-func commandName(name []byte) string {
-	var b [16]byte
-	if len(name) <= len(b) {
-		up := b[:len(name)]
-		for i, c := range name {
-			if 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			}
-			up[i] = c
-		}
-		if n, ok := commands[string(up)]; ok {
-			return n
-		}
-	}
-	return strings.ToUpper(string(name))
 }
 
 func eq(b []byte, s string) bool { return strings.EqualFold(string(b), s) }
@@ -202,261 +164,6 @@ func parseInt(b []byte) (int64, bool) {
 	return n, err == nil
 }
 
-// exec runs one command; cmd is its name in upper case.
-func (c *client) exec(ctx context.Context, cmd string, args [][]byte) {
-	if !c.authed && cmd != "AUTH" && cmd != "HELLO" && cmd != "QUIT" {
-		c.w.Error("NOAUTH Authentication required.")
-		return
-	}
-	if cmd != "SET" {
-		c.drain()
-	}
-	st := c.s.Store
-	switch cmd {
-	case "PING":
-		switch len(args) {
-		case 1:
-			c.w.Simple("PONG")
-		case 2:
-			c.w.Bulk(args[1])
-		default:
-			c.wrongArgs(cmd)
-		}
-	case "ECHO":
-		if len(args) != 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		c.w.Bulk(args[1])
-	case "GET":
-		if len(args) != 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		e, err := st.Get(args[1], c.scratch)
-		if cap(e.Value) <= 64<<10 { // keep small buffers only: idle clients hold little
-			c.scratch = e.Value
-		}
-		switch {
-		case errors.Is(err, kv.ErrNotFound):
-			c.w.NullBulk()
-		case err != nil:
-			c.storeErr(err)
-		default:
-			c.w.Bulk(e.Value)
-		}
-	case "SET":
-		c.set(args)
-	case "DEL", "UNLINK":
-		if len(args) < 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		n, err := st.Delete(args[1:]...)
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(int64(n))
-	case "EXISTS":
-		if len(args) < 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		n := 0
-		for _, k := range args[1:] {
-			if _, err := st.Get(k, nil); err == nil {
-				n++
-			} else if !errors.Is(err, kv.ErrNotFound) {
-				c.storeErr(err)
-				return
-			}
-		}
-		c.w.Int(int64(n))
-	case "MGET":
-		if len(args) < 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		c.w.Array(len(args) - 1)
-		for _, k := range args[1:] {
-			if e, err := st.Get(k, nil); err == nil {
-				c.w.Bulk(e.Value)
-			} else {
-				c.w.NullBulk()
-			}
-		}
-	case "MSET":
-		if len(args) < 3 || len(args)%2 != 1 {
-			c.wrongArgs(cmd)
-			return
-		}
-		ops := make([]kv.Op, 0, len(args)/2)
-		for i := 1; i < len(args); i += 2 {
-			ops = append(ops, kv.Op{Key: args[i], Value: args[i+1]})
-		}
-		if err := st.Batch(ops); err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.OK()
-	case "INCR", "DECR", "INCRBY", "DECRBY":
-		delta := int64(1)
-		switch cmd {
-		case "INCR", "DECR":
-			if len(args) != 2 {
-				c.wrongArgs(cmd)
-				return
-			}
-		default:
-			if len(args) != 3 {
-				c.wrongArgs(cmd)
-				return
-			}
-			var ok bool
-			if delta, ok = parseInt(args[2]); !ok {
-				c.w.Error("ERR value is not an integer or out of range")
-				return
-			}
-		}
-		if cmd[0] == 'D' {
-			if delta == -1<<63 {
-				c.w.Error("ERR decrement would overflow")
-				return
-			}
-			delta = -delta
-		}
-		n, err := st.IncrBy(args[1], delta)
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(n)
-	case "EXPIRE", "PEXPIRE":
-		if len(args) != 3 {
-			c.wrongArgs(cmd)
-			return
-		}
-		n, ok := parseInt(args[2])
-		if !ok {
-			c.w.Error("ERR value is not an integer or out of range")
-			return
-		}
-		d := time.Duration(n) * time.Second
-		if cmd == "PEXPIRE" {
-			d = time.Duration(n) * time.Millisecond
-		}
-		if n <= 0 {
-			cnt, err := st.Delete(args[1])
-			if err != nil {
-				c.storeErr(err)
-				return
-			}
-			c.w.Int(int64(cnt))
-			return
-		}
-		found, err := st.Expire(args[1], d)
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(b2i(found))
-	case "PERSIST":
-		if len(args) != 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		e, err := st.Get(args[1], nil)
-		if err != nil || e.ExpiresAt.IsZero() {
-			c.w.Int(0)
-			return
-		}
-		found, err := st.Expire(args[1], 0)
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(b2i(found))
-	case "TTL", "PTTL":
-		if len(args) != 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		e, err := st.Get(args[1], nil)
-		switch {
-		case errors.Is(err, kv.ErrNotFound):
-			c.w.Int(-2)
-		case err != nil:
-			c.storeErr(err)
-		case e.ExpiresAt.IsZero():
-			c.w.Int(-1)
-		case cmd == "TTL":
-			c.w.Int(int64(time.Until(e.ExpiresAt) / time.Second))
-		default:
-			c.w.Int(time.Until(e.ExpiresAt).Milliseconds())
-		}
-	case "SCAN":
-		c.scan(args)
-	case "DBSIZE":
-		n, err := st.Count()
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(int64(n))
-	case "INFO":
-		c.w.BulkString(c.s.info())
-	case "AUTH":
-		pass := args[len(args)-1]
-		switch {
-		case len(args) < 2 || len(args) > 3:
-			c.wrongArgs(cmd)
-		case c.s.Password == "":
-			c.w.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
-		case string(pass) == c.s.Password && (len(args) == 2 || string(args[1]) == "default"):
-			c.authed = true
-			c.w.OK()
-		default:
-			c.w.Error("WRONGPASS invalid username-password pair or user is disabled.")
-		}
-	case "SELECT":
-		if len(args) != 2 {
-			c.wrongArgs(cmd)
-			return
-		}
-		if string(args[1]) != "0" {
-			c.w.Error("ERR DB index is out of range")
-			return
-		}
-		c.w.OK()
-	case "HELLO":
-		c.hello(args)
-	case "COMMAND":
-		if len(args) > 1 && eq(args[1], "COUNT") {
-			c.w.Int(int64(len(commandNames)))
-			return
-		}
-		c.w.Array(0) // no command docs: clients fall back to their own tables
-	case "CONFIG":
-		c.config(args)
-	case "CLIENT":
-		c.clientCmd(args)
-	case "QUIT":
-		c.w.OK()
-		c.quit = true
-	default:
-		var b strings.Builder
-		for _, a := range args[1:min(len(args), 4)] {
-			fmt.Fprintf(&b, "'%s' ", a)
-		}
-		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0], b.String()))
-	}
-}
-
-var commandNames = []string{"ping", "echo", "get", "set", "del", "unlink", "exists", "mget", "mset", "incr", "incrby",
-	"decr", "decrby", "expire", "pexpire", "ttl", "pttl", "persist", "scan", "dbsize", "info", "auth", "select",
-	"hello", "command", "config", "client", "quit"}
-
 func b2i(b bool) int64 {
 	if b {
 		return 1
@@ -468,15 +175,11 @@ func b2i(b bool) int64 {
 // run of requests ends) and reports whether it could: not a SET ... GET,
 // which needs the prior value, nor a bad one, whose error must not
 // overtake replies still queued, nor past the bounds.
-func (c *client) queueSet(args [][]byte) bool {
-	if len(c.pending) >= maxPending || len(c.arena) >= maxPendingBytes {
+func (c *client) queueSet(args [][]byte, so *setArgs) bool {
+	if len(c.pending) >= maxPending || len(c.arena) >= maxPendingBytes || so.wantGet || so.errReply != "" {
 		return false
 	}
-	o, wantGet, errReply := parseSet(args)
-	if wantGet || errReply != "" {
-		return false
-	}
-	c.enqueue(args[1], args[2], o)
+	c.enqueue(args[1], args[2], so.o)
 	return true
 }
 
@@ -492,16 +195,15 @@ func (c *client) enqueue(key, value []byte, o kv.PutOptions) {
 
 // setNoWait runs SET on the event loop if the store can take it without
 // waiting (see kv.Store.PutNoWait), and reports whether it did.
-func (c *client) setNoWait(args [][]byte) bool {
-	o, wantGet, errReply := parseSet(args)
+func (c *client) setNoWait(args [][]byte, so *setArgs) bool {
 	switch {
-	case errReply != "":
-		c.w.Error(errReply)
+	case so.errReply != "":
+		c.w.Error(so.errReply)
 		return true
-	case wantGet:
+	case so.wantGet:
 		return false
 	}
-	done, err := c.s.Store.PutNoWait(args[1], args[2], o)
+	done, err := c.s.Store.PutNoWait(args[1], args[2], so.o)
 	switch {
 	case !done:
 		return false
@@ -513,19 +215,26 @@ func (c *client) setNoWait(args [][]byte) bool {
 	return true
 }
 
+// set runs SET on a worker, with its options as parsed by the loop that
+// handed the client over, or parsed here.
 func (c *client) set(args [][]byte) {
-	o, wantGet, errReply := parseSet(args)
-	if errReply == "" && !wantGet && c.canDefer {
-		c.enqueue(args[1], args[2], o)
+	var so setArgs
+	if c.handed != nil {
+		so, c.handed = *c.handed, nil
+	} else {
+		so = parseSet(args)
+	}
+	if so.errReply == "" && !so.wantGet && c.canDefer {
+		c.enqueue(args[1], args[2], so.o)
 		return
 	}
 	c.drain()
-	if errReply != "" {
-		c.w.Error(errReply)
+	if so.errReply != "" {
+		c.w.Error(so.errReply)
 		return
 	}
-	prior, err := c.s.Store.Put(args[1], args[2], o)
-	c.setReply(err, wantGet, prior, args[1])
+	prior, err := c.s.Store.Put(args[1], args[2], so.o)
+	c.setReply(err, so.wantGet, prior, args[1])
 }
 
 // setReply writes SET's reply for the Put's error and prior value.
@@ -551,9 +260,20 @@ func (c *client) setReply(err error, wantGet bool, prior, key []byte) {
 	}
 }
 
-// parseSet reads SET's options; errReply is the error to send when they
-// are wrong.
-func parseSet(args [][]byte) (o kv.PutOptions, wantGet bool, errReply string) {
+// setArgs are SET's options, parsed once per command.
+type setArgs struct {
+	o        kv.PutOptions
+	wantGet  bool
+	errReply string // the error to send when they are wrong
+}
+
+// parseSet reads SET's options.
+func parseSet(args [][]byte) setArgs {
+	o, wantGet, errReply := parseSetOptions(args)
+	return setArgs{o, wantGet, errReply}
+}
+
+func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply string) {
 	if len(args) < 3 {
 		return o, false, "ERR wrong number of arguments for 'set' command"
 	}
@@ -602,7 +322,7 @@ func parseSet(args [][]byte) (o kv.PutOptions, wantGet bool, errReply string) {
 
 // scan: cursors are small integers naming the next key, kept per client
 // (a bounded table): Redis clients parse the cursor as a number.
-func (c *client) scan(args [][]byte) {
+func (c *client) scan(_ context.Context, args [][]byte) {
 	if len(args) < 2 {
 		c.wrongArgs("SCAN")
 		return
@@ -755,7 +475,7 @@ func globMatch(p, s []byte) bool {
 	return len(s) == 0
 }
 
-func (c *client) hello(args [][]byte) {
+func (c *client) hello(_ context.Context, args [][]byte) {
 	if len(args) > 1 {
 		v, ok := parseInt(args[1])
 		if !ok || v != 2 {
@@ -817,7 +537,7 @@ func (s *Server) configValues() map[string]string {
 		"proto-max-bulk-len": strconv.Itoa(s.Limits.MaxBulk)}
 }
 
-func (c *client) config(args [][]byte) {
+func (c *client) config(_ context.Context, args [][]byte) {
 	if len(args) < 2 {
 		c.wrongArgs("CONFIG")
 		return
@@ -848,7 +568,7 @@ func (c *client) config(args [][]byte) {
 	}
 }
 
-func (c *client) clientCmd(args [][]byte) {
+func (c *client) clientCmd(_ context.Context, args [][]byte) {
 	if len(args) < 2 {
 		c.wrongArgs("CLIENT")
 		return

@@ -1,0 +1,404 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hecsys/hec/kv"
+)
+
+// cmdFlags say how a command runs.
+type cmdFlags uint8
+
+const (
+	// onLoop: the command never waits for the committer nor walks the
+	// store; it runs on the event loop. Others run on a worker goroutine.
+	onLoop cmdFlags = 1 << iota
+	// noAuth: allowed before AUTH.
+	noAuth
+	// write: may change the store (COMMAND reports "write", else
+	// "readonly" for commands with keys).
+	write
+)
+
+// command is one entry of the command table: what COMMAND reports, how
+// the server runs it, and the function that does.
+type command struct {
+	name  string // upper case
+	arity int    // Redis: n, exactly n words with the name; -n, at least n
+	flags cmdFlags
+	// keys: the first and last argument that is a key (-1: the last
+	// word) and the step between keys; 0, 0, 0 for none.
+	firstKey, lastKey, step int
+	run                     func(c *client, ctx context.Context, args [][]byte)
+}
+
+func (cmd *command) runsOnLoop() bool { return cmd.flags&onLoop != 0 }
+
+// commandTable lists every command served. Commands of other data types
+// (lists, hashes, sets, sorted sets, streams) are not: they get Redis's
+// unknown-command error. (Filled in init: COMMAND reads it.)
+var commandTable []*command
+
+// commands is commandTable by upper-case name.
+var commands map[string]*command
+
+func init() {
+	commandTable = []*command{
+		{name: "PING", arity: -1, flags: onLoop, run: (*client).ping},
+		{name: "ECHO", arity: 2, flags: onLoop, run: func(c *client, _ context.Context, a [][]byte) { c.w.Bulk(a[1]) }},
+		{name: "GET", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).get},
+		cmdSet,
+		{name: "DEL", arity: -2, flags: write, firstKey: 1, lastKey: -1, step: 1, run: (*client).del},
+		{name: "UNLINK", arity: -2, flags: write, firstKey: 1, lastKey: -1, step: 1, run: (*client).del},
+		{name: "EXISTS", arity: -2, flags: onLoop, firstKey: 1, lastKey: -1, step: 1, run: (*client).exists},
+		{name: "MGET", arity: -2, flags: onLoop, firstKey: 1, lastKey: -1, step: 1, run: (*client).mget},
+		{name: "MSET", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 2, run: (*client).mset},
+		{name: "INCR", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
+		{name: "DECR", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
+		{name: "INCRBY", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
+		{name: "DECRBY", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
+		{name: "EXPIRE", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "PEXPIRE", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "PERSIST", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).persist},
+		{name: "TTL", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).ttl},
+		{name: "PTTL", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).ttl},
+		{name: "SCAN", arity: -2, run: (*client).scan},
+		{name: "DBSIZE", arity: 1, run: (*client).dbsize},
+		{name: "FLUSHDB", arity: -1, flags: write, run: (*client).flush},
+		{name: "FLUSHALL", arity: -1, flags: write, run: (*client).flush},
+		{name: "INFO", arity: -1, run: func(c *client, _ context.Context, _ [][]byte) { c.w.BulkString(c.s.info()) }},
+		{name: "AUTH", arity: -2, flags: onLoop | noAuth, run: (*client).auth},
+		{name: "SELECT", arity: 2, flags: onLoop, run: (*client).selectDB},
+		{name: "HELLO", arity: -1, flags: onLoop | noAuth, run: (*client).hello},
+		{name: "COMMAND", arity: -1, flags: onLoop, run: (*client).commandCmd},
+		{name: "CONFIG", arity: -2, flags: onLoop, run: (*client).config},
+		{name: "CLIENT", arity: -2, flags: onLoop, run: (*client).clientCmd},
+		{name: "QUIT", arity: -1, flags: onLoop | noAuth, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
+	}
+	commands = make(map[string]*command, len(commandTable))
+	for _, cmd := range commandTable {
+		commands[cmd.name] = cmd
+	}
+}
+
+// cmdSet is SET's entry: the event loop treats it apart (it may answer it
+// at once, or queue it to share a commit).
+var cmdSet = &command{name: "SET", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1,
+	run: func(c *client, _ context.Context, a [][]byte) { c.set(a) }}
+
+// lookup finds a command by name, in any case, without allocating; nil
+// when it is not served.
+func lookup(name []byte) *command {
+	var b [16]byte
+	if len(name) > len(b) {
+		return nil
+	}
+	up := b[:len(name)]
+	for i, c := range name {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		up[i] = c
+	}
+	return commands[string(up)]
+}
+
+// exec runs one command (nil: not served).
+func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
+	if !c.authed && (cmd == nil || cmd.flags&noAuth == 0) {
+		c.w.Error("NOAUTH Authentication required.")
+		return
+	}
+	if cmd != cmdSet {
+		c.drain()
+	}
+	switch {
+	case cmd == nil:
+		var b strings.Builder
+		for _, a := range args[1:min(len(args), 4)] {
+			fmt.Fprintf(&b, "'%s' ", a)
+		}
+		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0], b.String()))
+	case cmd.arity > 0 && len(args) != cmd.arity, cmd.arity < 0 && len(args) < -cmd.arity:
+		c.wrongArgs(cmd.name)
+	default:
+		cmd.run(c, ctx, args)
+	}
+}
+
+func (c *client) ping(_ context.Context, args [][]byte) {
+	switch len(args) {
+	case 1:
+		c.w.Simple("PONG")
+	case 2:
+		c.w.Bulk(args[1])
+	default:
+		c.wrongArgs("PING")
+	}
+}
+
+func (c *client) get(_ context.Context, args [][]byte) {
+	e, err := c.s.Store.Get(args[1], c.scratch)
+	if cap(e.Value) <= 64<<10 { // keep small buffers only: idle clients hold little
+		c.scratch = e.Value
+	}
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.NullBulk()
+	case err != nil:
+		c.storeErr(err)
+	default:
+		c.w.Bulk(e.Value)
+	}
+}
+
+func (c *client) del(_ context.Context, args [][]byte) {
+	n, err := c.s.Store.Delete(args[1:]...)
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(int64(n))
+}
+
+func (c *client) exists(_ context.Context, args [][]byte) {
+	n := 0
+	for _, k := range args[1:] {
+		if _, err := c.s.Store.Get(k, nil); err == nil {
+			n++
+		} else if !errors.Is(err, kv.ErrNotFound) {
+			c.storeErr(err)
+			return
+		}
+	}
+	c.w.Int(int64(n))
+}
+
+func (c *client) mget(_ context.Context, args [][]byte) {
+	c.w.Array(len(args) - 1)
+	for _, k := range args[1:] {
+		if e, err := c.s.Store.Get(k, nil); err == nil {
+			c.w.Bulk(e.Value)
+		} else {
+			c.w.NullBulk()
+		}
+	}
+}
+
+func (c *client) mset(_ context.Context, args [][]byte) {
+	if len(args)%2 != 1 {
+		c.wrongArgs("MSET")
+		return
+	}
+	ops := make([]kv.Op, 0, len(args)/2)
+	for i := 1; i < len(args); i += 2 {
+		ops = append(ops, kv.Op{Key: args[i], Value: args[i+1]})
+	}
+	if err := c.s.Store.Batch(ops); err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.OK()
+}
+
+// incr serves INCR, DECR, INCRBY and DECRBY.
+func (c *client) incr(_ context.Context, args [][]byte) {
+	name := strings.ToUpper(string(args[0]))
+	delta := int64(1)
+	if len(args) == 3 {
+		var ok bool
+		if delta, ok = parseInt(args[2]); !ok {
+			c.w.Error("ERR value is not an integer or out of range")
+			return
+		}
+	}
+	if name[0] == 'D' {
+		if delta == -1<<63 {
+			c.w.Error("ERR decrement would overflow")
+			return
+		}
+		delta = -delta
+	}
+	n, err := c.s.Store.IncrBy(args[1], delta)
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(n)
+}
+
+// expire serves EXPIRE and PEXPIRE.
+func (c *client) expire(_ context.Context, args [][]byte) {
+	n, ok := parseInt(args[2])
+	if !ok {
+		c.w.Error("ERR value is not an integer or out of range")
+		return
+	}
+	d := time.Duration(n) * time.Second
+	if len(args[0]) > 0 && (args[0][0] == 'p' || args[0][0] == 'P') {
+		d = time.Duration(n) * time.Millisecond
+	}
+	if n <= 0 {
+		cnt, err := c.s.Store.Delete(args[1])
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(int64(cnt))
+		return
+	}
+	found, err := c.s.Store.Expire(args[1], d)
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(b2i(found))
+}
+
+func (c *client) persist(_ context.Context, args [][]byte) {
+	e, err := c.s.Store.Get(args[1], nil)
+	if err != nil || e.ExpiresAt.IsZero() {
+		c.w.Int(0)
+		return
+	}
+	found, err := c.s.Store.Expire(args[1], 0)
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(b2i(found))
+}
+
+// ttl serves TTL and PTTL.
+func (c *client) ttl(_ context.Context, args [][]byte) {
+	e, err := c.s.Store.Get(args[1], nil)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.Int(-2)
+	case err != nil:
+		c.storeErr(err)
+	case e.ExpiresAt.IsZero():
+		c.w.Int(-1)
+	case args[0][0] == 't' || args[0][0] == 'T':
+		c.w.Int(int64(time.Until(e.ExpiresAt) / time.Second))
+	default:
+		c.w.Int(time.Until(e.ExpiresAt).Milliseconds())
+	}
+}
+
+func (c *client) dbsize(_ context.Context, _ [][]byte) {
+	n, err := c.s.Store.Count()
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(int64(n))
+}
+
+// flush serves FLUSHDB and FLUSHALL [ASYNC|SYNC] (one database: the
+// same). Either way the keys are gone when it answers.
+func (c *client) flush(_ context.Context, args [][]byte) {
+	if len(args) > 2 || (len(args) == 2 && !eq(args[1], "ASYNC") && !eq(args[1], "SYNC")) {
+		c.w.Error("ERR syntax error")
+		return
+	}
+	if _, err := c.s.Store.DeleteAll(); err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.OK()
+}
+
+func (c *client) auth(_ context.Context, args [][]byte) {
+	pass := args[len(args)-1]
+	switch {
+	case len(args) > 3:
+		c.wrongArgs("AUTH")
+	case c.s.Password == "":
+		c.w.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	case string(pass) == c.s.Password && (len(args) == 2 || string(args[1]) == "default"):
+		c.authed = true
+		c.w.OK()
+	default:
+		c.w.Error("WRONGPASS invalid username-password pair or user is disabled.")
+	}
+}
+
+func (c *client) selectDB(_ context.Context, args [][]byte) {
+	if string(args[1]) != "0" {
+		c.w.Error("ERR DB index is out of range")
+		return
+	}
+	c.w.OK()
+}
+
+// commandCmd serves COMMAND, COMMAND COUNT, COMMAND INFO name... and
+// COMMAND LIST from the table; COMMAND DOCS answers an empty map.
+func (c *client) commandCmd(_ context.Context, args [][]byte) {
+	if len(args) == 1 {
+		c.w.Array(len(commandTable))
+		for _, cmd := range commandTable {
+			c.commandEntry(cmd)
+		}
+		return
+	}
+	switch strings.ToUpper(string(args[1])) {
+	case "COUNT":
+		c.w.Int(int64(len(commandTable)))
+	case "LIST":
+		c.w.Array(len(commandTable))
+		for _, cmd := range commandTable {
+			c.w.BulkString(strings.ToLower(cmd.name))
+		}
+	case "INFO":
+		c.w.Array(len(args) - 2)
+		for _, name := range args[2:] {
+			if cmd := lookup(name); cmd != nil {
+				c.commandEntry(cmd)
+			} else {
+				c.w.NullArray()
+			}
+		}
+	case "DOCS":
+		c.w.Array(0)
+	default:
+		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try COMMAND HELP.")
+	}
+}
+
+// commandEntry writes a command as Redis 7 describes it: name, arity,
+// flags, first key, last key, step, ACL categories, tips, key specs,
+// subcommands.
+func (c *client) commandEntry(cmd *command) {
+	var flags []string
+	switch {
+	case cmd.flags&write != 0:
+		flags = append(flags, "write")
+	case cmd.step != 0:
+		flags = append(flags, "readonly")
+	}
+	if cmd.flags&onLoop != 0 {
+		flags = append(flags, "fast")
+	}
+	if cmd.flags&noAuth != 0 {
+		flags = append(flags, "no_auth")
+	}
+	c.w.Array(10)
+	c.w.BulkString(strings.ToLower(cmd.name))
+	c.w.Int(int64(cmd.arity))
+	c.w.Array(len(flags))
+	for _, f := range flags {
+		c.w.Simple(f)
+	}
+	c.w.Int(int64(cmd.firstKey))
+	c.w.Int(int64(cmd.lastKey))
+	c.w.Int(int64(cmd.step))
+	c.w.Array(0)
+	c.w.Array(0)
+	c.w.Array(0)
+	c.w.Array(0)
+}
