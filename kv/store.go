@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,7 @@ type config struct {
 	cacheBytes  int64
 	flushEvery  time.Duration
 	inMemory    bool
+	lazy        bool
 	log         *slog.Logger
 	written     func(key []byte)
 }
@@ -96,6 +98,13 @@ func WithCache(bytes int64) Option { return func(c *config) { c.cacheBytes = byt
 // meanwhile, so this bounds the log's replay, not what a crash loses.
 func WithFlushInterval(d time.Duration) Option { return func(c *config) { c.flushEvery = d } }
 
+// WithOpenOnFirstUse opens Badger, replays the log and checks the store
+// in Open, then closes Badger again until the first operation needs it: an
+// agent whose store is never used runs none of Badger's goroutines (its
+// compactors wake every 50 ms, about 1% of a core when idle). Errors
+// still show in Open.
+func WithOpenOnFirstUse() Option { return func(c *config) { c.lazy = true } }
+
 // WithInMemory keeps everything in memory (tests).
 func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
 
@@ -113,12 +122,19 @@ func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log 
 
 // Store is a Badger-backed key-value store. It is safe for concurrent use.
 type Store struct {
-	db     *badger.DB
+	db     *badger.DB // set once awake
 	cfg    config
 	closed atomic.Bool
-	cache  *cache // nil: off
-	commit *committer
+	cache  *cache        // nil: off
+	commit *committer    // set once awake
 	clock  atomic.Uint64 // versions of writes acknowledged from the cache
+
+	// Opening Badger (at once, or on first use): wake runs it once; awake
+	// says it succeeded, wakeErr why not.
+	open    func() (*badger.DB, *wal, error)
+	wake    sync.Once
+	awake   atomic.Bool
+	wakeErr error
 
 	gets, puts, dels, scans, misses atomic.Uint64
 }
@@ -157,31 +173,81 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.inMemory {
 		bo = bo.WithInMemory(true).WithDir("").WithValueDir("")
 	}
-	db, err := badger.Open(bo)
-	if err != nil {
-		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
-	}
-	var l *wal
-	if useWAL {
-		if l, err = recoverWAL(db, filepath.Join(dir, walName), log); err != nil {
-			db.Close()
-			return nil, err
+	open := func() (*badger.DB, *wal, error) {
+		db, err := badger.Open(bo)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kv: open %s: %w", dir, err)
 		}
+		var l *wal
+		if useWAL {
+			if l, err = recoverWAL(db, filepath.Join(dir, walName), log); err != nil {
+				db.Close()
+				return nil, nil, err
+			}
+		}
+		return db, l, nil
 	}
-	s := &Store{db: db, cfg: cfg}
+	s := &Store{cfg: cfg, open: open}
 	if cfg.cacheBytes > 0 {
 		s.cache = newCache(cfg.cacheBytes)
-		if cfg.durability == Async {
-			s.cache.log = l // writers log their cached Puts themselves
-		}
 	}
 	// Versions of writes acknowledged from the cache: the top bit set, so
 	// never one of Badger's commit timestamps, and counting on from the
 	// time in nanoseconds, which a restart's new start outruns.
 	s.clock.Store(1<<63 | uint64(time.Now().UnixNano())&(1<<63-1))
-	s.commit = newCommitter(db, s.cache, l, cfg.durability == Sync, &s.clock, cfg.flushEvery, log)
-	s.commit.written = cfg.written
+	if cfg.lazy && !cfg.inMemory {
+		// Open and replay now, so errors show here; Badger then rests
+		// until the first operation.
+		db, l, err := open()
+		if err != nil {
+			return nil, err
+		}
+		err = errors.Join(db.Close(), l.close())
+		if err != nil {
+			return nil, fmt.Errorf("kv: close %s after checking it: %w", dir, err)
+		}
+		return s, nil
+	}
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// ready opens Badger and starts the committer, once: at Open, or at the
+// first operation with WithOpenOnFirstUse.
+func (s *Store) ready() error {
+	if s.awake.Load() {
+		return nil
+	}
+	s.wake.Do(func() {
+		db, l, err := s.open()
+		if err != nil {
+			s.wakeErr = err
+			return
+		}
+		s.db = db
+		if s.cache != nil && s.cfg.durability == Async {
+			s.cache.log = l // writers log their cached Puts themselves
+		}
+		s.commit = newCommitter(db, s.cache, l, s.cfg.durability == Sync, &s.clock, s.cfg.flushEvery, s.cfg.logger())
+		s.commit.written = s.cfg.written
+		s.awake.Store(true)
+	})
+	if !s.awake.Load() {
+		if s.wakeErr == nil {
+			return ErrClosed
+		}
+		return s.wakeErr
+	}
+	return nil
+}
+
+func (c config) logger() *slog.Logger {
+	if c.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.log
 }
 
 // recoverWAL opens the store's log and replays it onto Badger: effects of
@@ -245,6 +311,10 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.wake.Do(func() {}) // a store never used stays closed
+	if !s.awake.Load() {
+		return nil
+	}
 	s.commit.close()
 	err := s.db.Close()
 	if s.commit.wal != nil {
@@ -271,6 +341,9 @@ func (s *Store) view(f func(txn *badger.Txn) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	if err := s.ready(); err != nil {
+		return err
+	}
 	return s.db.View(f)
 }
 
@@ -294,6 +367,9 @@ func (s *Store) start(keys [][]byte, size, count int64, f func(txn *wtxn) error)
 func (s *Store) startPut(put *cachedPut, keys [][]byte, size, count int64, f func(txn *wtxn) error) Pending {
 	w := writePool.Get().(*write)
 	w.apply, w.put, w.keys, w.size, w.count = f, put, keys, size, count
+	if err := s.ready(); err != nil {
+		return failed(w, err)
+	}
 	if err := s.commit.submit(w); err != nil {
 		return failed(w, err)
 	}
@@ -430,7 +506,7 @@ func (s *Store) PutNoWait(key, value []byte, o PutOptions) (done bool, err error
 // which may put them in the cache once logged: putWrite.)
 func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	if s.cfg.durability != Async || s.cache == nil || o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior ||
-		s.closed.Load() {
+		s.closed.Load() || s.ready() != nil {
 		return false
 	}
 	var exp int64
@@ -830,11 +906,13 @@ type Stats struct {
 
 // Stats returns counters and on-disk sizes.
 func (s *Store) Stats() Stats {
-	lsm, vlog := s.db.Size()
 	st := Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
-		Misses: s.misses.Load(), LSMBytes: lsm, VlogBytes: vlog, MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String(),
-		Commits: s.commit.groups.Load(), Writes: s.commit.writes.Load(),
-		Flushes: s.commit.flushes.Load(), Flushed: s.commit.flushed.Load(), CommitTime: time.Duration(s.commit.commitNanos.Load())}
+		Misses: s.misses.Load(), MemoryBudget: s.MemoryBudget(), Durability: s.cfg.durability.String()}
+	if s.awake.Load() {
+		st.LSMBytes, st.VlogBytes = s.db.Size()
+		st.Commits, st.Writes = s.commit.groups.Load(), s.commit.writes.Load()
+		st.Flushes, st.Flushed, st.CommitTime = s.commit.flushes.Load(), s.commit.flushed.Load(), time.Duration(s.commit.commitNanos.Load())
+	}
 	if s.cache != nil {
 		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()
 	}

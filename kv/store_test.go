@@ -3,6 +3,8 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,5 +211,54 @@ func TestDeleteAll(t *testing.T) {
 				t.Fatalf("DeleteAll of nothing: %d, %v", got, err)
 			}
 		})
+	}
+}
+
+// TestOpenOnFirstUse: the store checks itself in Open, runs no Badger
+// until an operation needs it, and then serves what was written before.
+func TestOpenOnFirstUse(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put([]byte("k"), []byte("v"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	lazy, err := Open(dir, WithOpenOnFirstUse())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lazy.awake.Load() {
+		t.Fatal("Badger open before the first operation")
+	}
+	if st := lazy.Stats(); st.Gets != 0 {
+		t.Fatalf("stats of a resting store: %+v", st)
+	}
+	e, err := lazy.Get([]byte("k"), nil)
+	if err != nil || string(e.Value) != "v" || !lazy.awake.Load() {
+		t.Fatalf("get: %q %v (awake %v)", e.Value, err, lazy.awake.Load())
+	}
+	if err := lazy.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Closed without ever being used: nothing opens afterwards.
+	unused, err := Open(dir, WithOpenOnFirstUse())
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused.Close()
+	if _, err := unused.Get([]byte("k"), nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("get after close: %v", err)
+	}
+	if _, err := unused.Put([]byte("k"), []byte("w"), PutOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("put after close: %v", err)
+	}
+	// A store that cannot open says so in Open.
+	bad := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(bad, []byte("x"), 0o644)
+	if _, err := Open(bad, WithOpenOnFirstUse()); err == nil {
+		t.Fatal("opened a store on a file")
 	}
 }
