@@ -195,10 +195,14 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // housekeepEvery is how often the poller runs lease housekeeping while busy;
-// an idle poller sleeping on the doorbell housekeeps every idleHousekeep.
+// an idle poller sleeping on the doorbell housekeeps every idleHousekeep:
+// often enough for hosts, which take an agent whose heartbeat stands still
+// for 2 s for dead, and for the agent's own health check (2 s); seldom
+// enough that an idle agent costs next to nothing (each wake-up also keeps
+// Go's sysmon polling for a while).
 const (
 	housekeepEvery = 10 * time.Millisecond
-	idleHousekeep  = 100 * time.Millisecond
+	idleHousekeep  = 500 * time.Millisecond
 )
 
 // RunShm polls every queue pair of a until ctx ends, storing the time of

@@ -57,7 +57,8 @@ func (s *kvService) Name() string { return "kv" }
 func (s *kvService) Open(_ context.Context, env *Env) error {
 	dur, _ := kv.ParseDurability(s.cfg.Durability)
 	s.dir = filepath.Join(env.StateDir, "kv")
-	st, err := kv.Open(s.dir, kv.WithDurability(dur), kv.WithLogger(env.Log), kv.WithWriteHook(env.Shared.Written))
+	st, err := kv.Open(s.dir, kv.WithDurability(dur), kv.WithLogger(env.Log), kv.WithWriteHook(env.Shared.Written),
+		kv.WithOpenOnFirstUse())
 	if err != nil {
 		return fmt.Errorf("--state-dir %s: %w", env.StateDir, err)
 	}
