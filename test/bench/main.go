@@ -80,6 +80,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"handoff", benchHandoff},
 	{"agent", benchAgent},
+	{"idle", benchIdle},
 	{"vm", benchVM},
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},
