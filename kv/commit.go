@@ -205,11 +205,11 @@ func (cm *committer) run() {
 		closed := cm.closed
 		cm.mu.Unlock()
 		last := closed && len(group) == 0
-		real := false // a write that may read Badger
+		needsBadger := false // a write that may read Badger
 		for _, w := range group {
-			real = real || w.put == nil || cm.wal == nil
+			needsBadger = needsBadger || w.put == nil || cm.wal == nil
 		}
-		if cm.cache != nil && (real || last || due || cm.flushNow.Swap(false)) {
+		if cm.cache != nil && (needsBadger || last || due || cm.flushNow.Swap(false)) {
 			due = false
 			cm.flushDirty(last)
 		}
@@ -218,7 +218,7 @@ func (cm *committer) run() {
 		writeShared := len(group) > 0 || logDue || last ||
 			cm.wal != nil && cm.wal.pending.Load() >= walWriteSoon
 		logDue = false
-		if cm.commitAll(group, !real, writeShared) {
+		if cm.commitAll(group, !needsBadger, writeShared) {
 			due = true
 		}
 		if last || cm.wal != nil && cm.wal.size > walCheckpoint {

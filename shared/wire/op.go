@@ -52,6 +52,8 @@ const (
 	KVIfPresent = 1 << 1
 )
 
+// opNames name the ops for String and metrics labels: a service adds its
+// ops here, beside their codes.
 var opNames = map[Op]string{
 	OpInvalid:  "invalid",
 	OpPing:     "ping",
@@ -61,15 +63,6 @@ var opNames = map[Op]string{
 	OpKVDelete: "kv_delete",
 	OpKVScan:   "kv_scan",
 	OpKVBatch:  "kv_batch",
-}
-
-// RegisterOpName gives an op a name for String and for metrics labels. It is
-// meant for package init of the services; it panics on a duplicate.
-func RegisterOpName(op Op, name string) {
-	if old, ok := opNames[op]; ok {
-		panic(fmt.Sprintf("wire: op %#04x registered twice (%s, %s)", uint16(op), old, name))
-	}
-	opNames[op] = name
 }
 
 func (o Op) String() string {
