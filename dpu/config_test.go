@@ -127,3 +127,26 @@ func TestParseArgs(t *testing.T) {
 type nopWriter struct{}
 
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestREADMEConfigParses: the example configuration in the README is one
+// hecd accepts.
+func TestREADMEConfigParses(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```toml\n")
+	body, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no ```toml block in the README")
+	}
+	path := filepath.Join(t.TempDir(), "hecd.toml")
+	os.WriteFile(path, []byte(body), 0o644)
+	var c Config
+	if err := LoadConfigFile(path, &c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.withDefaults(); err != nil {
+		t.Fatal(err)
+	}
+}
