@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hecsys/hec/shared/api"
 )
 
 // Options configure a VM. Zero fields take the defaults noted.
@@ -146,8 +148,8 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	// turns into QEMU's exit (Panic reads why from the console), instead
 	// of QEMU spinning on a dead guest.
 	appendArgs := "console=ttyAMA0 quiet panic=-1 hec.ip=10.0.2.15/24 hec.gw=10.0.2.2 hec.state=/dev/vda"
-	netdev := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:7600,hostfwd=tcp:127.0.0.1:%d-:7610,hostfwd=tcp:127.0.0.1:%d-:6380,hostfwd=udp:127.0.0.1:%d-:11311",
-		o.MgmtPort, o.TCPPort, o.RESPPort, o.UDPPort)
+	netdev := fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%d-:%d,hostfwd=tcp:127.0.0.1:%d-:%d,hostfwd=tcp:127.0.0.1:%d-:%d,hostfwd=udp:127.0.0.1:%d-:%d",
+		o.MgmtPort, api.PortMgmt, o.TCPPort, api.PortTCP, o.RESPPort, api.PortRESP, o.UDPPort, api.PortUDP)
 	if o.Tap != "" {
 		appendArgs = "console=ttyAMA0 quiet panic=-1 hec.ip=" + o.GuestIP + " hec.state=/dev/vda"
 		netdev = "tap,id=n0,ifname=" + o.Tap + ",script=no,downscript=no"
@@ -184,7 +186,8 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	client := &http.Client{Timeout: time.Second}
 	if o.Tap != "" {
 		ip, _, _ := strings.Cut(o.GuestIP, "/")
-		vm.Mgmt, vm.TCP, vm.RESP, vm.UDP = ip+":7600", ip+":7610", ip+":6380", ip+":11311"
+		at := func(port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
+		vm.Mgmt, vm.TCP, vm.RESP, vm.UDP = at(api.PortMgmt), at(api.PortTCP), at(api.PortRESP), at(api.PortUDP)
 		if o.HTTP != nil {
 			client = o.HTTP
 		}

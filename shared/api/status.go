@@ -48,7 +48,7 @@ type Service struct {
 }
 
 // Service looks a service up by name.
-func (s *Status) Service(name string) (Service, bool) {
+func (s Status) Service(name string) (Service, bool) {
 	for _, v := range s.Services {
 		if v.Name == name {
 			return v, true

@@ -28,7 +28,7 @@ type XDPClass struct {
 }
 
 // Class looks a class up by name.
-func (s *XDPStatus) Class(name string) (XDPClass, bool) {
+func (s XDPStatus) Class(name string) (XDPClass, bool) {
 	for _, c := range s.Classes {
 		if c.Class == name {
 			return c, true
