@@ -134,8 +134,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	envs := append([]*Env{c.a.coreEnv}, c.a.envs...)
 	for _, e := range envs {
-		if e != nil {
-			ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(e.acceptRetries()), e.name)
+		if e == nil {
+			continue
+		}
+		if n, ok := e.acceptRetries(); ok {
+			ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(n), e.name)
 		}
 	}
 }

@@ -140,14 +140,16 @@ func (e *Env) stoppedWhy() string {
 	return ""
 }
 
-func (e *Env) acceptRetries() uint64 {
+// acceptRetries sums the retries of the service's accept loops; false
+// when it has none.
+func (e *Env) acceptRetries() (uint64, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var n uint64
 	for _, l := range e.loops {
 		n += l.Retries()
 	}
-	return n
+	return n, len(e.loops) > 0
 }
 
 // Shared holds what services share. A service that provides a piece sets
