@@ -22,6 +22,7 @@ import (
 
 	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/test/cluster"
 )
 
@@ -74,7 +75,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 		}
 		defer cluster.Down(cname, state, nil)
 		srv := st.Nodes[1]
-		pid, port := srv.PID, 11311
+		pid, port := srv.PID, api.PortUDP
 		if memcached {
 			mc, err := st.Exec(2, "memcached", "-u", "root", "-l", srv.Addr, "-p", "11212", "-U", "11211", "-t", "1", "-m", "64")
 			if err != nil {
@@ -88,7 +89,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 			if err := memcachedSet(ctx, st.Nodes[0].NS, srv.Addr+":11212", "hot", value); err != nil {
 				return r, err
 			}
-		} else if err := respSet(ctx, st.Nodes[0].NS, srv.Addr+":6380", "hot", value); err != nil {
+		} else if err := respSet(ctx, st.Nodes[0].NS, net.JoinHostPort(srv.Addr, strconv.Itoa(api.PortRESP)), "hot", value); err != nil {
 			return r, err
 		}
 		// The serving node ends at its veth: its NAPI runs in a thread
@@ -177,7 +178,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 // benchXDPProgram measures the program itself with BPF_PROG_TEST_RUN.
 func benchXDPProgram(rep *Report, quick bool) error {
 	const s = "xdp"
-	p, err := bpf.Load(bpf.Config{Ports: bpf.Ports{RESP: 6380, UDPGet: 11311, Peer: 7700, Mgmt: 7600}, HotGET: true})
+	p, err := bpf.Load(bpf.Config{Ports: bpf.Ports{RESP: api.PortRESP, UDPGet: api.PortUDP, Peer: api.PortPeer, Mgmt: api.PortMgmt}, HotGET: true})
 	if err != nil {
 		return err
 	}
@@ -187,8 +188,8 @@ func benchXDPProgram(rep *Report, quick bool) error {
 	if err := p.Hot().Admit([]byte("hot"), func() (bpf.HotValue, error) { return bpf.HotValue{Body: body, Version: 1}, nil }); err != nil {
 		return err
 	}
-	resp := benchFrame(false, 6380, []byte("*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"))
-	get := benchFrame(true, 11311, append([]byte{0, 1, 0, 0, 0, 1, 0, 0}, "get hot\r\n"...))
+	resp := benchFrame(false, api.PortRESP, []byte("*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"))
+	get := benchFrame(true, api.PortUDP, append([]byte{0, 1, 0, 0, 0, 1, 0, 0}, "get hot\r\n"...))
 	n := 2_000_000
 	runs := 200_000
 	if quick {
