@@ -237,13 +237,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("--shm %s: %w", c.Shm, err)
 		}
 		cleanup = append(cleanup, func() { regionLock.Close() })
-		if errors.Is(statErr, os.ErrNotExist) {
-			// Created here: an agent that fails to start leaves no file.
-			cleanup = append(cleanup, func() {
-				if a.gen.Load() == 0 { // never formatted
-					os.Remove(c.Shm)
-				}
-			})
+		switch {
+		case errors.Is(statErr, os.ErrNotExist):
+			// Created here: removed when the agent stops, or fails to
+			// start. (Before the lock is let go: no other agent has it.)
+			cleanup = append(cleanup, func() { os.Remove(c.Shm) })
+		case statErr == nil && !c.MapExisting:
+			a.log.Warn("the region was left by an agent that is gone: formatting it anew", "region", c.Shm)
 		}
 	}
 	gen, err := a.nextGeneration()

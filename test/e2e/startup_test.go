@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,8 +117,8 @@ func TestBusyPortIsAnError(t *testing.T) {
 func TestSecondAgentLeavesTheRegionAlone(t *testing.T) {
 	region, args := hecdArgs(t)
 	first := exec.Command(testutil.Hecd(t), append(args, "--mgmt", "127.0.0.1:0")...)
-	var log bytes.Buffer
-	first.Stderr = &log
+	log := new(syncBuffer)
+	first.Stderr = log
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +169,8 @@ func TestListenersSurviveDescriptorExhaustion(t *testing.T) {
 	addrs := testutil.FreeAddrs(t, 3)
 	resp, tcp, mgmt := addrs[0], addrs[1], addrs[2]
 	cmd := exec.Command(testutil.Hecd(t), append(args, "--resp", resp, "--tcp", tcp, "--mgmt", mgmt, "--log-level", "warn")...)
-	var log bytes.Buffer
-	cmd.Stderr = &log
+	log := new(syncBuffer)
+	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +252,70 @@ func respPing(addr string) error {
 		return fmt.Errorf("PING: %q", b[:n])
 	}
 	return nil
+}
+
+// TestCleanStopLeavesNothing: an agent stopped cleanly removes the region
+// file it created; a region left by an agent that died is formatted anew,
+// and the log says so.
+func TestCleanStopLeavesNothing(t *testing.T) {
+	region, args := hecdArgs(t)
+	start := func() (*exec.Cmd, *syncBuffer, string) {
+		t.Helper()
+		addrs := testutil.FreeAddrs(t, 1)
+		cmd := exec.Command(testutil.Hecd(t), append(args, "--mgmt", addrs[0])...)
+		log := new(syncBuffer)
+		cmd.Stderr = log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := host.NewMgmt(addrs[0]).WaitReady(ctx); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		return cmd, log, addrs[0]
+	}
+	cmd, _, _ := start()
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("no region while serving: %v", err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("clean stop: %v", err)
+	}
+	if _, err := os.Stat(region); !os.IsNotExist(err) {
+		t.Fatalf("region %s left after a clean stop: %v", region, err)
+	}
+	// Killed: the region stays; the next agent says it formats it anew.
+	cmd, _, _ = start()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("a killed agent's region: %v", err)
+	}
+	cmd, log, _ := start()
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	if !strings.Contains(log.String(), "left by an agent that is gone") {
+		t.Errorf("a stale region reused without a word:\n%s", log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer a child process writes into while a test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
