@@ -21,11 +21,12 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/hecsys/hec/dpu.Version=$(VERSION)
 
 .PHONY: build
-build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (every package for both arches)
-	$(GO) build ./...
-	GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (a cold build takes a few minutes)
+	@echo "build: bin/hecd, the agent for this machine"
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hecd ./dpu/cmd/hecd
-	$(GO) build -o $(BIN)/hecctl ./host/cmd/hecctl
+	@echo "build: bin/hecctl, the CLI"
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/hecctl ./host/cmd/hecctl
+	@echo "build: bin/linux_arm64/hecd, the agent for a BlueField's Arm cores"
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
 
 .PHONY: run
@@ -61,7 +62,9 @@ test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-us
 
 .PHONY: image
 image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, signed manifest) in .cache/images/qemu
-	$(GO) run ./images/cmd/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION)
+	@echo "image: building the image tool"
+	$(GO) build -o $(BIN)/mkimage ./images/cmd/mkimage
+	$(BIN)/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION)
 
 .PHONY: bench
 bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
@@ -78,10 +81,11 @@ generate: ## regenerate bpf/'s committed bindings (hec_bpfel.go, .o) from xdp.c 
 	$(GO) generate ./bpf
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go vet, every package built for arm64, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb]\.go$$')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	$(GO) tool staticcheck ./...
 
 .PHONY: fuzz

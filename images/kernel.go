@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,12 @@ func run(ctx context.Context, dir string, name string, args ...string) ([]byte, 
 // the kernel package into cacheDir/kernel and unpacks it there, once. It
 // enables the arm64 architecture for apt when needed (root only).
 func FetchKernel(ctx context.Context, cacheDir string) (Kernel, error) {
+	return FetchKernelTo(ctx, cacheDir, io.Discard)
+}
+
+// FetchKernelTo is FetchKernel saying what it does on w, a line a step;
+// apt's own download progress goes to w as well.
+func FetchKernelTo(ctx context.Context, cacheDir string, w io.Writer) (Kernel, error) {
 	var k Kernel
 	cacheDir, err := filepath.Abs(cacheDir)
 	if err != nil {
@@ -54,6 +61,7 @@ func FetchKernel(ctx context.Context, cacheDir string) (Kernel, error) {
 			return k, err
 		}
 	}
+	fmt.Fprintf(w, "kernel: resolving %s:arm64 with apt\n", Metapackage)
 	pkg, err := resolveKernel(ctx)
 	if err != nil {
 		if _, uerr := run(ctx, "", "apt-get", "update", "-qq"); uerr != nil {
@@ -73,9 +81,13 @@ func FetchKernel(ctx context.Context, cacheDir string) (Kernel, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return k, err
 		}
-		if _, err := run(ctx, dir, "apt-get", "download", "-qq", pkg+":arm64"); err != nil {
-			return k, err
+		fmt.Fprintf(w, "kernel: downloading %s:arm64 (about 60 MB, once: cached in %s)\n", pkg, dir)
+		dl := exec.CommandContext(ctx, "apt-get", "download", pkg+":arm64")
+		dl.Dir, dl.Stdout, dl.Stderr = dir, w, w
+		if err := dl.Run(); err != nil {
+			return k, fmt.Errorf("apt-get download %s:arm64: %w", pkg, err)
 		}
+		fmt.Fprintf(w, "kernel: unpacking\n")
 		debs, _ := filepath.Glob(filepath.Join(dir, pkg+"_*_arm64.deb"))
 		if len(debs) != 1 {
 			return k, fmt.Errorf("downloaded %d packages for %s", len(debs), pkg)
@@ -84,6 +96,7 @@ func FetchKernel(ctx context.Context, cacheDir string) (Kernel, error) {
 			return k, err
 		}
 	}
+	fmt.Fprintf(w, "kernel: %s\n", k.Image)
 	debs, _ := filepath.Glob(filepath.Join(dir, pkg+"_*_arm64.deb"))
 	if len(debs) == 1 {
 		parts := strings.Split(filepath.Base(debs[0]), "_")

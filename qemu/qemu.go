@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,15 +23,18 @@ import (
 type Options struct {
 	Name     string // default "hec-vm"
 	Bundle   string // directory with Image and initramfs.cpio; default .cache/images/qemu
-	StateDir string // default .cache/qemu/NAME
+	StateDir string // default StateRoot()/NAME
 	Shm      string // region backing file; default /dev/shm/NAME
 	ShmSize  int64  // default 64 MiB
 	DiskSize int64  // state disk; default 64 MiB
 	MemoryMB int    // default 1024
 	CPUs     int    // default 2
-	// Host loopback ports forwarded to the agent's; defaults 17600
-	// (management), 17610 (TCP handoff), 16380 (RESP), 21311 (UDP GET).
+	// Host loopback ports forwarded to the agent's management, TCP
+	// handoff, RESP and UDP GET ports. PortBase, when set, gives them as
+	// PortBase, +1, +2 and +3; ports left 0 are chosen free, so VMs of
+	// other names run side by side. VM records the ones taken.
 	MgmtPort, TCPPort, RESPPort, UDPPort int
+	PortBase                             int
 	ReadyTimeout                         time.Duration // default 60s
 	// LeaseTimeout for the agent (hec.lease_timeout); default the agent's.
 	LeaseTimeout time.Duration
@@ -44,6 +48,8 @@ type Options struct {
 	// NetNS). The forwarded ports are then unused.
 	NetNS, Tap, GuestIP string
 	HTTP                *http.Client
+	// Progress, when set, is told each stage of the boot, a line each.
+	Progress io.Writer
 }
 
 func (o Options) withDefaults() Options {
@@ -54,7 +60,7 @@ func (o Options) withDefaults() Options {
 		o.Bundle = filepath.Join(".cache", "images", "qemu")
 	}
 	if o.StateDir == "" {
-		o.StateDir = filepath.Join(".cache", "qemu", o.Name)
+		o.StateDir = StateDirFor(o.Name)
 	}
 	if o.Shm == "" {
 		o.Shm = "/dev/shm/" + o.Name
@@ -66,10 +72,12 @@ func (o Options) withDefaults() Options {
 	}
 	def(&o.MemoryMB, 1024)
 	def(&o.CPUs, 2)
-	def(&o.MgmtPort, 17600)
-	def(&o.TCPPort, 17610)
-	def(&o.RESPPort, 16380)
-	def(&o.UDPPort, 21311)
+	if o.PortBase > 0 {
+		def(&o.MgmtPort, o.PortBase)
+		def(&o.TCPPort, o.PortBase+1)
+		def(&o.RESPPort, o.PortBase+2)
+		def(&o.UDPPort, o.PortBase+3)
+	}
 	if o.ShmSize == 0 {
 		o.ShmSize = 64 << 20
 	}
@@ -121,12 +129,17 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
+	if o.Tap == "" {
+		if err := o.pickPorts(); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range []int{o.MgmtPort, o.TCPPort, o.RESPPort} {
 		if o.Tap != "" {
 			break
 		}
 		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err != nil {
-			return nil, fmt.Errorf("host port %d is taken: %w", p, err)
+			return nil, fmt.Errorf("host port %d is taken (--ports BASE picks others): %w", p, err)
 		} else {
 			ln.Close()
 		}
@@ -198,7 +211,10 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		cmd.Process.Kill()
 		return nil, err
 	}
-	if err := waitReady(ctx, client, vm.Mgmt, o.ReadyTimeout, exited); err != nil {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "qemu: started (pid %d), console %s\n", vm.PID, console)
+	}
+	if err := waitReady(ctx, client, vm.Mgmt, o.ReadyTimeout, exited, stages(console, o.Progress)); err != nil {
 		cmd.Process.Kill()
 		<-exited
 		tail, _ := os.ReadFile(console)
@@ -217,9 +233,34 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	return vm, vm.save()
 }
 
-func waitReady(ctx context.Context, client *http.Client, mgmt string, timeout time.Duration, exited <-chan error) error {
+// stages returns a function that reports the boot stages the console
+// shows, each once.
+func stages(console string, w io.Writer) func() {
+	if w == nil {
+		return func() {}
+	}
+	marks := []struct{ mark, say string }{
+		{"msg=init ", "the guest kernel is up: process 1 (hecd) is setting the machine up"},
+		{`msg="init done"`, "network, state disk and region ready: starting the agent"},
+		{`msg="agent started"`, "the agent is starting its services"},
+	}
+	next := 0
+	return func() {
+		if next == len(marks) {
+			return
+		}
+		b, _ := os.ReadFile(console)
+		for next < len(marks) && strings.Contains(string(b), marks[next].mark) {
+			fmt.Fprintf(w, "qemu: %s\n", marks[next].say)
+			next++
+		}
+	}
+}
+
+func waitReady(ctx context.Context, client *http.Client, mgmt string, timeout time.Duration, exited <-chan error, progress func()) error {
 	deadline := time.Now().Add(timeout)
 	for {
+		progress()
 		if resp, err := client.Get("http://" + mgmt + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -293,8 +334,58 @@ func Load(stateDir string) (*VM, error) {
 	return &vm, nil
 }
 
+// StateRoot is where VMs keep their state by default:
+// $XDG_STATE_HOME/hec/qemu, or ~/.local/state/hec/qemu.
+func StateRoot() string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = os.TempDir()
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "hec", "qemu")
+}
+
 // StateDirFor returns the default state directory of a VM named name.
-func StateDirFor(name string) string { return Options{Name: name}.withDefaults().StateDir }
+func StateDirFor(name string) string { return filepath.Join(StateRoot(), name) }
+
+// List returns the VMs recorded under StateRoot, running or not.
+func List() []*VM {
+	dirs, _ := os.ReadDir(StateRoot())
+	var out []*VM
+	for _, d := range dirs {
+		if vm, err := Load(filepath.Join(StateRoot(), d.Name())); err == nil {
+			out = append(out, vm)
+		}
+	}
+	return out
+}
+
+// pickPorts chooses free loopback ports for the forwarded ports not set.
+func (o *Options) pickPorts() error {
+	for _, p := range []*int{&o.MgmtPort, &o.TCPPort, &o.RESPPort} {
+		if *p != 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("pick a free port: %w", err)
+		}
+		*p = ln.Addr().(*net.TCPAddr).Port
+		defer ln.Close() // held until all are picked: no two the same
+	}
+	if o.UDPPort == 0 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("pick a free port: %w", err)
+		}
+		o.UDPPort = pc.LocalAddr().(*net.UDPAddr).Port
+		pc.Close()
+	}
+	return nil
+}
 
 func (vm *VM) alive() bool {
 	if vm.PID <= 0 {

@@ -24,11 +24,12 @@ func main() {
 	if *key == "" {
 		*key = filepath.Join(*cache, "keys", "dev.ed25519")
 	}
-	k, err := images.FetchKernel(context.Background(), *cache)
+	k, err := images.FetchKernelTo(context.Background(), *cache, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage: kernel:", err)
 		os.Exit(1)
 	}
+	fmt.Printf("image: initramfs with %s as /init, kernel modules, manifest signed with %s\n", *agent, *key)
 	m, err := images.Build(images.BuildOptions{Agent: *agent, Kernel: k, Target: *target, Out: *out, KeyPath: *key, Version: *version})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
