@@ -66,6 +66,22 @@ type Node struct {
 // cluster's namespaces only: see Client).
 func (n Node) Mgmt() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.PortMgmt)) }
 
+// Agent is the --agent target of the node's agent: its region, or for a
+// VM its TCP handoff.
+func (n Node) Agent() string {
+	if n.VM {
+		return "tcp://" + n.TCP()
+	}
+	return "shm:///dev/shm/" + n.NS
+}
+
+// TCP is the address of the node's TCP handoff.
+func (n Node) TCP() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.PortTCP)) }
+
+// Env is the environment that makes hecctl (and host.Dial users reading
+// it) reach the node's agent with no flags.
+func (n Node) Env() []string { return []string{"HEC_AGENT=" + n.Agent(), "HEC_MGMT=" + n.Mgmt()} }
+
 // Client is a client of the node's management API, connecting from
 // inside its namespace.
 func (n Node) Client() *host.Mgmt { return &host.Mgmt{Addr: n.Mgmt(), HTTP: Client(n.NS)} }
@@ -456,6 +472,19 @@ func Load(name, stateDir string) (*State, error) {
 	return &st, json.Unmarshal(b, &st)
 }
 
+// List returns the clusters that are up with their state in the default
+// place.
+func List() []*State {
+	dirs, _ := filepath.Glob(DefaultStateDir("*"))
+	var out []*State
+	for _, d := range dirs {
+		if st, err := Load(strings.TrimPrefix(filepath.Base(d), "cluster-"), d); err == nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
 // namespaces lists the network namespaces named after cluster name.
 func namespaces(name string) []string {
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -520,6 +549,16 @@ func Down(name, stateDir string, log io.Writer) error {
 	for _, pid := range pids {
 		if alive(pid) {
 			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	// Return only once everything started is gone.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		left := false
+		for _, pid := range pids {
+			left = left || alive(pid)
+		}
+		if !left {
+			break
 		}
 	}
 	var errs []error
@@ -642,7 +681,9 @@ func (st *State) Exec(node int, argv ...string) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("node %d is an arm64 VM: no shell in it (its agent answers on %s)", node, n.Mgmt())
 		}
 		if n.Index == node {
-			return exec.Command("ip", append([]string{"netns", "exec", n.NS}, argv...)...), nil
+			cmd := exec.Command("ip", append([]string{"netns", "exec", n.NS}, argv...)...)
+			cmd.Env = append(os.Environ(), n.Env()...) // hecctl there finds the node's agent by itself
+			return cmd, nil
 		}
 	}
 	return nil, fmt.Errorf("cluster %s has no node %d (1..%d)", st.Name, node, len(st.Nodes))
