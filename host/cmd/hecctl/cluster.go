@@ -2,148 +2,144 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/test/cluster"
 )
 
-const clusterUsage = `usage: hecctl cluster up|down|status|ping|exec [flags]
+func clusterCmd(a *app) *cobra.Command {
+	cl := groupCmd("cluster", "test clusters of network namespaces, an agent in each: up, down, status, ping, exec")
+	cl.Long = `A test cluster is one network namespace per node (10.77.0.N, a private
+range seen only inside them), a veth from each to a bridge in a switch
+namespace, and a hecd per node (root only). The last --vm agents are
+arm64 VMs (make image) on taps on the bridge.`
+	var name, state string
+	cl.PersistentFlags().StringVar(&name, "name", "hec", "cluster name")
+	cl.PersistentFlags().StringVar(&state, "state", "", "state directory (default /run/hec/cluster-NAME)")
 
-  up --agents N [--vm K] [--membership static|etcd] [--rate LINK=RATE ...] [--xdp MODE] [--name C]
-        one network namespace per node (10.77.0.N, a private range seen only
-        inside them), a veth from each to a bridge, a hecd per node; the
-        last K agents are arm64 VMs (make image) on taps on the bridge; LINK
-        is a node number or "all", RATE a tc rate (1gbit, 500mbit)
-  down [--name C]        remove everything of the cluster, also after a crash
-  status [--name C]      nodes, their agents and peers
-  ping [--name C] [--bytes B] [--pings N]
-        round trips and bandwidth between every pair of agents (the matrix);
-        calibrates the network rails (rails.json in the cluster's state)
-  exec [--name C] NODE -- CMD...   run CMD inside node NODE's namespace
-`
+	var o cluster.Options
+	rates := rateFlags{}
+	up := &cobra.Command{Use: "up", Short: "make a cluster and start its agents", Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Name, o.StateDir, o.Rates, o.Log = name, state, rates, a.out
+			st, err := cluster.Up(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return a.printCluster(cmd.Context(), st)
+		}}
+	f := up.Flags()
+	f.IntVar(&o.Agents, "agents", 3, "nodes, each with an agent")
+	f.StringVar(&o.Membership, "membership", "static", "static or etcd")
+	f.IntVar(&o.VMs, "vm", 0, "arm64 VMs among the agents (the last ones)")
+	f.Var(rates, "rate", "LINK=RATE: a tc rate limit on a node's link (LINK a node number or all; repeatable)")
+	f.StringVar(&o.Hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")
+	f.StringVar(&o.Bundle, "bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
+	f.StringVar(&o.XDP, "xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
 
-type rateFlags map[int]string
-
-func (r rateFlags) String() string { return fmt.Sprint(map[int]string(r)) }
-func (r rateFlags) Set(s string) error {
-	link, rate, ok := strings.Cut(s, "=")
-	if !ok || rate == "" {
-		return fmt.Errorf("want LINK=RATE, such as 2=1gbit or all=500mbit")
-	}
-	if link == "all" {
-		r[0] = rate
-		return nil
-	}
-	n, err := strconv.Atoi(link)
-	if err != nil || n < 1 {
-		return fmt.Errorf("link %q: a node number (1..) or all", link)
-	}
-	r[n] = rate
-	return nil
+	down := &cobra.Command{Use: "down", Short: "remove everything of the cluster, also after a crash of hecctl; returns once all its processes are gone",
+		Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cluster.Down(name, state, a.out) }}
+	status := &cobra.Command{Use: "status", Short: "the nodes: how to reach each agent, and its peers", Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := cluster.Load(name, state)
+			if err != nil {
+				return err
+			}
+			return a.printCluster(cmd.Context(), st)
+		}}
+	var bytes int64
+	var pings int
+	ping := &cobra.Command{Use: "ping", Short: "round trips and bandwidth between every pair of agents; calibrates the network rails",
+		Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := cluster.Load(name, state)
+			if err != nil {
+				return err
+			}
+			res, err := st.Ping(cmd.Context(), pings, bytes)
+			if err != nil {
+				return err
+			}
+			return printMatrix(st, res, a.out)
+		}}
+	ping.Flags().Int64Var(&bytes, "bytes", 256<<20, "bytes each agent sends each other one")
+	ping.Flags().IntVar(&pings, "pings", 200, "round trips each agent makes to each other one")
+	exec := &cobra.Command{Use: "exec NODE -- CMD [ARGS]",
+		Short: "run CMD inside node NODE's namespace, with HEC_AGENT and HEC_MGMT naming its agent",
+		Args:  wantArgs(2, -1, "NODE -- CMD [ARGS]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			node, err := strconv.Atoi(args[0])
+			if err != nil {
+				return usageError{fmt.Errorf("cluster exec: node %q: a number", args[0])}
+			}
+			st, err := cluster.Load(name, state)
+			if err != nil {
+				return err
+			}
+			argv := args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usageError{fmt.Errorf("cluster exec: want NODE -- CMD [ARGS]")}
+			}
+			c, err := st.Exec(node, argv...)
+			if err != nil {
+				return err
+			}
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, a.out, os.Stderr
+			return c.Run()
+		}}
+	exec.Flags().SetInterspersed(false) // what follows NODE is the command's
+	cl.AddCommand(up, down, uses(status, useOutput), ping, exec)
+	return cl
 }
 
-func clusterCmd(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, clusterUsage)
-		return flag.ErrHelp
-	}
-	fs := flag.NewFlagSet("hecctl cluster "+args[0], flag.ContinueOnError)
-	name := fs.String("name", "hec", "cluster name")
-	state := fs.String("state", "", "state directory (default /run/hec/cluster-NAME)")
-	switch sub, rest := args[0], args[1:]; sub {
-	case "up":
-		agents := fs.Int("agents", 3, "nodes, each with an agent")
-		membership := fs.String("membership", "static", "static or etcd")
-		vms := fs.Int("vm", 0, "arm64 VMs among the agents")
-		rates := rateFlags{}
-		fs.Var(rates, "rate", "LINK=RATE: a tc rate limit on a node's link (repeatable)")
-		hecd := fs.String("hecd", "", "agent binary (default: hecd beside hecctl)")
-		bundle := fs.String("bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
-		xdpMode := fs.String("xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		st, err := cluster.Up(ctx, cluster.Options{Name: *name, Agents: *agents, VMs: *vms, Bundle: *bundle, Rates: rates,
-			Membership: *membership, Hecd: *hecd, StateDir: *state, XDP: *xdpMode, Log: out})
-		if err != nil {
-			return err
-		}
-		return printCluster(st, out)
-	case "down":
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		return cluster.Down(*name, *state, out)
-	case "status":
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		st, err := cluster.Load(*name, *state)
-		if err != nil {
-			return err
-		}
-		return printCluster(st, out)
-	case "ping":
-		bytes := fs.Int64("bytes", 256<<20, "bytes each agent sends each other one")
-		pings := fs.Int("pings", 200, "round trips each agent makes to each other one")
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		st, err := cluster.Load(*name, *state)
-		if err != nil {
-			return err
-		}
-		res, err := st.Ping(ctx, *pings, *bytes)
-		if err != nil {
-			return err
-		}
-		return printMatrix(st, res, out)
-	case "exec":
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		argv := fs.Args()
-		if len(argv) < 2 {
-			return errors.New("cluster exec: want NODE -- CMD [ARGS]")
-		}
-		node, err := strconv.Atoi(argv[0])
-		if err != nil {
-			return fmt.Errorf("cluster exec: node %q: a number", argv[0])
-		}
-		argv = argv[1:]
-		if argv[0] == "--" {
-			argv = argv[1:]
-		}
-		st, err := cluster.Load(*name, *state)
-		if err != nil {
-			return err
-		}
-		cmd, err := st.Exec(node, argv...)
-		if err != nil {
-			return err
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out, os.Stderr
-		return cmd.Run()
-	}
-	fmt.Fprint(os.Stderr, clusterUsage)
-	return fmt.Errorf("cluster: unknown command %q", args[0])
+// clusterNode is a node as cluster status -o json shows it.
+type clusterNode struct {
+	cluster.Node
+	Agent string           `json:"agent"`
+	Mgmt  string           `json:"mgmt"`
+	Peers []api.PeerStatus `json:"peers"`
+	Error string           `json:"error,omitempty"`
 }
 
-func printCluster(st *cluster.State, out io.Writer) error {
+func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
+	var nodes []clusterNode
+	for _, n := range st.Nodes {
+		cn := clusterNode{Node: n, Agent: n.Agent(), Mgmt: n.Mgmt()}
+		m := &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(st.Switch)}
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if s, err := m.Status(sctx); err == nil {
+			cn.Peers = s.Peers
+		} else {
+			cn.Error = err.Error()
+		}
+		cancel()
+		nodes = append(nodes, cn)
+	}
+	if a.jsonOut() {
+		return a.printJSON(map[string]any{"cluster": st, "nodes": nodes})
+	}
+	out := a.out
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "cluster %s: %s on bridge br0 in netns %s, %s membership", st.Name, st.Subnet, st.Switch, st.Membership)
 	if st.Etcd != "" {
 		fmt.Fprintf(tw, " (etcd %s)", st.Etcd)
 	}
-	fmt.Fprintf(tw, "\nNODE\tKIND\tNETNS\tADDRESS\tPID\tRATE\n")
-	for _, n := range st.Nodes {
+	fmt.Fprintf(tw, "\nNODE\tKIND\tNETNS\tADDRESS\tPID\tRATE\tREACH IT WITH\tPEERS ALIVE\n")
+	for i, n := range st.Nodes {
 		rate := n.Rate
 		if rate == "" {
 			rate = "-"
@@ -152,9 +148,24 @@ func printCluster(st *cluster.State, out io.Writer) error {
 		if n.VM {
 			kind = "arm64 VM (QEMU)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", n.Index, kind, n.NS, n.Addr, n.PID, rate)
+		peers := nodes[i].Error
+		if peers == "" {
+			alive := 0
+			for _, p := range nodes[i].Peers {
+				if p.Alive {
+					alive++
+				}
+			}
+			peers = fmt.Sprintf("%d of %d", alive, len(nodes[i].Peers))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t--agent %s --mgmt %s\t%s\n", n.Index, kind, n.NS, n.Addr, n.PID, rate,
+			n.Agent(), n.Mgmt(), peers)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "(the management addresses are inside the cluster: hecctl cluster exec N -- hecctl status reaches node N's agent)\n")
+	return nil
 }
 
 func printMatrix(st *cluster.State, res []cluster.PairResult, out io.Writer) error {

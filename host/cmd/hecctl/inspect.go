@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -16,59 +15,72 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"github.com/spf13/cobra"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 )
 
-func getXDP(ctx context.Context, mgmt string, top int) (api.XDPStatus, error) {
-	return host.NewMgmt(mgmt).XDP(ctx, top)
-}
-
-func inspectCmd(ctx context.Context, args []string, out io.Writer) error {
-	var c common
-	fs := flags("inspect", &c)
-	interval := fs.Duration("interval", time.Second, "time between reports")
-	count := fs.Int("count", 0, "reports to print (0: until interrupted)")
-	top := fs.Int("top", 5, "top talkers to show")
-	pcap := fs.String("pcap", "", "write sampled packets to this pcap file instead (tshark -r FILE reads it)")
-	seconds := fs.Float64("seconds", 5, "with --pcap: how long to sample")
-	every := fs.Uint("every", 1, "with --pcap: sample one packet in this many")
-	snap := fs.Uint("snap", 128, "with --pcap: bytes of each packet (at most 256)")
-	limit := fs.Uint("max", 0, "with --pcap: stop after this many packets (0: no limit)")
-	classes := fs.String("classes", "default", "with --pcap: classes to sample, comma-separated (resp, udp_get, peer, mgmt, other), all, or default (all but mgmt, which carries the samples)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func inspectCmd(a *app) *cobra.Command {
+	var o struct {
+		interval         durationFlag
+		count, top       int
+		pcap, classes    string
+		seconds          float64
+		every, snap, max uint
 	}
-	if *pcap != "" {
-		return inspectPcap(ctx, c.mgmt, *pcap, *seconds, *every, *snap, *limit, *classes, out)
-	}
-	if *interval <= 0 {
-		return fmt.Errorf("inspect: --interval must be positive")
-	}
-	prev, err := getXDP(ctx, c.mgmt, *top)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "xdp on %s (%s mode), allow-list default %s\n", prev.Interface, prev.Mode,
-		map[bool]string{true: "deny", false: "allow"}[prev.DefaultDeny])
-	t0 := time.Now()
-	for n := 0; *count == 0 || n < *count; n++ {
-		select {
-		case <-ctx.Done():
+	o.interval.d = time.Second
+	cmd := &cobra.Command{
+		Use:   "inspect",
+		Short: "the agent's XDP counters: per-class rates, drops by reason, top talkers; --pcap FILE writes sampled packets",
+		Args:  wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if o.pcap != "" {
+				return a.inspectPcap(ctx, o.pcap, o.seconds, o.every, o.snap, o.max, o.classes)
+			}
+			if o.interval.d <= 0 {
+				return usageError{fmt.Errorf("--interval must be positive")}
+			}
+			m := a.client()
+			prev, err := m.XDP(ctx, o.top)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(prev)
+			}
+			fmt.Fprintf(a.out, "xdp on %s (%s mode), allow-list default %s\n", prev.Interface, prev.Mode,
+				map[bool]string{true: "deny", false: "allow"}[prev.DefaultDeny])
+			t0 := time.Now()
+			for n := 0; o.count == 0 || n < o.count; n++ {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(o.interval.d):
+				}
+				cur, err := m.XDP(ctx, o.top)
+				if err != nil {
+					return err
+				}
+				dt := time.Since(t0).Seconds()
+				t0 = time.Now()
+				printRates(a.out, prev, cur, dt)
+				prev = cur
+			}
 			return nil
-		case <-time.After(*interval):
-		}
-		cur, err := getXDP(ctx, c.mgmt, *top)
-		if err != nil {
-			return err
-		}
-		dt := time.Since(t0).Seconds()
-		t0 = time.Now()
-		printRates(out, prev, cur, dt)
-		prev = cur
+		},
 	}
-	return nil
+	f := cmd.Flags()
+	f.Var(&o.interval, "interval", "time between reports")
+	f.IntVar(&o.count, "count", 0, "reports to print (0: until interrupted)")
+	f.IntVar(&o.top, "top", 5, "top talkers to show")
+	f.StringVar(&o.pcap, "pcap", "", "write sampled packets to this pcap file instead (tshark -r FILE reads it)")
+	f.Float64Var(&o.seconds, "seconds", 5, "with --pcap: how long to sample")
+	f.UintVar(&o.every, "every", 1, "with --pcap: sample one packet in this many")
+	f.UintVar(&o.snap, "snap", 128, "with --pcap: bytes of each packet (at most 256)")
+	f.UintVar(&o.max, "max", 0, "with --pcap: stop after this many packets (0: no limit)")
+	f.StringVar(&o.classes, "classes", "default", "with --pcap: classes to sample, comma-separated (resp, udp_get, peer, mgmt, other), all, or default (all but mgmt, which carries the samples)")
+	return uses(cmd, useAgent|useMgmt|useOutput)
 }
 
 func printRates(out io.Writer, prev, cur api.XDPStatus, dt float64) {
@@ -134,9 +146,10 @@ func sizeOf(b uint64) string {
 }
 
 // inspectPcap streams the agent's packet samples into a pcap file.
-func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every, snap, limit uint, classes string, out io.Writer) error {
+func (a *app) inspectPcap(ctx context.Context, path string, seconds float64, every, snap, limit uint, classes string) error {
+	out := a.out
 	if snap == 0 || snap > 256 || every == 0 || seconds <= 0 {
-		return fmt.Errorf("inspect: want --snap 1..256, --every >= 1, --seconds > 0")
+		return usageError{fmt.Errorf("inspect: want --snap 1..256, --every >= 1, --seconds > 0")}
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -152,7 +165,7 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 	got := map[string]int{}
 	var werr error
 	q := api.SampleQuery{Every: every, Snap: snap, Max: limit, Seconds: seconds, Classes: classes}
-	err = host.NewMgmt(mgmt).Samples(ctx, q, func(s api.XDPSample) bool {
+	err = a.client().Samples(ctx, q, func(s api.XDPSample) bool {
 		if len(s.Data) > int(snap) || len(s.Data) > s.Len {
 			return true // not what was asked: never write a malformed record
 		}
@@ -189,70 +202,4 @@ func inspectPcap(ctx context.Context, mgmt, path string, seconds float64, every,
 	}
 	fmt.Fprintf(out, "wrote %d packets to %s (%s)\n", n, path, strings.Join(parts, ", "))
 	return nil
-}
-
-func aclCmd(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("acl: want add PREFIX [--deny] | del PREFIX | list")
-	}
-	var c common
-	fs := flags("acl "+args[0], &c)
-	deny := fs.Bool("deny", false, "with add: deny the prefix (default: allow it)")
-	sub := args[0]
-	pos, err := parseAnywhere(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "add":
-		if len(pos) != 1 {
-			return fmt.Errorf("acl add: want one PREFIX (ADDR/BITS or ADDR)")
-		}
-		if err := host.NewMgmt(c.mgmt).ACLAdd(ctx, api.ACLRule{Prefix: pos[0], Allow: !*deny}); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s %s\n", map[bool]string{true: "deny", false: "allow"}[*deny], pos[0])
-		return nil
-	case "del":
-		if len(pos) != 1 {
-			return fmt.Errorf("acl del: want one PREFIX")
-		}
-		if err := host.NewMgmt(c.mgmt).ACLDel(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "removed %s\n", pos[0])
-		return nil
-	case "list":
-		if len(pos) != 0 {
-			return fmt.Errorf("acl list: takes no arguments")
-		}
-		doc, err := host.NewMgmt(c.mgmt).ACL(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "PREFIX\tACTION")
-		for _, r := range doc.Rules {
-			fmt.Fprintf(tw, "%s\t%s\n", r.Prefix, map[bool]string{true: "allow", false: "deny"}[r.Allow])
-		}
-		fmt.Fprintf(tw, "(others)\t%s\n", map[bool]string{true: "deny", false: "allow"}[doc.DefaultDeny])
-		return tw.Flush()
-	}
-	return fmt.Errorf("acl: unknown subcommand %q: want add, del or list", sub)
-}
-
-// parseAnywhere parses flags given before, between or after the
-// positional arguments, which it returns.
-func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }

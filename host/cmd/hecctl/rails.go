@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/rail"
 )
 
@@ -66,12 +68,45 @@ func age(d time.Duration) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
+func railsCmd(a *app) *cobra.Command {
+	var recalibrate bool
+	cmd := &cobra.Command{
+		Use:   "rails",
+		Short: "this host's CPUs, NICs, DPUs and GPUs, the agent's platform and DPU profile, and each rail's rates",
+		Args:  wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.rails(cmd.Context(), recalibrate)
+		},
+	}
+	cmd.Flags().BoolVar(&recalibrate, "recalibrate", false, "measure the host rail now, not from the cache")
+	return uses(cmd, useAgent|useMgmt|useOutput)
+}
+
+// railsReport is what rails prints with -o json.
+type railsReport struct {
+	Host      *host.Inventory `json:"host"`
+	HostRates hostRates       `json:"host_rates"`
+	Agent     *api.Status     `json:"agent,omitempty"`
+	AgentErr  string          `json:"agent_error,omitempty"`
+}
+
 // rails prints the host's inventory, the agent's platform and profile, and
 // the current model of each rail.
-func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) error {
+func (a *app) rails(ctx context.Context, recalibrate bool) error {
+	out := a.out
 	inv, err := host.Discover("/")
 	if err != nil {
 		return err
+	}
+	if a.jsonOut() {
+		r := railsReport{Host: &inv}
+		r.HostRates, _ = hostCalibration(recalibrate)
+		if st, err := a.client().Status(ctx); err == nil {
+			r.Agent = &st
+		} else {
+			r.AgentErr = err.Error()
+		}
+		return a.printJSON(r)
 	}
 	fmt.Fprintf(out, "host\n")
 	fmt.Fprintf(out, "  cpu     %s, %d CPUs, %s, SIMD: %s\n", inv.CPU.Model, inv.CPU.Count, inv.CPU.Arch, strings.Join(inv.CPU.SIMD, " "))
@@ -109,7 +144,7 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 	hr, hsrc := hostCalibration(recalibrate)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	defer tw.Flush()
-	st, agentErr := host.NewMgmt(c.mgmt).Status(ctx)
+	st, agentErr := a.client().Status(ctx)
 	fmt.Fprintf(tw, "\nagent\n")
 	if agentErr != nil {
 		fmt.Fprintf(tw, "  not reachable: %v\n", agentErr)
@@ -143,7 +178,7 @@ func railsCmd(ctx context.Context, c common, recalibrate bool, out io.Writer) er
 	if len(st.Rails) == 0 {
 		fmt.Fprintf(tw, "dpu\t(the agent has not calibrated yet: it does in the background once ready)\n")
 	}
-	cl, err := dial(ctx, c)
+	cl, err := a.dial(ctx)
 	if err != nil {
 		fmt.Fprintf(tw, "handoff\tnot reachable: %v\n", err)
 		return nil

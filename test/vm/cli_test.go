@@ -1,0 +1,88 @@
+package vm
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/hecsys/hec/qemu"
+	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// TestTwoVMsFromAnyDirectory: two VMs of other names run at once, each
+// reachable by what its hecctl qemu up printed (free ports of its own);
+// hecctl qemu status works from any directory; --agent alone names a VM.
+func TestTwoVMsFromAnyDirectory(t *testing.T) {
+	b := bundle(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir()) // the VMs' state, for hecctl and this test alike
+	hecctl := func(dir string, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command(testutil.Hecctl(t), args...)
+		cmd.Dir = dir
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil {
+			return out.String(), &exec.ExitError{ProcessState: cmd.ProcessState, Stderr: errb.Bytes()}
+		}
+		return out.String(), nil
+	}
+	var vms []*qemu.VM
+	for _, name := range []string{"two-a", "two-b"} {
+		t.Cleanup(func() {
+			if vm, err := qemu.Load(qemu.StateDirFor(name)); err == nil {
+				vm.PowerCut()
+				os.Remove(vm.Shm)
+			}
+		})
+		out, err := hecctl(t.TempDir(), "qemu", "up", "--name", name, "--bundle", b)
+		if err != nil {
+			t.Fatalf("qemu up %s: %v %s\n%s", name, err, err.(*exec.ExitError).Stderr, out)
+		}
+		t.Logf("%s", out)
+		// From another directory: its record, with the addresses printed.
+		st, err := hecctl(t.TempDir(), "qemu", "status", "--name", name, "-o", "json")
+		if err != nil {
+			t.Fatalf("qemu status %s: %v", name, err)
+		}
+		var doc struct {
+			VM      qemu.VM `json:"vm"`
+			Running bool    `json:"running"`
+		}
+		if err := json.Unmarshal([]byte(st), &doc); err != nil || !doc.Running {
+			t.Fatalf("qemu status %s -o json: %v %s", name, err, st)
+		}
+		for _, addr := range []string{doc.VM.Agent, doc.VM.Mgmt, doc.VM.RESP, doc.VM.UDP} {
+			if !strings.Contains(out, addr) {
+				t.Errorf("qemu up did not print %s", addr)
+			}
+		}
+		vms = append(vms, &doc.VM)
+	}
+	if vms[0].Mgmt == vms[1].Mgmt || vms[0].Agent == vms[1].Agent {
+		t.Fatalf("two VMs share addresses: %+v %+v", vms[0], vms[1])
+	}
+	for _, vm := range vms {
+		// --agent alone: the management address follows from the VM's record.
+		out, err := hecctl(t.TempDir(), "status", "--agent", vm.Agent, "-o", "json")
+		var st api.Status
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Region == "" {
+			t.Fatalf("status --agent %s: %v %s", vm.Agent, err, out)
+		}
+		if _, err := hecctl(t.TempDir(), "ping", "--agent", vm.Agent, "--n", "20"); err != nil {
+			t.Fatalf("ping --agent %s: %v", vm.Agent, err)
+		}
+	}
+	for _, vm := range vms {
+		if _, err := hecctl(t.TempDir(), "qemu", "down", "--name", vm.Name); err != nil {
+			t.Fatalf("qemu down %s: %v", vm.Name, err)
+		}
+		if vm.Running() {
+			t.Errorf("VM %s still runs after qemu down returned", vm.Name)
+		}
+	}
+}
