@@ -82,7 +82,12 @@ func FetchKernelTo(ctx context.Context, cacheDir string, w io.Writer) (Kernel, e
 			return k, err
 		}
 		fmt.Fprintf(w, "kernel: downloading %s:arm64 (about 60 MB, once: cached in %s)\n", pkg, dir)
-		dl := exec.CommandContext(ctx, "apt-get", "download", pkg+":arm64")
+		args := []string{"download", pkg + ":arm64"}
+		if os.Geteuid() == 0 {
+			// apt's sandbox user cannot write a root-owned cache.
+			args = append([]string{"-o", "APT::Sandbox::User=root"}, args...)
+		}
+		dl := exec.CommandContext(ctx, "apt-get", args...)
 		dl.Dir, dl.Stdout, dl.Stderr = dir, w, w
 		if err := dl.Run(); err != nil {
 			return k, fmt.Errorf("apt-get download %s:arm64: %w", pkg, err)
