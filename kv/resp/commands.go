@@ -120,15 +120,18 @@ func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 	case cmd == nil:
 		var b strings.Builder
 		for _, a := range args[1:min(len(args), 4)] {
-			fmt.Fprintf(&b, "'%s' ", a)
+			fmt.Fprintf(&b, "'%s' ", cut(a))
 		}
-		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", args[0], b.String()))
+		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", cut(args[0]), b.String()))
 	case cmd.arity > 0 && len(args) != cmd.arity, cmd.arity < 0 && len(args) < -cmd.arity:
 		c.wrongArgs(cmd.name)
 	default:
 		cmd.run(c, ctx, args)
 	}
 }
+
+// cut shortens an argument echoed in an error to 128 bytes (as Redis).
+func cut(b []byte) []byte { return b[:min(len(b), 128)] }
 
 func (c *client) ping(_ context.Context, args [][]byte) {
 	switch len(args) {

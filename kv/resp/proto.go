@@ -182,9 +182,25 @@ func (w *Writer) Simple(s string) {
 	w.str("\r\n")
 }
 
+// maxError bounds an error reply's text: errors echo what clients sent.
+const maxError = 500
+
+// Error writes an error reply. Control characters (CR and LF above all)
+// become spaces and the text is cut at maxError bytes, so an argument a
+// client sent, echoed back, can never end the reply early and forge the
+// ones after it (as Redis does).
 func (w *Writer) Error(s string) {
 	w.buf = append(w.buf, '-')
-	w.buf = append(w.buf, s...)
+	if len(s) > maxError {
+		s = s[:maxError]
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f {
+			c = ' '
+		}
+		w.buf = append(w.buf, c)
+	}
 	w.str("\r\n")
 }
 

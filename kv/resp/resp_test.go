@@ -306,12 +306,22 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), uint8(3))
 	f.Add([]byte("PING\r\n\r\n*0\r\n*1\r\n$4\r\nPING\r\n"), uint8(1))
 	f.Add([]byte("*1\r\n$-1\r\n"), uint8(5))
+	// Control characters inside arguments, and lone CR or LF.
+	f.Add([]byte("*2\r\n$9\r\nNOSUCHCMD\r\n$16\r\nx\r\n$4\r\nFAKE\r\n+\r\n"), uint8(7))
+	f.Add([]byte("GET a\rb\r\nSET k\x00v x\n\r\n"), uint8(2))
+	f.Add([]byte("*1\r\n$3\r\n\r\n\r\r\n"), uint8(1))
 	lim := Limits{MaxArgs: 64, MaxBulk: 1024, MaxRequest: 4096, MaxInline: 256}.withDefaults()
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		whole := parseAll(t, in, len(in), lim)
 		split := parseAll(t, in, int(step)+1, lim)
 		if whole != split {
 			t.Fatalf("whole input parses as %q, fed %d bytes at a time as %q", whole, int(step)+1, split)
+		}
+		// Whatever a client sent, an error echoing it is one line.
+		var w Writer
+		w.Error("ERR unknown command '" + string(in) + "'")
+		if out := w.buf; bytes.IndexAny(out[:len(out)-2], "\r\n") >= 0 || len(out) > maxError+3 {
+			t.Fatalf("error reply %q is not one bounded line", out)
 		}
 	})
 }
@@ -468,5 +478,39 @@ func TestClientThatDoesNotRead(t *testing.T) {
 	}
 	if n := s.Clients(); n != 1 {
 		t.Fatalf("%d clients connected; the one that does not read was not dropped", n)
+	}
+}
+
+// TestErrorRepliesCannotInject: an argument echoed in an error reply
+// carries no CR or LF and is cut short, so it cannot forge later replies
+// on the connection (reply injection).
+func TestErrorRepliesCannotInject(t *testing.T) {
+	addr, _ := startServer(t, "")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	evil := "x\r\n$4\r\nFAKE\r\n+"
+	long := strings.Repeat("y", 10000)
+	for _, args := range [][]string{{"NOSUCHCMD", evil}, {"CONFIG", evil}, {"COMMAND", evil}, {"NOSUCH" + long}, {"GET", "k"}} {
+		fmt.Fprintf(c, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(c, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	r := bufio.NewReader(c)
+	for i := 0; i < 4; i++ {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(line, "-ERR") || len(line) > 512 {
+			t.Fatalf("reply %d: %.100q (%d bytes): want one error line of at most 512 bytes", i, line, len(line))
+		}
+	}
+	if line, _ := r.ReadString('\n'); line != "$-1\r\n" {
+		t.Fatalf("GET k after the errors: %q, want the nil reply (an injected reply took its place)", line)
 	}
 }
