@@ -157,7 +157,7 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		resp.Spans[0] = wire.Span{Off: out.Off, Len: uint32(len(e.Value))}
 	}})
 	d.Handle(wire.OpKVPut, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
-		if req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 {
+		if req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 || req.Arg0 > maxTTLMillis {
 			resp.Status = wire.StatusBadArg
 			return
 		}
@@ -262,6 +262,10 @@ func spanArgs(req *Request, resp *wire.Desc, n, k int) ([][]byte, bool) {
 	return in, true
 }
 
+// maxTTLMillis bounds a TTL over the handoff (100 years): larger ones are
+// refused, not wrapped around.
+const maxTTLMillis = uint64(100 * 365 * 24 * time.Hour / time.Millisecond)
+
 // ErrBatch is returned by DecodeKVBatch for malformed records.
 var ErrBatch = errors.New("dpu: malformed kv batch")
 
@@ -274,7 +278,7 @@ func DecodeKVBatch(b []byte) ([]kv.Op, error) {
 		}
 		kl, vl := uint64(binary.LittleEndian.Uint32(b[1:])), uint64(binary.LittleEndian.Uint32(b[5:]))
 		ttl := binary.LittleEndian.Uint64(b[9:])
-		if kl+vl > uint64(len(b)-17) || ttl > uint64(100*365*24*time.Hour/time.Millisecond) {
+		if kl+vl > uint64(len(b)-17) || ttl > maxTTLMillis {
 			return nil, ErrBatch
 		}
 		op := kv.Op{Delete: b[0] == 1, Key: b[17 : 17+kl], Value: b[17+kl : 17+kl+vl], TTL: time.Duration(ttl) * time.Millisecond}

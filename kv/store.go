@@ -615,8 +615,12 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 // written now with ttl, rounded up: the key lives at least ttl, at most a
 // second more.
 func expiresAt(ttl time.Duration) uint64 {
-	const s = int64(time.Second)
-	return uint64((time.Now().Add(ttl).UnixNano() + s - 1) / s)
+	t := time.Now().Add(ttl) // seconds, not nanoseconds: those overflow past 2262
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return uint64(sec)
 }
 
 // Delete removes keys and returns how many existed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -234,6 +235,40 @@ func (c *client) incr(_ context.Context, args [][]byte) {
 	c.w.Int(n)
 }
 
+// expireAfter turns an expire argument n in unit (time.Second or
+// time.Millisecond) into a duration from now, saturating at what a
+// time.Duration holds (292 years: a key set to expire later expires then);
+// false where Redis answers "invalid expire time": n in milliseconds, or
+// now plus that, overflows 64 bits.
+func expireAfter(n int64, unit time.Duration) (time.Duration, bool) {
+	ms := n
+	if unit == time.Second {
+		if n > math.MaxInt64/1000 || n < math.MinInt64/1000 {
+			return 0, false
+		}
+		ms = n * 1000
+	}
+	if now := time.Now().UnixMilli(); ms > math.MaxInt64-now {
+		return 0, false
+	}
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return time.Duration(math.MaxInt64), true
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// expireAt is expireAfter for an absolute Unix time (EXAT, PXAT).
+func expireAt(n int64, unit time.Duration) (time.Duration, bool) {
+	ms := n
+	if unit == time.Second {
+		if n > math.MaxInt64/1000 || n < math.MinInt64/1000 {
+			return 0, false
+		}
+		ms = n * 1000
+	}
+	return time.Until(time.UnixMilli(ms)), true // Until saturates
+}
+
 // expire serves EXPIRE and PEXPIRE.
 func (c *client) expire(_ context.Context, args [][]byte) {
 	n, ok := parseInt(args[2])
@@ -241,9 +276,14 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 		c.w.Error("ERR value is not an integer or out of range")
 		return
 	}
-	d := time.Duration(n) * time.Second
+	unit := time.Second
 	if len(args[0]) > 0 && (args[0][0] == 'p' || args[0][0] == 'P') {
-		d = time.Duration(n) * time.Millisecond
+		unit = time.Millisecond
+	}
+	d, ok := expireAfter(n, unit)
+	if !ok {
+		c.w.Error("ERR invalid expire time in '" + strings.ToLower(string(args[0])) + "' command")
+		return
 	}
 	if n <= 0 {
 		cnt, err := c.s.Store.Delete(args[1])

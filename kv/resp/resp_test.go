@@ -514,3 +514,53 @@ func TestErrorRepliesCannotInject(t *testing.T) {
 		t.Fatalf("GET k after the errors: %q, want the nil reply (an injected reply took its place)", line)
 	}
 }
+
+// TestExpiryArithmetic: expiry values that overflow 64-bit nanoseconds
+// neither wrap to the past nor to "never": Redis keeps such keys, or
+// answers ERR invalid expire time where its own milliseconds overflow.
+func TestExpiryArithmetic(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	do := func(args ...any) (any, error) { return c.Do(ctx, args...).Result() }
+	type step struct {
+		args    []any
+		want    any    // nil: don't care
+		wantErr string // "": no error
+	}
+	for _, st := range []step{
+		{[]any{"SET", "far", "v", "EX", "10000000000"}, "OK", ""},
+		{[]any{"SET", "k", "v"}, "OK", ""},
+		{[]any{"EXPIRE", "k", "10000000000"}, int64(1), ""},
+		{[]any{"SET", "k2", "v"}, "OK", ""},
+		{[]any{"EXPIRE", "k2", "9223372036854776"}, nil, "invalid expire time"},
+		{[]any{"SET", "bad", "v", "EX", "9223372036854775807"}, nil, "invalid expire time"},
+		{[]any{"SET", "bad", "v", "PX", "9223372036854775807"}, nil, "invalid expire time"},
+		{[]any{"PEXPIRE", "k2", "9223372036854775807"}, nil, "invalid expire time"},
+	} {
+		got, err := do(st.args...)
+		if st.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), st.wantErr) {
+				t.Errorf("%v: %v %v, want an error with %q", st.args, got, err, st.wantErr)
+			}
+			continue
+		}
+		if err != nil || (st.want != nil && got != st.want) {
+			t.Errorf("%v: %v %v, want %v", st.args, got, err, st.want)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // a wrapped expiry would have passed
+	for _, k := range []string{"far", "k"} {
+		ttl, err := c.TTL(ctx, k).Result()
+		if err != nil || ttl < 100*365*24*time.Hour {
+			t.Errorf("TTL %s: %v %v, want centuries", k, ttl, err)
+		}
+	}
+	if v, err := c.Get(ctx, "k2").Result(); err != nil || v != "v" {
+		t.Errorf("k2 after a refused EXPIRE: %q %v", v, err)
+	}
+	if n, _ := c.Exists(ctx, "bad").Result(); n != 0 {
+		t.Errorf("a refused SET stored its key")
+	}
+}

@@ -299,13 +299,16 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 			}
 			switch opt {
 			case "EX":
-				o.TTL = time.Duration(n) * time.Second
+				o.TTL, ok = expireAfter(n, time.Second)
 			case "PX":
-				o.TTL = time.Duration(n) * time.Millisecond
+				o.TTL, ok = expireAfter(n, time.Millisecond)
 			case "EXAT":
-				o.TTL = time.Until(time.Unix(n, 0))
+				o.TTL, ok = expireAt(n, time.Second)
 			case "PXAT":
-				o.TTL = time.Until(time.UnixMilli(n))
+				o.TTL, ok = expireAt(n, time.Millisecond)
+			}
+			if !ok {
+				return o, false, "ERR invalid expire time in 'set' command"
 			}
 			if o.TTL <= 0 {
 				o.TTL = time.Millisecond // already past: expires at once
