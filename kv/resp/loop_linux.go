@@ -396,7 +396,7 @@ func (lp *loop) process(c *client, data []byte) {
 	}
 	lim := lp.s.Limits
 	for !c.quit && !c.closing && c.w.Len()-c.wrote < lim.ReplyBuffer {
-		args, used, err := Parse(data, lim, c.args)
+		args, used, err := c.parser.Parse(data, lim, c.args)
 		if err != nil {
 			c.protocolError(err)
 			data = nil

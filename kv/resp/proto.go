@@ -44,28 +44,66 @@ var ErrProtocol = errors.New("protocol error")
 // args[:0]), and the bytes it used. n is 0 with a nil error when buf does
 // not hold a whole command yet: the caller reads more and calls again with
 // the same bytes in front. Empty commands (an empty line, *0, *-1) are
-// used up and skipped: n > 0 with no arguments says only those were there. Every length is checked against lim before anything
-// is trusted, so a request that breaks a limit fails as soon as its header
-// says so, without waiting for its bytes.
-func Parse(buf []byte, lim Limits, args [][]byte) (_ [][]byte, n int, err error) {
+// used up and skipped: n > 0 with no arguments says only those were there.
+// Every length is checked against lim before anything is trusted, so a
+// request that breaks a limit fails as soon as its header says so, without
+// waiting for its bytes.
+func Parse(buf []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
+	var p Parser
+	return p.Parse(buf, lim, args)
+}
+
+// Parser is Parse that resumes a multibulk request where the last call
+// stopped, so a request that arrives in many reads is parsed once, in
+// time linear in its size (re-parsing it from the start at every read
+// made a 7 MB request cost seconds). Each call must pass the same
+// request's bytes from its start, more of them each time; a Parser is
+// one connection's. The zero value is ready.
+type Parser struct {
+	count, done int   // arguments declared; arguments complete
+	off, total  int   // bytes of the request parsed; argument bytes so far
+	spans       []int // start and end of each complete argument
+}
+
+// Parse is the package's Parse, resuming.
+func (p *Parser) Parse(buf []byte, lim Limits, args [][]byte) (_ [][]byte, n int, err error) {
 	for {
 		if len(buf) == n {
 			return args[:0], n, nil // nothing, or only empty commands
 		}
 		var used int
 		if buf[n] == '*' {
-			args, used, err = parseMultibulk(buf[n:], lim, args[:0])
+			args, used, err = p.multibulk(buf[n:], lim, args[:0])
 		} else {
+			p.reset()
 			args, used, err = parseInline(buf[n:], lim, args[:0])
 		}
-		if err != nil || used == 0 {
+		if err != nil {
+			p.reset()
 			return args[:0], 0, err
+		}
+		if used == 0 {
+			if n > 0 {
+				// Empty commands were skipped in front of this one: the
+				// caller passes it from its start next time.
+				p.reset()
+				return args[:0], n, nil
+			}
+			return args[:0], 0, nil
 		}
 		n += used
 		if len(args) > 0 {
 			return args, n, nil
 		}
 	}
+}
+
+func (p *Parser) reset() {
+	p.count, p.done, p.off, p.total = 0, 0, 0, 0
+	if cap(p.spans) > 1<<10 {
+		p.spans = nil // a huge request's table is not kept
+	}
+	p.spans = p.spans[:0]
 }
 
 // line returns the CRLF-terminated line at the start of b (without CRLF)
@@ -95,18 +133,22 @@ func parseLen(b []byte, max int) (int, error) {
 	return n, nil
 }
 
-func parseMultibulk(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
-	l, off, err := line(b, 64)
-	if err != nil || off == 0 {
-		return args, 0, err
+// multibulk parses a *N request from where the last call stopped.
+func (p *Parser) multibulk(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
+	if p.off == 0 {
+		l, off, err := line(b, 64)
+		if err != nil || off == 0 {
+			return args, 0, err
+		}
+		count, err := parseLen(l[1:], lim.MaxArgs)
+		if err != nil {
+			return args, 0, err
+		}
+		p.count, p.done, p.off, p.total = count, 0, off, 0
+		p.spans = p.spans[:0]
 	}
-	count, err := parseLen(l[1:], lim.MaxArgs)
-	if err != nil {
-		return args, 0, err
-	}
-	total := 0
-	for i := 0; i < count; i++ {
-		l, next, err := line(b[off:], 64)
+	for p.done < p.count {
+		l, next, err := line(b[p.off:], 64)
 		if err != nil || next == 0 {
 			return args, 0, err
 		}
@@ -117,20 +159,27 @@ func parseMultibulk(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) 
 		if err != nil || size < 0 {
 			return args, 0, fmt.Errorf("%w: invalid bulk length", ErrProtocol)
 		}
-		if total += size; total > lim.MaxRequest {
+		if p.total+size > lim.MaxRequest {
 			return args, 0, fmt.Errorf("%w: request larger than %d bytes", ErrProtocol, lim.MaxRequest)
 		}
-		off += next
-		if len(b)-off < size+2 {
-			return args, 0, nil
+		start := p.off + next
+		if len(b)-start < size+2 {
+			return args, 0, nil // the header is checked again next time: cheap
 		}
-		if b[off+size] != '\r' || b[off+size+1] != '\n' {
+		if b[start+size] != '\r' || b[start+size+1] != '\n' {
 			return args, 0, fmt.Errorf("%w: bulk not terminated by CRLF", ErrProtocol)
 		}
-		args = append(args, b[off:off+size:off+size])
-		off += size + 2
+		p.spans = append(p.spans, start, start+size)
+		p.total += size
+		p.off = start + size + 2
+		p.done++
 	}
-	return args, off, nil
+	for i := 0; i < len(p.spans); i += 2 {
+		args = append(args, b[p.spans[i]:p.spans[i+1]:p.spans[i+1]])
+	}
+	used := p.off
+	p.reset()
+	return args, used, nil
 }
 
 func firstByte(b []byte) byte {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -326,12 +328,14 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// parseAll feeds in to Parse step bytes at a time, as reads would, and
-// returns the commands it found and how it ended.
+// parseAll feeds in to a Parser step bytes at a time, as reads would (it
+// resumes where the last read stopped), and returns the commands it found
+// and how it ended.
 func parseAll(t *testing.T, in []byte, step int, lim Limits) string {
 	var out strings.Builder
 	var buf []byte
 	var args [][]byte
+	var p Parser
 	for fed := 0; fed < len(in); {
 		next := min(len(in), fed+step)
 		buf = append(buf, in[fed:next]...)
@@ -339,7 +343,7 @@ func parseAll(t *testing.T, in []byte, step int, lim Limits) string {
 		for {
 			var n int
 			var err error
-			args, n, err = Parse(buf, lim, args)
+			args, n, err = p.Parse(buf, lim, args)
 			if err != nil {
 				if !errors.Is(err, ErrProtocol) {
 					t.Fatalf("error not a protocol error: %v", err)
@@ -562,5 +566,59 @@ func TestExpiryArithmetic(t *testing.T) {
 	}
 	if n, _ := c.Exists(ctx, "bad").Result(); n != 0 {
 		t.Errorf("a refused SET stored its key")
+	}
+}
+
+// TestParseIsLinear: a request that arrives 64 KiB at a time is parsed
+// in time linear in its size — 256 K arguments take about twice what
+// 128 K take, not four times, and 512 K about four times, not sixteen
+// (ratios from the same run: no absolute time is asserted; the check is on
+// 4× the size, where the two shapes are far apart).
+func TestParseIsLinear(t *testing.T) {
+	request := func(n int) []byte {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "*%d\r\n$4\r\nMGET\r\n", n+1)
+		for i := range n {
+			k := strconv.Itoa(i)
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(k), k)
+		}
+		return b.Bytes()
+	}
+	lim := Limits{}.withDefaults()
+	feed := func(req []byte) time.Duration {
+		var p Parser
+		var args [][]byte
+		t0 := time.Now()
+		for have := 0; ; {
+			have = min(have+64<<10, len(req))
+			var used int
+			var err error
+			args, used, err = p.Parse(req[:have], lim, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used > 0 {
+				if used != len(req) {
+					t.Fatalf("used %d of %d", used, len(req))
+				}
+				break
+			}
+		}
+		return time.Since(t0)
+	}
+	median := func(n int) time.Duration {
+		req := request(n)
+		var d []time.Duration
+		for range 5 {
+			d = append(d, feed(req))
+		}
+		slices.Sort(d)
+		return d[2]
+	}
+	small, large, larger := median(128<<10), median(256<<10), median(512<<10)
+	t.Logf("128 K arguments %v, 256 K %v (%.2f×: linear 2, quadratic 4), 512 K %v (%.2f×: linear 4, quadratic 16)",
+		small, large, float64(large)/float64(small), larger, float64(larger)/float64(small))
+	if ratio := float64(larger) / float64(small); ratio > 8 {
+		t.Fatalf("parse time grows as %.2f× for 4× the request: not linear", ratio)
 	}
 }

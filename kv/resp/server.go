@@ -59,6 +59,7 @@ type client struct {
 	// Owned by the loop, or by a worker while busy.
 	in           []byte    // bytes read and not yet parsed
 	args         [][]byte  // Parse's table, reused
+	parser       Parser    // resumes a request that arrives in many reads
 	wrote        int       // bytes of w already written
 	busy         bool      // a worker runs its requests
 	parked       bool      // waits for its queued SETs (the loop's)
@@ -117,7 +118,7 @@ func (c *client) runBlocking(ctx context.Context) {
 	lim := c.s.Limits
 	data := c.in
 	for !c.quit && !c.closing && c.w.Len() < lim.ReplyBuffer {
-		args, used, err := Parse(data, lim, c.args)
+		args, used, err := c.parser.Parse(data, lim, c.args)
 		if err != nil {
 			c.drain()
 			c.protocolError(err)
