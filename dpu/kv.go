@@ -298,7 +298,7 @@ func kvStatus(err error) wire.Status {
 		return wire.StatusExists
 	case errors.Is(err, kv.ErrMismatch):
 		return wire.StatusMismatch
-	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrNotNumber):
+	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrNotNumber), errors.Is(err, kv.ErrOverflow):
 		return wire.StatusBadArg
 	case errors.Is(err, kv.ErrValueSize):
 		return wire.StatusTooLarge

@@ -21,6 +21,7 @@ var (
 	ErrExists    = errors.New("kv: key exists")
 	ErrMismatch  = errors.New("kv: value mismatch")
 	ErrNotNumber = errors.New("kv: value is not an integer or out of range")
+	ErrOverflow  = errors.New("kv: increment or decrement would overflow")
 	ErrKeySize   = errors.New("kv: key empty or too large")
 	ErrValueSize = errors.New("kv: value too large")
 	ErrClosed    = errors.New("kv: store closed")
@@ -702,13 +703,14 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 			if err != nil {
 				return err
 			}
-			if cur, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			var ok bool
+			if cur, ok = ParseInt(v); !ok {
 				return ErrNotNumber
 			}
 			exp = item.ExpiresAt()
 		}
 		if (delta > 0 && cur > (1<<63-1)-delta) || (delta < 0 && cur < -(1<<63)-delta) {
-			return ErrNotNumber
+			return ErrOverflow
 		}
 		n = cur + delta
 		e := badger.NewEntry(key, strconv.AppendInt(nil, n, 10))
@@ -717,6 +719,33 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 	})
 	s.puts.Add(1)
 	return n, err
+}
+
+// ParseInt reads a 64-bit integer as Redis does (string2ll): an optional
+// minus sign and decimal digits, no plus sign, no spaces, no leading zeros
+// ("0" alone is one), no "-0", nothing that overflows.
+func ParseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := b[0] == '-'
+	digits := b
+	if neg {
+		digits = b[1:]
+	}
+	if len(digits) == 0 || digits[0] < '1' || digits[0] > '9' {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
 }
 
 // CompareAndSwap replaces key's value with new if it is old (old == nil:

@@ -622,3 +622,41 @@ func TestParseIsLinear(t *testing.T) {
 		t.Fatalf("parse time grows as %.2f× for 4× the request: not linear", ratio)
 	}
 }
+
+// TestIntegersAsRedis: INCR and friends read integers as Redis does, and
+// say so when the result would overflow.
+func TestIntegersAsRedis(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for _, tc := range []struct {
+		value   string
+		cmd     []any
+		want    int64
+		wantErr string
+	}{
+		{"5", []any{"INCR", "k"}, 6, ""},
+		{"-5", []any{"INCR", "k"}, -4, ""},
+		{"0", []any{"DECR", "k"}, -1, ""},
+		{"+5", []any{"INCR", "k"}, 0, "not an integer"},
+		{" 5", []any{"INCR", "k"}, 0, "not an integer"},
+		{"05", []any{"INCR", "k"}, 0, "not an integer"},
+		{"-0", []any{"INCR", "k"}, 0, "not an integer"},
+		{"5", []any{"INCRBY", "k", "+1"}, 0, "not an integer"},
+		{"9223372036854775807", []any{"INCR", "k"}, 0, "increment or decrement would overflow"},
+		{"-9223372036854775808", []any{"DECR", "k"}, 0, "increment or decrement would overflow"},
+		{"9223372036854775808", []any{"INCR", "k"}, 0, "not an integer"},
+	} {
+		if err := c.Set(ctx, "k", tc.value, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Do(ctx, tc.cmd...).Int64()
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q %v: %d %v, want %q", tc.value, tc.cmd, got, err, tc.wantErr)
+		case tc.wantErr == "" && (err != nil || got != tc.want):
+			t.Errorf("%q %v: %d %v, want %d", tc.value, tc.cmd, got, err, tc.want)
+		}
+	}
+}

@@ -152,6 +152,8 @@ func (c *client) storeErr(err error) {
 	switch {
 	case errors.Is(err, kv.ErrNotNumber):
 		c.w.Error("ERR value is not an integer or out of range")
+	case errors.Is(err, kv.ErrOverflow):
+		c.w.Error("ERR increment or decrement would overflow")
 	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrValueSize):
 		c.w.Error("ERR " + err.Error())
 	default:
@@ -160,10 +162,8 @@ func (c *client) storeErr(err error) {
 	}
 }
 
-func parseInt(b []byte) (int64, bool) {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	return n, err == nil
-}
+// parseInt reads an integer argument as Redis does.
+func parseInt(b []byte) (int64, bool) { return kv.ParseInt(b) }
 
 func b2i(b bool) int64 {
 	if b {
