@@ -660,3 +660,45 @@ func TestIntegersAsRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestScanAcrossConnections: a SCAN cursor from one connection continues
+// on another (pooled clients), and TYPE filters.
+func TestScanAcrossConnections(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	a := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	b := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	defer a.Close()
+	defer b.Close()
+	for i := range 50 {
+		if err := a.Set(ctx, fmt.Sprintf("key:%02d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	keys, cursor, err := a.Scan(ctx, 0, "key:*", 10).Result()
+	if err != nil || cursor == 0 {
+		t.Fatalf("first page: %v %d %v", keys, cursor, err)
+	}
+	for _, k := range keys {
+		seen[k] = true
+	}
+	for cursor != 0 {
+		var err error
+		if keys, cursor, err = b.Scan(ctx, cursor, "key:*", 10).Result(); err != nil {
+			t.Fatalf("the other connection continues the scan: %v", err)
+		}
+		for _, k := range keys {
+			seen[k] = true
+		}
+	}
+	if len(seen) != 50 {
+		t.Fatalf("scan across connections saw %d of 50 keys", len(seen))
+	}
+	if keys, _, err := a.ScanType(ctx, 0, "", 100, "list").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("SCAN TYPE list: %v %v", keys, err)
+	}
+	if keys, _, err := a.ScanType(ctx, 0, "", 100, "string").Result(); err != nil || len(keys) != 50 {
+		t.Fatalf("SCAN TYPE string: %d keys, %v", len(keys), err)
+	}
+}

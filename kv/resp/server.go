@@ -17,6 +17,50 @@ import (
 	"github.com/hecsys/hec/kv"
 )
 
+// scanCursors are the SCAN cursors in use, the server's (not a
+// connection's): a pooled client continues a scan on any connection.
+// Each cursor names the next key; the oldest are forgotten past
+// maxCursors or maxCursorBytes of keys.
+type scanCursors struct {
+	mu    sync.Mutex
+	next  uint64
+	m     map[uint64][]byte
+	order []uint64
+	bytes int
+}
+
+const (
+	maxCursors     = 4096
+	maxCursorBytes = 4 << 20
+)
+
+func (sc *scanCursors) put(key []byte) uint64 {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.m == nil {
+		sc.m = map[uint64][]byte{}
+		sc.next = uint64(time.Now().UnixNano()) & (1<<40 - 1) // restarts do not reuse recent ids
+	}
+	for len(sc.order) > 0 && (len(sc.order) >= maxCursors || sc.bytes+len(key) > maxCursorBytes) {
+		old := sc.order[0]
+		sc.order = sc.order[1:]
+		sc.bytes -= len(sc.m[old])
+		delete(sc.m, old)
+	}
+	sc.next++
+	sc.m[sc.next] = key
+	sc.order = append(sc.order, sc.next)
+	sc.bytes += len(key)
+	return sc.next
+}
+
+func (sc *scanCursors) get(id uint64) ([]byte, bool) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	k, ok := sc.m[id]
+	return k, ok
+}
+
 // ErrClosed is returned by Start after Close.
 var ErrClosed = errors.New("resp: server closed")
 
@@ -40,6 +84,8 @@ type Server struct {
 	running sync.WaitGroup // loops and the workers they start
 
 	connected, total, commands, rejected atomic.Int64
+
+	cursors scanCursors
 }
 
 // Clients returns the number of connected clients.
@@ -67,8 +113,6 @@ type client struct {
 	closing      bool      // close once the replies are written
 	stalledSince time.Time // replies could not be written since
 
-	cursors map[uint64][]byte
-	nextCur uint64
 	scratch []byte // GET's value buffer, reused
 
 	// Pipelined SETs queued in the store, their replies not yet written:
@@ -338,6 +382,7 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 	}
 	var pattern []byte
 	count := 10
+	onlyType := ""
 	for i := 2; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			c.w.Error("ERR syntax error")
@@ -354,7 +399,8 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 			}
 			count = int(min(n, 100000))
 		case "TYPE":
-			// every key is a string
+			// Every key is a string: another type matches none.
+			onlyType = strings.ToLower(string(args[i+1]))
 		default:
 			c.w.Error("ERR syntax error")
 			return
@@ -363,11 +409,10 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 	var from []byte
 	if id != 0 {
 		var ok bool
-		if from, ok = c.cursors[id]; !ok {
+		if from, ok = c.s.cursors.get(id); !ok {
 			c.w.Error("ERR invalid cursor")
 			return
 		}
-		delete(c.cursors, id)
 	}
 	prefix := literalPrefix(pattern)
 	page, next, err := c.s.Store.Scan(prefix, from, count, true)
@@ -377,24 +422,13 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 	}
 	var keys [][]byte
 	for _, kv := range page {
-		if pattern == nil || globMatch(pattern, kv.Key) {
+		if (pattern == nil || globMatch(pattern, kv.Key)) && (onlyType == "" || onlyType == "string") {
 			keys = append(keys, kv.Key)
 		}
 	}
 	var nextID uint64
 	if next != nil {
-		if c.cursors == nil {
-			c.cursors = map[uint64][]byte{}
-		}
-		if len(c.cursors) >= 64 { // bounded: forget one cursor to make room
-			for k := range c.cursors {
-				delete(c.cursors, k)
-				break
-			}
-		}
-		c.nextCur++
-		nextID = c.nextCur
-		c.cursors[nextID] = next
+		nextID = c.s.cursors.put(next)
 	}
 	c.w.Array(2)
 	c.w.BulkString(strconv.FormatUint(nextID, 10))
