@@ -656,6 +656,25 @@ func (s *Store) Delete(keys ...[]byte) (int, error) {
 // Expire sets (ttl > 0) or removes (ttl == 0, PERSIST) a key's expiry. It
 // reports whether the key exists.
 func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
+	var at uint64
+	if ttl > 0 {
+		at = expiresAt(ttl)
+	}
+	return s.expireAt(key, at)
+}
+
+// ExpireAt sets a key's expiry to t, to the second (t rounded up). It
+// reports whether the key exists.
+func (s *Store) ExpireAt(key []byte, t time.Time) (bool, error) {
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return s.expireAt(key, uint64(max(sec, 1)))
+}
+
+// expireAt sets key's expiry to unix second at (0: none).
+func (s *Store) expireAt(key []byte, at uint64) (bool, error) {
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
@@ -675,9 +694,7 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 			return err
 		}
 		e := badger.NewEntry(key, v)
-		if ttl > 0 {
-			e.ExpiresAt = expiresAt(ttl)
-		}
+		e.ExpiresAt = at
 		return txn.SetEntry(e)
 	})
 	return found, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,6 +79,20 @@ func init() {
 		{name: "COMMAND", arity: -1, flags: onLoop, run: (*client).commandCmd},
 		{name: "CONFIG", arity: -2, flags: onLoop, run: (*client).config},
 		{name: "CLIENT", arity: -2, flags: onLoop, run: (*client).clientCmd},
+		{name: "TYPE", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).typeCmd},
+		{name: "STRLEN", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).strlen},
+		{name: "GETRANGE", arity: 4, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).getrange},
+		{name: "TOUCH", arity: -2, flags: onLoop, firstKey: 1, lastKey: -1, step: 1, run: (*client).exists},
+		{name: "TIME", arity: 1, flags: onLoop, run: (*client).timeCmd},
+		{name: "SETEX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setex},
+		{name: "PSETEX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setex},
+		{name: "SETNX", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setnx},
+		{name: "GETSET", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getset},
+		{name: "EXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expireat},
+		{name: "PEXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expireat},
+		{name: "EXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
+		{name: "PEXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
+		{name: "KEYS", arity: 2, run: (*client).keys},
 		{name: "QUIT", arity: -1, flags: onLoop | noAuth, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
 	}
 	commands = make(map[string]*command, len(commandTable))
@@ -444,4 +459,172 @@ func (c *client) commandEntry(cmd *command) {
 	c.w.Array(0)
 	c.w.Array(0)
 	c.w.Array(0)
+}
+
+func (c *client) typeCmd(_ context.Context, args [][]byte) {
+	switch _, err := c.s.Store.Get(args[1], nil); {
+	case err == nil:
+		c.w.Simple("string") // the only type hecd stores
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.Simple("none")
+	default:
+		c.storeErr(err)
+	}
+}
+
+func (c *client) strlen(_ context.Context, args [][]byte) {
+	e, err := c.s.Store.Get(args[1], nil)
+	switch {
+	case err == nil:
+		c.w.Int(int64(len(e.Value)))
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.Int(0)
+	default:
+		c.storeErr(err)
+	}
+}
+
+// getrange serves GETRANGE key start end, with Redis's negative indexes.
+func (c *client) getrange(_ context.Context, args [][]byte) {
+	start, ok1 := parseInt(args[2])
+	end, ok2 := parseInt(args[3])
+	if !ok1 || !ok2 {
+		c.w.Error("ERR value is not an integer or out of range")
+		return
+	}
+	e, err := c.s.Store.Get(args[1], nil)
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
+		c.storeErr(err)
+		return
+	}
+	n := int64(len(e.Value))
+	if start < 0 && end < 0 && start > end {
+		c.w.Bulk(nil)
+		return
+	}
+	if start < 0 {
+		start = max(n+start, 0)
+	}
+	if end < 0 {
+		end = max(n+end, 0)
+	}
+	end = min(end, n-1)
+	if n == 0 || start > end {
+		c.w.Bulk(nil)
+		return
+	}
+	c.w.Bulk(e.Value[start : end+1])
+}
+
+func (c *client) timeCmd(_ context.Context, _ [][]byte) {
+	now := time.Now()
+	c.w.Array(2)
+	c.w.BulkString(strconv.FormatInt(now.Unix(), 10))
+	c.w.BulkString(strconv.Itoa(now.Nanosecond() / 1000))
+}
+
+// setex serves SETEX and PSETEX as SET key value EX|PX n.
+func (c *client) setex(_ context.Context, args [][]byte) {
+	unit := "EX"
+	if args[0][0] == 'p' || args[0][0] == 'P' {
+		unit = "PX"
+	}
+	c.set([][]byte{[]byte("SET"), args[1], args[3], []byte(unit), args[2]})
+}
+
+func (c *client) setnx(_ context.Context, args [][]byte) {
+	_, err := c.s.Store.Put(args[1], args[2], kv.PutOptions{IfAbsent: true})
+	switch {
+	case err == nil:
+		c.w.Int(1)
+	case errors.Is(err, kv.ErrExists):
+		c.w.Int(0)
+	default:
+		c.storeErr(err)
+	}
+}
+
+// getset serves GETSET as SET key value GET.
+func (c *client) getset(_ context.Context, args [][]byte) {
+	c.set([][]byte{[]byte("SET"), args[1], args[2], []byte("GET")})
+}
+
+// expireat serves EXPIREAT and PEXPIREAT: a time in the past deletes the
+// key.
+func (c *client) expireat(_ context.Context, args [][]byte) {
+	n, ok := parseInt(args[2])
+	if !ok {
+		c.w.Error("ERR value is not an integer or out of range")
+		return
+	}
+	unit := time.Second
+	if args[0][0] == 'p' || args[0][0] == 'P' {
+		unit = time.Millisecond
+	}
+	d, ok := expireAt(n, unit)
+	if !ok {
+		c.w.Error("ERR invalid expire time in '" + strings.ToLower(string(args[0])) + "' command")
+		return
+	}
+	if d <= 0 {
+		cnt, err := c.s.Store.Delete(args[1])
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.Int(int64(cnt))
+		return
+	}
+	found, err := c.s.Store.ExpireAt(args[1], time.Now().Add(d).Round(time.Millisecond))
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	c.w.Int(b2i(found))
+}
+
+// expiretime serves EXPIRETIME and PEXPIRETIME: -1 without an expiry, -2
+// for a missing key.
+func (c *client) expiretime(_ context.Context, args [][]byte) {
+	e, err := c.s.Store.Get(args[1], nil)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.Int(-2)
+	case err != nil:
+		c.storeErr(err)
+	case e.ExpiresAt.IsZero():
+		c.w.Int(-1)
+	case args[0][0] == 'p' || args[0][0] == 'P':
+		c.w.Int(e.ExpiresAt.UnixMilli())
+	default:
+		c.w.Int(e.ExpiresAt.Unix())
+	}
+}
+
+// keys serves KEYS pattern: every matching key, walked a page at a time.
+func (c *client) keys(_ context.Context, args [][]byte) {
+	pattern := args[1]
+	prefix := literalPrefix(pattern)
+	var out [][]byte
+	var cursor []byte
+	for {
+		page, next, err := c.s.Store.Scan(prefix, cursor, 1000, true)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		for _, p := range page {
+			if globMatch(pattern, p.Key) {
+				out = append(out, p.Key)
+			}
+		}
+		if next == nil {
+			break
+		}
+		cursor = next
+	}
+	c.w.Array(len(out))
+	for _, k := range out {
+		c.w.Bulk(k)
+	}
 }

@@ -221,7 +221,7 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"ECHO", "hello world"}, "hello world"},
 		{[]string{"CONFIG", "GET", "save"}, "save"},
 		{[]string{"PERSIST", "k"}, "1"},
-		{[]string{"COMMAND", "COUNT"}, "30"},
+		{[]string{"COMMAND", "COUNT"}, strconv.Itoa(len(commandTable))},
 		{[]string{"SELECT", "0"}, "OK"},
 		{[]string{"CLIENT", "SETNAME", "tour"}, "OK"},
 		{[]string{"GET", "k", "extra"}, "ERR wrong number of arguments for 'get' command"},
@@ -700,5 +700,82 @@ func TestScanAcrossConnections(t *testing.T) {
 	}
 	if keys, _, err := a.ScanType(ctx, 0, "", 100, "string").Result(); err != nil || len(keys) != 50 {
 		t.Fatalf("SCAN TYPE string: %d keys, %v", len(keys), err)
+	}
+}
+
+// TestStringCommands: the string and key commands Redis clients and tools
+// send, with Redis's replies.
+func TestStringCommands(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Set(ctx, "s", "Hello World", 0).Err())
+	if v, _ := c.Type(ctx, "s").Result(); v != "string" {
+		t.Errorf("TYPE s: %q", v)
+	}
+	if v, _ := c.Type(ctx, "nope").Result(); v != "none" {
+		t.Errorf("TYPE nope: %q", v)
+	}
+	if n, _ := c.StrLen(ctx, "s").Result(); n != 11 {
+		t.Errorf("STRLEN: %d", n)
+	}
+	for _, r := range []struct {
+		start, end int64
+		want       string
+	}{{0, 4, "Hello"}, {-5, -1, "World"}, {-3, 100, "rld"}, {5, 3, ""}, {0, -1, "Hello World"}, {-100, 2, "Hel"}} {
+		if v, _ := c.GetRange(ctx, "s", r.start, r.end).Result(); v != r.want {
+			t.Errorf("GETRANGE %d %d: %q, want %q", r.start, r.end, v, r.want)
+		}
+	}
+	if n, _ := c.Touch(ctx, "s", "nope").Result(); n != 1 {
+		t.Errorf("TOUCH: %d", n)
+	}
+	if tm, err := c.Time(ctx).Result(); err != nil || time.Since(tm).Abs() > 5*time.Second {
+		t.Errorf("TIME: %v %v", tm, err)
+	}
+	must(c.SetEx(ctx, "ex", "v", 100*time.Second).Err())
+	if ttl, _ := c.TTL(ctx, "ex").Result(); ttl <= 90*time.Second {
+		t.Errorf("SETEX: TTL %v", ttl)
+	}
+	if ok, _ := c.SetNX(ctx, "nx", "1", 0).Result(); !ok {
+		t.Error("SETNX of a new key: false")
+	}
+	if ok, _ := c.SetNX(ctx, "nx", "2", 0).Result(); ok {
+		t.Error("SETNX of an existing key: true")
+	}
+	if v, _ := c.GetSet(ctx, "nx", "3").Result(); v != "1" {
+		t.Errorf("GETSET: %q", v)
+	}
+	if v, _ := c.Get(ctx, "nx").Result(); v != "3" {
+		t.Errorf("after GETSET: %q", v)
+	}
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	if ok, _ := c.ExpireAt(ctx, "nx", at).Result(); !ok {
+		t.Error("EXPIREAT: false")
+	}
+	if tm, _ := c.ExpireTime(ctx, "nx").Result(); tm != time.Duration(at.Unix())*time.Second {
+		t.Errorf("EXPIRETIME: %v, want %d", tm, at.Unix())
+	}
+	if n, _ := c.Do(ctx, "EXPIRETIME", "s").Int64(); n != -1 {
+		t.Errorf("EXPIRETIME without expiry: %d", n)
+	}
+	if ok, _ := c.PExpireAt(ctx, "nx", time.Now().Add(-time.Second)).Result(); !ok {
+		t.Error("PEXPIREAT in the past: false")
+	}
+	if n, _ := c.Exists(ctx, "nx").Result(); n != 0 {
+		t.Error("PEXPIREAT in the past kept the key")
+	}
+	must(c.MSet(ctx, "user:1", "a", "user:2", "b", "other", "c").Err())
+	keys, err := c.Keys(ctx, "user:*").Result()
+	sort.Strings(keys)
+	if err != nil || strings.Join(keys, ",") != "user:1,user:2" {
+		t.Errorf("KEYS user:*: %v %v", keys, err)
 	}
 }
