@@ -322,7 +322,7 @@ func FuzzParse(f *testing.F) {
 		// Whatever a client sent, an error echoing it is one line.
 		var w Writer
 		w.Error("ERR unknown command '" + string(in) + "'")
-		if out := w.buf; bytes.IndexAny(out[:len(out)-2], "\r\n") >= 0 || len(out) > maxError+3 {
+		if out := w.buf; bytes.ContainsAny(out[:len(out)-2], "\r\n") || len(out) > maxError+3 {
 			t.Fatalf("error reply %q is not one bounded line", out)
 		}
 	})
@@ -740,7 +740,7 @@ func TestStringCommands(t *testing.T) {
 	if tm, err := c.Time(ctx).Result(); err != nil || time.Since(tm).Abs() > 5*time.Second {
 		t.Errorf("TIME: %v %v", tm, err)
 	}
-	must(c.SetEx(ctx, "ex", "v", 100*time.Second).Err())
+	must(c.Do(ctx, "SETEX", "ex", "100", "v").Err())
 	if ttl, _ := c.TTL(ctx, "ex").Result(); ttl <= 90*time.Second {
 		t.Errorf("SETEX: TTL %v", ttl)
 	}
@@ -750,7 +750,7 @@ func TestStringCommands(t *testing.T) {
 	if ok, _ := c.SetNX(ctx, "nx", "2", 0).Result(); ok {
 		t.Error("SETNX of an existing key: true")
 	}
-	if v, _ := c.GetSet(ctx, "nx", "3").Result(); v != "1" {
+	if v, _ := c.Do(ctx, "GETSET", "nx", "3").Text(); v != "1" {
 		t.Errorf("GETSET: %q", v)
 	}
 	if v, _ := c.Get(ctx, "nx").Result(); v != "3" {
