@@ -779,3 +779,19 @@ func TestStringCommands(t *testing.T) {
 		t.Errorf("KEYS user:*: %v %v", keys, err)
 	}
 }
+
+// TestRESP3ClientsFallBack: HELLO 3 is refused with NOPROTO, which RESP3
+// clients take as "speak RESP2": a go-redis client asking for protocol 3
+// works.
+func TestRESP3ClientsFallBack(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 3})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET with a RESP3 client: %v", err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET with a RESP3 client: %q %v", v, err)
+	}
+}
