@@ -88,8 +88,8 @@ func init() {
 		{name: "PSETEX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setex},
 		{name: "SETNX", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setnx},
 		{name: "GETSET", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getset},
-		{name: "EXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expireat},
-		{name: "PEXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expireat},
+		{name: "EXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "PEXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
 		{name: "EXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "PEXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "KEYS", arity: 2, run: (*client).keys},
@@ -284,32 +284,42 @@ func expireAt(n int64, unit time.Duration) (time.Duration, bool) {
 	return time.Until(time.UnixMilli(ms)), true // Until saturates
 }
 
-// expire serves EXPIRE and PEXPIRE.
+// expire serves EXPIRE and PEXPIRE (a time from now) and EXPIREAT and
+// PEXPIREAT (a Unix time); a time not in the future deletes the key.
 func (c *client) expire(_ context.Context, args [][]byte) {
+	name := strings.ToUpper(string(args[0]))
 	n, ok := parseInt(args[2])
 	if !ok {
 		c.w.Error("ERR value is not an integer or out of range")
 		return
 	}
 	unit := time.Second
-	if len(args[0]) > 0 && (args[0][0] == 'p' || args[0][0] == 'P') {
+	if name[0] == 'P' {
 		unit = time.Millisecond
 	}
-	d, ok := expireAfter(n, unit)
+	absolute := strings.HasSuffix(name, "AT")
+	var d time.Duration
+	if absolute {
+		d, ok = expireAt(n, unit)
+	} else {
+		d, ok = expireAfter(n, unit)
+	}
 	if !ok {
-		c.w.Error("ERR invalid expire time in '" + strings.ToLower(string(args[0])) + "' command")
+		c.w.Error("ERR invalid expire time in '" + strings.ToLower(name) + "' command")
 		return
 	}
-	if n <= 0 {
-		cnt, err := c.s.Store.Delete(args[1])
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(int64(cnt))
-		return
+	var found bool
+	var err error
+	switch {
+	case d <= 0 || (!absolute && n <= 0):
+		var cnt int
+		cnt, err = c.s.Store.Delete(args[1])
+		found = cnt > 0
+	case absolute: // to the second asked for
+		found, err = c.s.Store.ExpireAt(args[1], time.Now().Add(d).Round(time.Millisecond))
+	default: // at least the time asked for
+		found, err = c.s.Store.Expire(args[1], d)
 	}
-	found, err := c.s.Store.Expire(args[1], d)
 	if err != nil {
 		c.storeErr(err)
 		return
@@ -547,40 +557,6 @@ func (c *client) setnx(_ context.Context, args [][]byte) {
 // getset serves GETSET as SET key value GET.
 func (c *client) getset(_ context.Context, args [][]byte) {
 	c.set([][]byte{[]byte("SET"), args[1], args[2], []byte("GET")})
-}
-
-// expireat serves EXPIREAT and PEXPIREAT: a time in the past deletes the
-// key.
-func (c *client) expireat(_ context.Context, args [][]byte) {
-	n, ok := parseInt(args[2])
-	if !ok {
-		c.w.Error("ERR value is not an integer or out of range")
-		return
-	}
-	unit := time.Second
-	if args[0][0] == 'p' || args[0][0] == 'P' {
-		unit = time.Millisecond
-	}
-	d, ok := expireAt(n, unit)
-	if !ok {
-		c.w.Error("ERR invalid expire time in '" + strings.ToLower(string(args[0])) + "' command")
-		return
-	}
-	if d <= 0 {
-		cnt, err := c.s.Store.Delete(args[1])
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		c.w.Int(int64(cnt))
-		return
-	}
-	found, err := c.s.Store.ExpireAt(args[1], time.Now().Add(d).Round(time.Millisecond))
-	if err != nil {
-		c.storeErr(err)
-		return
-	}
-	c.w.Int(b2i(found))
 }
 
 // expiretime serves EXPIRETIME and PEXPIRETIME: -1 without an expiry, -2
