@@ -95,9 +95,17 @@ func (t *wtxn) Delete(key []byte) error {
 // cleanErr reports whether err is a write's own failure, returned before it
 // wrote anything.
 func cleanErr(err error) bool {
+	var refused refusedError
 	return errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMismatch) ||
-		errors.Is(err, ErrNotNumber)
+		errors.Is(err, ErrNotNumber) || errors.Is(err, ErrOverflow) || errors.As(err, &refused)
 }
+
+// refusedError is an error a Modify function returned: the write changed
+// nothing.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string { return e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }
 
 type committer struct {
 	db      *badger.DB

@@ -738,6 +738,51 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 	return n, err
 }
 
+// Modify replaces key's value with what f makes of the current one,
+// atomically with every other write, keeping the key's expiry: f gets
+// the value (exists false: none) and returns the new value, or del to
+// delete the key, or an error to change nothing (Modify returns it).
+// maxSize bounds the new value. f runs on the store's committer, inside
+// its transaction: it must be quick and must not keep cur.
+func (s *Store) Modify(key []byte, maxSize int, f func(cur []byte, exists bool) (next []byte, del bool, err error)) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	s.puts.Add(1)
+	err := s.update([][]byte{key}, entrySize(key, nil)+int64(maxSize), 1, func(txn *wtxn) error {
+		var cur []byte
+		var exp uint64
+		item, err := txn.Get(key)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			if cur, err = item.ValueCopy(nil); err != nil {
+				return err
+			}
+			exp = item.ExpiresAt()
+		}
+		next, del, err := f(cur, item != nil)
+		if err != nil {
+			return refusedError{err}
+		}
+		if del {
+			if item == nil {
+				return nil
+			}
+			return txn.Delete(key)
+		}
+		if len(next) > MaxValueSize || len(next) > maxSize {
+			return refusedError{fmt.Errorf("value of %d bytes: %w", len(next), ErrValueSize)}
+		}
+		e := badger.NewEntry(key, next)
+		e.ExpiresAt = exp
+		return txn.SetEntry(e)
+	})
+	return err
+}
+
 // ParseInt reads a 64-bit integer as Redis does (string2ll): an optional
 // minus sign and decimal digits, no plus sign, no spaces, no leading zeros
 // ("0" alone is one), no "-0", nothing that overflows.

@@ -262,3 +262,48 @@ func TestOpenOnFirstUse(t *testing.T) {
 		t.Fatal("opened a store on a file")
 	}
 }
+
+func TestModify(t *testing.T) {
+	for _, d := range []Durability{Sync, Async} {
+		t.Run(d.String(), func(t *testing.T) {
+			var hooked atomic.Int64
+			s, err := Open(t.TempDir(), WithDurability(d), WithWriteHook(func([]byte) { hooked.Add(1) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Put([]byte("k"), []byte("ab"), PutOptions{TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			before := hooked.Load()
+			if err := s.Modify([]byte("k"), 10, func(cur []byte, ok bool) ([]byte, bool, error) {
+				if !ok || string(cur) != "ab" {
+					t.Errorf("Modify saw %q %v", cur, ok)
+				}
+				return append(cur, 'c'), false, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			e, err := s.Get([]byte("k"), nil)
+			if err != nil || string(e.Value) != "abc" || time.Until(e.ExpiresAt) < 50*time.Minute {
+				t.Fatalf("after Modify: %q %v, expires in %v", e.Value, err, time.Until(e.ExpiresAt))
+			}
+			if hooked.Load() == before {
+				t.Error("Modify did not call the write hook")
+			}
+			refuse := errors.New("no")
+			if err := s.Modify([]byte("k"), 10, func([]byte, bool) ([]byte, bool, error) { return nil, false, refuse }); !errors.Is(err, refuse) {
+				t.Fatalf("refusal: %v", err)
+			}
+			if err := s.Modify([]byte("k"), 2, func(cur []byte, _ bool) ([]byte, bool, error) { return append(cur, "xyz"...), false, nil }); !errors.Is(err, ErrValueSize) {
+				t.Fatalf("over maxSize: %v", err)
+			}
+			if err := s.Modify([]byte("k"), 0, func([]byte, bool) ([]byte, bool, error) { return nil, true, nil }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get([]byte("k"), nil); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("after a deleting Modify: %v", err)
+			}
+		})
+	}
+}

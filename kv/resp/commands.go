@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -93,6 +94,10 @@ func init() {
 		{name: "EXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "PEXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "KEYS", arity: 2, run: (*client).keys},
+		{name: "APPEND", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).appendCmd},
+		{name: "SETRANGE", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setrange},
+		{name: "GETDEL", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getdel},
+		{name: "INCRBYFLOAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incrbyfloat},
 		{name: "QUIT", arity: -1, flags: onLoop | noAuth, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
 	}
 	commands = make(map[string]*command, len(commandTable))
@@ -603,4 +608,103 @@ func (c *client) keys(_ context.Context, args [][]byte) {
 	for _, k := range out {
 		c.w.Bulk(k)
 	}
+}
+
+// errReply is a Modify function's refusal that is already Redis's reply.
+type errReply string
+
+func (e errReply) Error() string { return string(e) }
+
+// modify runs a read-modify-write on the store and writes its reply: the
+// function's own refusal (errReply) as is, other errors as store errors.
+func (c *client) modify(key []byte, maxSize int, f func(cur []byte, exists bool) ([]byte, bool, error), reply func()) {
+	err := c.s.Store.Modify(key, maxSize, f)
+	var r errReply
+	switch {
+	case errors.As(err, &r):
+		c.w.Error(string(r))
+	case err != nil:
+		c.storeErr(err)
+	default:
+		reply()
+	}
+}
+
+// appendCmd serves APPEND key value: the new length.
+func (c *client) appendCmd(_ context.Context, args [][]byte) {
+	var n int
+	c.modify(args[1], kv.MaxValueSize, func(cur []byte, _ bool) ([]byte, bool, error) {
+		next := append(cur, args[2]...)
+		n = len(next)
+		return next, false, nil
+	}, func() { c.w.Int(int64(n)) })
+}
+
+// setrange serves SETRANGE key offset value: zeros pad a value shorter
+// than offset; the new length.
+func (c *client) setrange(_ context.Context, args [][]byte) {
+	off, ok := parseInt(args[2])
+	if !ok || off < 0 {
+		c.w.Error("ERR offset is out of range")
+		return
+	}
+	if off+int64(len(args[3])) > kv.MaxValueSize {
+		c.w.Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+		return
+	}
+	var n int
+	c.modify(args[1], kv.MaxValueSize, func(cur []byte, exists bool) ([]byte, bool, error) {
+		if len(args[3]) == 0 {
+			n = len(cur)
+			return cur, !exists, nil // nothing to write: a missing key stays missing
+		}
+		next := cur
+		if end := int(off) + len(args[3]); end > len(next) {
+			next = append(next, make([]byte, end-len(next))...)
+		}
+		copy(next[off:], args[3])
+		n = len(next)
+		return next, false, nil
+	}, func() { c.w.Int(int64(n)) })
+}
+
+// getdel serves GETDEL key: its value (nil if none), deleting it.
+func (c *client) getdel(_ context.Context, args [][]byte) {
+	var v []byte
+	var found bool
+	c.modify(args[1], 0, func(cur []byte, exists bool) ([]byte, bool, error) {
+		v, found = append([]byte(nil), cur...), exists
+		return nil, true, nil
+	}, func() {
+		if found {
+			c.w.Bulk(v)
+		} else {
+			c.w.NullBulk()
+		}
+	})
+}
+
+// incrbyfloat serves INCRBYFLOAT key increment, as Redis formats floats.
+func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
+	incr, err := strconv.ParseFloat(string(args[2]), 64)
+	if err != nil || math.IsNaN(incr) || math.IsInf(incr, 0) || bytes.ContainsAny(args[2], " \t") {
+		c.w.Error("ERR value is not a valid float")
+		return
+	}
+	var out []byte
+	c.modify(args[1], 512, func(cur []byte, exists bool) ([]byte, bool, error) {
+		v := 0.0
+		if exists {
+			var err error
+			if v, err = strconv.ParseFloat(string(cur), 64); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, false, errReply("ERR value is not a valid float")
+			}
+		}
+		v += incr
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, false, errReply("ERR increment would produce NaN or Infinity")
+		}
+		out = strconv.AppendFloat(nil, v, 'f', -1, 64)
+		return out, false, nil
+	}, func() { c.w.Bulk(out) })
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -793,5 +794,95 @@ func TestRESP3ClientsFallBack(t *testing.T) {
 	}
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
 		t.Fatalf("GET with a RESP3 client: %q %v", v, err)
+	}
+}
+
+// TestReadModifyWrite: APPEND, SETRANGE, GETDEL and INCRBYFLOAT change a
+// value atomically, keep its expiry, and answer as Redis does.
+func TestReadModifyWrite(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if n, err := c.Append(ctx, "a", "Hello").Result(); err != nil || n != 5 {
+		t.Fatalf("APPEND new: %d %v", n, err)
+	}
+	if err := c.Expire(ctx, "a", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Append(ctx, "a", " World").Result(); n != 11 {
+		t.Errorf("APPEND: %d", n)
+	}
+	if ttl, _ := c.TTL(ctx, "a").Result(); ttl < 50*time.Minute {
+		t.Errorf("APPEND lost the expiry: %v", ttl)
+	}
+	if n, _ := c.SetRange(ctx, "a", 6, "Redis").Result(); n != 11 {
+		t.Errorf("SETRANGE: %d", n)
+	}
+	if v, _ := c.Get(ctx, "a").Result(); v != "Hello Redis" {
+		t.Errorf("after SETRANGE: %q", v)
+	}
+	if n, _ := c.SetRange(ctx, "pad", 5, "x").Result(); n != 6 {
+		t.Errorf("SETRANGE past the end: %d", n)
+	}
+	if v, _ := c.Get(ctx, "pad").Result(); v != "\x00\x00\x00\x00\x00x" {
+		t.Errorf("padded: %q", v)
+	}
+	if n, _ := c.SetRange(ctx, "none", 0, "").Result(); n != 0 {
+		t.Errorf("SETRANGE empty on a missing key: %d", n)
+	}
+	if n, _ := c.Exists(ctx, "none").Result(); n != 0 {
+		t.Error("SETRANGE of nothing created the key")
+	}
+	if err := c.Do(ctx, "SETRANGE", "a", "-1", "x").Err(); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("SETRANGE -1: %v", err)
+	}
+	if v, err := c.GetDel(ctx, "a").Result(); err != nil || v != "Hello Redis" {
+		t.Errorf("GETDEL: %q %v", v, err)
+	}
+	if n, _ := c.Exists(ctx, "a").Result(); n != 0 {
+		t.Error("GETDEL kept the key")
+	}
+	if err := c.GetDel(ctx, "a").Err(); err != redis.Nil {
+		t.Errorf("GETDEL of nothing: %v", err)
+	}
+	c.Set(ctx, "f", "10.50", 0)
+	for _, step := range []struct {
+		incr, want string
+	}{{"0.1", "10.6"}, {"-5", "5.6"}, {"5.0e3", "5005.6"}} {
+		if v, err := c.Do(ctx, "INCRBYFLOAT", "f", step.incr).Text(); err != nil || v != step.want {
+			t.Errorf("INCRBYFLOAT %s: %q %v, want %q", step.incr, v, err, step.want)
+		}
+	}
+	for _, bad := range [][]any{{"INCRBYFLOAT", "f", "abc"}, {"INCRBYFLOAT", "f", "nan"}, {"INCRBYFLOAT", "f", "inf"}} {
+		if err := c.Do(ctx, bad...).Err(); err == nil || !strings.Contains(err.Error(), "not a valid float") {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	c.Set(ctx, "s", "text", 0)
+	if err := c.Do(ctx, "INCRBYFLOAT", "s", "1").Err(); err == nil || !strings.Contains(err.Error(), "not a valid float") {
+		t.Errorf("INCRBYFLOAT on text: %v", err)
+	}
+	if v, _ := c.Get(ctx, "s").Result(); v != "text" {
+		t.Errorf("a refused INCRBYFLOAT changed the value: %q", v)
+	}
+	c.Set(ctx, "big", "1.7e308", 0)
+	if err := c.Do(ctx, "INCRBYFLOAT", "big", "1.7e308").Err(); err == nil || !strings.Contains(err.Error(), "NaN or Infinity") {
+		t.Errorf("INCRBYFLOAT to infinity: %v", err)
+	}
+	// Atomic under concurrency: 8 clients append 100 bytes each.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				c.Append(ctx, "many", strconv.Itoa(i))
+			}
+		}()
+	}
+	wg.Wait()
+	if n, _ := c.StrLen(ctx, "many").Result(); n != 800 {
+		t.Errorf("800 concurrent APPENDs of one byte: %d bytes", n)
 	}
 }
