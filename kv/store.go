@@ -738,49 +738,96 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 	return n, err
 }
 
+// Cell is one key of an Update: what it holds, and what to make of it.
+type Cell struct {
+	Key     []byte
+	Value   []byte // the current value (f may keep it: it is f's)
+	Expires uint64 // the current expiry, Unix seconds (0: never)
+	Exists  bool
+	// Set by f: Write stores Value with Expires; Delete deletes the key;
+	// neither leaves it as it is.
+	Write, Delete bool
+}
+
+// Update reads keys and lets f decide what to write, atomically with
+// every other write of the store (RENAME, MSETNX and the like). f sees
+// one Cell per key, in order, and marks each to write, delete or leave;
+// an error from f changes nothing and Update returns it. maxSize bounds
+// the bytes f writes. f runs on the store's committer, inside its
+// transaction: it must be quick.
+func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) error {
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	s.puts.Add(1)
+	size := int64(maxSize)
+	for _, k := range keys {
+		size += entrySize(k, nil)
+	}
+	return s.update(keys, size, int64(len(keys)), func(txn *wtxn) error {
+		cells := make([]Cell, len(keys))
+		for i, k := range keys {
+			cells[i].Key = k
+			item, err := txn.Get(k)
+			switch {
+			case errors.Is(err, badger.ErrKeyNotFound):
+				continue
+			case err != nil:
+				return err
+			}
+			if cells[i].Value, err = item.ValueCopy(nil); err != nil {
+				return err
+			}
+			cells[i].Expires, cells[i].Exists = item.ExpiresAt(), true
+		}
+		if err := f(cells); err != nil {
+			return refusedError{err}
+		}
+		written := 0
+		for _, c := range cells {
+			if c.Write {
+				written += len(c.Value)
+				if len(c.Value) > MaxValueSize || written > maxSize {
+					return refusedError{fmt.Errorf("value of %d bytes: %w", len(c.Value), ErrValueSize)}
+				}
+			}
+		}
+		for _, c := range cells {
+			switch {
+			case c.Write:
+				e := badger.NewEntry(c.Key, c.Value)
+				e.ExpiresAt = c.Expires
+				if err := txn.SetEntry(e); err != nil {
+					return err
+				}
+			case c.Delete && c.Exists:
+				if err := txn.Delete(c.Key); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // Modify replaces key's value with what f makes of the current one,
 // atomically with every other write, keeping the key's expiry: f gets
 // the value (exists false: none) and returns the new value, or del to
 // delete the key, or an error to change nothing (Modify returns it).
 // maxSize bounds the new value. f runs on the store's committer, inside
-// its transaction: it must be quick and must not keep cur.
+// its transaction: it must be quick.
 func (s *Store) Modify(key []byte, maxSize int, f func(cur []byte, exists bool) (next []byte, del bool, err error)) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	s.puts.Add(1)
-	err := s.update([][]byte{key}, entrySize(key, nil)+int64(maxSize), 1, func(txn *wtxn) error {
-		var cur []byte
-		var exp uint64
-		item, err := txn.Get(key)
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-		case err != nil:
-			return err
-		default:
-			if cur, err = item.ValueCopy(nil); err != nil {
-				return err
-			}
-			exp = item.ExpiresAt()
-		}
-		next, del, err := f(cur, item != nil)
+	return s.Update([][]byte{key}, maxSize, func(cells []Cell) error {
+		c := &cells[0]
+		next, del, err := f(c.Value, c.Exists)
 		if err != nil {
-			return refusedError{err}
+			return err
 		}
-		if del {
-			if item == nil {
-				return nil
-			}
-			return txn.Delete(key)
-		}
-		if len(next) > MaxValueSize || len(next) > maxSize {
-			return refusedError{fmt.Errorf("value of %d bytes: %w", len(next), ErrValueSize)}
-		}
-		e := badger.NewEntry(key, next)
-		e.ExpiresAt = exp
-		return txn.SetEntry(e)
+		c.Value, c.Write, c.Delete = next, !del, del
+		return nil
 	})
-	return err
 }
 
 // ParseInt reads a 64-bit integer as Redis does (string2ll): an optional

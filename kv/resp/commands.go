@@ -97,6 +97,10 @@ func init() {
 		{name: "APPEND", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).appendCmd},
 		{name: "SETRANGE", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setrange},
 		{name: "GETDEL", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getdel},
+		{name: "RENAME", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).rename},
+		{name: "RENAMENX", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).rename},
+		{name: "COPY", arity: -3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).copyCmd},
+		{name: "MSETNX", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 2, run: (*client).msetnx},
 		{name: "INCRBYFLOAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incrbyfloat},
 		{name: "QUIT", arity: -1, flags: onLoop | noAuth, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
 	}
@@ -707,4 +711,99 @@ func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
 		out = strconv.AppendFloat(nil, v, 'f', -1, 64)
 		return out, false, nil
 	}, func() { c.w.Bulk(out) })
+}
+
+// update runs Store.Update and writes the reply as modify does.
+func (c *client) update(keys [][]byte, maxSize int, f func(cells []kv.Cell) error, reply func()) {
+	err := c.s.Store.Update(keys, maxSize, f)
+	var r errReply
+	switch {
+	case errors.As(err, &r):
+		c.w.Error(string(r))
+	case err != nil:
+		c.storeErr(err)
+	default:
+		reply()
+	}
+}
+
+// rename serves RENAME and RENAMENX: the value and its expiry move.
+func (c *client) rename(_ context.Context, args [][]byte) {
+	nx := eq(args[0], "RENAMENX")
+	moved := false
+	c.update([][]byte{args[1], args[2]}, kv.MaxValueSize, func(cells []kv.Cell) error {
+		src, dst := &cells[0], &cells[1]
+		if !src.Exists {
+			return errReply("ERR no such key")
+		}
+		if bytes.Equal(src.Key, dst.Key) || nx && dst.Exists {
+			return nil // nothing moves
+		}
+		dst.Value, dst.Expires, dst.Write = src.Value, src.Expires, true
+		src.Delete, moved = true, true
+		return nil
+	}, func() {
+		if nx {
+			c.w.Int(b2i(moved))
+		} else {
+			c.w.OK()
+		}
+	})
+}
+
+// copyCmd serves COPY source destination [DB 0] [REPLACE].
+func (c *client) copyCmd(_ context.Context, args [][]byte) {
+	replace := false
+	for i := 3; i < len(args); i++ {
+		switch {
+		case eq(args[i], "REPLACE"):
+			replace = true
+		case eq(args[i], "DB") && i+1 < len(args):
+			if string(args[i+1]) != "0" {
+				c.w.Error("ERR DB index is out of range")
+				return
+			}
+			i++
+		default:
+			c.w.Error("ERR syntax error")
+			return
+		}
+	}
+	copied := false
+	c.update([][]byte{args[1], args[2]}, kv.MaxValueSize, func(cells []kv.Cell) error {
+		src, dst := &cells[0], &cells[1]
+		if !src.Exists || bytes.Equal(src.Key, dst.Key) || dst.Exists && !replace {
+			return nil
+		}
+		dst.Value, dst.Expires, dst.Write = src.Value, src.Expires, true
+		copied = true
+		return nil
+	}, func() { c.w.Int(b2i(copied)) })
+}
+
+// msetnx serves MSETNX: all the keys are set, or none if any exists.
+func (c *client) msetnx(_ context.Context, args [][]byte) {
+	if len(args)%2 != 1 {
+		c.wrongArgs("MSETNX")
+		return
+	}
+	var keys [][]byte
+	size := 0
+	for i := 1; i < len(args); i += 2 {
+		keys = append(keys, args[i])
+		size += len(args[i+1])
+	}
+	set := false
+	c.update(keys, size, func(cells []kv.Cell) error {
+		for _, cell := range cells {
+			if cell.Exists {
+				return nil
+			}
+		}
+		for i := range cells {
+			cells[i].Value, cells[i].Expires, cells[i].Write = args[2+2*i], 0, true
+		}
+		set = true
+		return nil
+	}, func() { c.w.Int(b2i(set)) })
 }

@@ -886,3 +886,56 @@ func TestReadModifyWrite(t *testing.T) {
 		t.Errorf("800 concurrent APPENDs of one byte: %d bytes", n)
 	}
 }
+
+// TestMultiKeyCommands: RENAME, RENAMENX, COPY and MSETNX read and write
+// several keys at once, atomically; values keep their expiry.
+func TestMultiKeyCommands(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	c.Set(ctx, "a", "1", time.Hour)
+	if err := c.Rename(ctx, "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.Get(ctx, "b").Result(); v != "1" {
+		t.Errorf("after RENAME: %q", v)
+	}
+	if ttl, _ := c.TTL(ctx, "b").Result(); ttl < 50*time.Minute {
+		t.Errorf("RENAME lost the expiry: %v", ttl)
+	}
+	if n, _ := c.Exists(ctx, "a").Result(); n != 0 {
+		t.Error("RENAME kept the source")
+	}
+	if err := c.Rename(ctx, "nope", "x").Err(); err == nil || !strings.Contains(err.Error(), "no such key") {
+		t.Errorf("RENAME of nothing: %v", err)
+	}
+	c.Set(ctx, "c", "3", 0)
+	if ok, _ := c.RenameNX(ctx, "b", "c").Result(); ok {
+		t.Error("RENAMENX onto an existing key: true")
+	}
+	if ok, _ := c.RenameNX(ctx, "b", "d").Result(); !ok {
+		t.Error("RENAMENX: false")
+	}
+	if n, _ := c.Copy(ctx, "d", "c", 0, false).Result(); n != 0 {
+		t.Error("COPY onto an existing key without REPLACE")
+	}
+	if n, _ := c.Copy(ctx, "d", "c", 0, true).Result(); n != 1 {
+		t.Error("COPY REPLACE: 0")
+	}
+	if v, _ := c.Get(ctx, "c").Result(); v != "1" {
+		t.Errorf("after COPY: %q", v)
+	}
+	if v, _ := c.Get(ctx, "d").Result(); v != "1" {
+		t.Errorf("COPY's source: %q", v)
+	}
+	if ok, _ := c.MSetNX(ctx, "m1", "x", "m2", "y").Result(); !ok {
+		t.Error("MSETNX of new keys: false")
+	}
+	if ok, _ := c.MSetNX(ctx, "m3", "x", "m1", "z").Result(); ok {
+		t.Error("MSETNX with an existing key: true")
+	}
+	if n, _ := c.Exists(ctx, "m3").Result(); n != 0 {
+		t.Error("a refused MSETNX set a key")
+	}
+}
