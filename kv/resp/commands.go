@@ -64,8 +64,8 @@ func init() {
 		{name: "DECR", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
 		{name: "INCRBY", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
 		{name: "DECRBY", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incr},
-		{name: "EXPIRE", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
-		{name: "PEXPIRE", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "EXPIRE", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "PEXPIRE", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
 		{name: "PERSIST", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).persist},
 		{name: "TTL", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).ttl},
 		{name: "PTTL", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).ttl},
@@ -89,14 +89,15 @@ func init() {
 		{name: "PSETEX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setex},
 		{name: "SETNX", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setnx},
 		{name: "GETSET", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getset},
-		{name: "EXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
-		{name: "PEXPIREAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "EXPIREAT", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
+		{name: "PEXPIREAT", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).expire},
 		{name: "EXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "PEXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "KEYS", arity: 2, run: (*client).keys},
 		{name: "APPEND", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).appendCmd},
 		{name: "SETRANGE", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setrange},
 		{name: "GETDEL", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getdel},
+		{name: "GETEX", arity: -2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getex},
 		{name: "RENAME", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).rename},
 		{name: "RENAMENX", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).rename},
 		{name: "COPY", arity: -3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).copyCmd},
@@ -315,6 +316,10 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 	}
 	if !ok {
 		c.w.Error("ERR invalid expire time in '" + strings.ToLower(name) + "' command")
+		return
+	}
+	if len(args) > 3 {
+		c.expireIf(args, d, absolute && d <= 0 || !absolute && n <= 0)
 		return
 	}
 	var found bool
@@ -806,4 +811,121 @@ func (c *client) msetnx(_ context.Context, args [][]byte) {
 		set = true
 		return nil
 	}, func() { c.w.Int(b2i(set)) })
+}
+
+// expireIf serves the EXPIRE family with NX, XX, GT or LT: the expiry is
+// set (or the key deleted, when past) only if the condition holds; a key
+// without an expiry counts as expiring never.
+func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
+	var nx, xx, gt, lt bool
+	for _, a := range args[3:] {
+		switch {
+		case eq(a, "NX"):
+			nx = true
+		case eq(a, "XX"):
+			xx = true
+		case eq(a, "GT"):
+			gt = true
+		case eq(a, "LT"):
+			lt = true
+		default:
+			c.w.Error("ERR Unsupported option " + string(cut(a)))
+			return
+		}
+	}
+	if nx && (xx || gt || lt) || gt && lt {
+		c.w.Error("ERR NX and XX, GT or LT options at the same time are not compatible")
+		return
+	}
+	at := time.Now().Add(d)
+	when := uint64(at.Unix())
+	if at.Nanosecond() > 0 {
+		when++
+	}
+	done := false
+	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
+		cell := &cells[0]
+		if !cell.Exists {
+			return nil
+		}
+		cur, has := cell.Expires, cell.Expires != 0
+		switch {
+		case nx && has, xx && !has, gt && (!has || when <= cur), lt && has && when >= cur:
+			return nil
+		case past:
+			cell.Delete = true
+		default:
+			cell.Expires, cell.Write = when, true
+		}
+		done = true
+		return nil
+	}, func() { c.w.Int(b2i(done)) })
+}
+
+// getex serves GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the
+// value, and its expiry changed as asked.
+func (c *client) getex(_ context.Context, args [][]byte) {
+	change, persist := false, false
+	var d time.Duration
+	switch {
+	case len(args) == 2:
+	case len(args) == 3 && eq(args[2], "PERSIST"):
+		change, persist = true, true
+	case len(args) == 4:
+		n, ok := parseInt(args[3])
+		if !ok {
+			c.w.Error("ERR value is not an integer or out of range")
+			return
+		}
+		switch {
+		case eq(args[2], "EX"):
+			d, ok = expireAfter(n, time.Second)
+		case eq(args[2], "PX"):
+			d, ok = expireAfter(n, time.Millisecond)
+		case eq(args[2], "EXAT"):
+			d, ok = expireAt(n, time.Second)
+		case eq(args[2], "PXAT"):
+			d, ok = expireAt(n, time.Millisecond)
+		default:
+			c.w.Error("ERR syntax error")
+			return
+		}
+		if !ok || n <= 0 {
+			c.w.Error("ERR invalid expire time in 'getex' command")
+			return
+		}
+		change = true
+	default:
+		c.w.Error("ERR syntax error")
+		return
+	}
+	at := time.Now().Add(d)
+	when := uint64(at.Unix())
+	if at.Nanosecond() > 0 {
+		when++
+	}
+	var v []byte
+	var found bool
+	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
+		cell := &cells[0]
+		v, found = cell.Value, cell.Exists
+		if !found || !change {
+			return nil
+		}
+		switch {
+		case persist:
+			cell.Expires, cell.Write = 0, true
+		case d <= 0:
+			cell.Delete = true
+		default:
+			cell.Expires, cell.Write = when, true
+		}
+		return nil
+	}, func() {
+		if found {
+			c.w.Bulk(v)
+		} else {
+			c.w.NullBulk()
+		}
+	})
 }

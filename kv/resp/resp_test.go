@@ -939,3 +939,75 @@ func TestMultiKeyCommands(t *testing.T) {
 		t.Error("a refused MSETNX set a key")
 	}
 }
+
+// TestExpireConditions: EXPIRE NX, XX, GT and LT as Redis 7.
+func TestExpireConditions(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	c.Set(ctx, "k", "v", 0)
+	for _, st := range []struct {
+		args []any
+		want int64
+		ttl  time.Duration // 0: no check; -1: none
+	}{
+		{[]any{"EXPIRE", "k", "100", "XX"}, 0, -1},
+		{[]any{"EXPIRE", "k", "100", "GT"}, 0, -1},
+		{[]any{"EXPIRE", "k", "100", "NX"}, 1, 100 * time.Second},
+		{[]any{"EXPIRE", "k", "200", "NX"}, 0, 100 * time.Second},
+		{[]any{"EXPIRE", "k", "50", "GT"}, 0, 100 * time.Second},
+		{[]any{"EXPIRE", "k", "300", "GT"}, 1, 300 * time.Second},
+		{[]any{"EXPIRE", "k", "400", "LT"}, 0, 300 * time.Second},
+		{[]any{"EXPIRE", "k", "30", "LT"}, 1, 30 * time.Second},
+		{[]any{"EXPIRE", "k", "60", "XX"}, 1, 60 * time.Second},
+		{[]any{"EXPIRE", "missing", "60", "NX"}, 0, 0},
+	} {
+		got, err := c.Do(ctx, st.args...).Int64()
+		if err != nil || got != st.want {
+			t.Errorf("%v: %d %v, want %d", st.args, got, err, st.want)
+		}
+		if st.ttl == 0 {
+			continue
+		}
+		ttl, _ := c.TTL(ctx, "k").Result()
+		if st.ttl == -1 && ttl != -1 || st.ttl > 0 && (ttl > st.ttl || ttl < st.ttl-2*time.Second) {
+			t.Errorf("after %v: TTL %v, want %v", st.args, ttl, st.ttl)
+		}
+	}
+	if err := c.Do(ctx, "EXPIRE", "k", "10", "NX", "XX").Err(); err == nil || !strings.Contains(err.Error(), "not compatible") {
+		t.Errorf("NX XX: %v", err)
+	}
+	if n, _ := c.Do(ctx, "EXPIRE", "k", "-1", "XX").Int64(); n != 1 {
+		t.Errorf("EXPIRE -1 XX: %d", n)
+	}
+	if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
+		t.Error("a past expiry under XX kept the key")
+	}
+}
+
+func TestGetEx(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	c.Set(ctx, "k", "v", 0)
+	if v, err := c.GetEx(ctx, "k", 100*time.Second).Result(); err != nil || v != "v" {
+		t.Fatalf("GETEX EX: %q %v", v, err)
+	}
+	if ttl, _ := c.TTL(ctx, "k").Result(); ttl < 98*time.Second || ttl > 100*time.Second {
+		t.Errorf("after GETEX EX 100: TTL %v", ttl)
+	}
+	if v, _ := c.Do(ctx, "GETEX", "k", "PERSIST").Text(); v != "v" {
+		t.Errorf("GETEX PERSIST: %q", v)
+	}
+	if ttl, _ := c.TTL(ctx, "k").Result(); ttl != -1 {
+		t.Errorf("after PERSIST: TTL %v", ttl)
+	}
+	if err := c.Do(ctx, "GETEX", "missing").Err(); err != redis.Nil {
+		t.Errorf("GETEX missing: %v", err)
+	}
+	if err := c.Do(ctx, "GETEX", "k", "EX", "0").Err(); err == nil || !strings.Contains(err.Error(), "invalid expire time") {
+		t.Errorf("GETEX EX 0: %v", err)
+	}
+}
