@@ -25,6 +25,8 @@ const (
 	// write: may change the store (COMMAND reports "write", else
 	// "readonly" for commands with keys).
 	write
+	// txControl: runs at once inside MULTI, not queued.
+	txControl
 )
 
 // command is one entry of the command table: what COMMAND reports, how
@@ -103,7 +105,13 @@ func init() {
 		{name: "COPY", arity: -3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).copyCmd},
 		{name: "MSETNX", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 2, run: (*client).msetnx},
 		{name: "INCRBYFLOAT", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).incrbyfloat},
-		{name: "QUIT", arity: -1, flags: onLoop | noAuth, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
+		{name: "MULTI", arity: 1, flags: onLoop | txControl, run: (*client).multiCmd},
+		{name: "EXEC", arity: 1, flags: txControl, run: (*client).execCmd},
+		{name: "DISCARD", arity: 1, flags: onLoop | txControl, run: (*client).discard},
+		{name: "WATCH", arity: -2, flags: txControl, firstKey: 1, lastKey: -1, step: 1, run: (*client).watchCmd},
+		{name: "UNWATCH", arity: 1, flags: onLoop | txControl, run: (*client).unwatch},
+		{name: "RESET", arity: 1, flags: onLoop | noAuth | txControl, run: (*client).resetCmd},
+		{name: "QUIT", arity: -1, flags: onLoop | noAuth | txControl, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
 	}
 	commands = make(map[string]*command, len(commandTable))
 	for _, cmd := range commandTable {
@@ -143,17 +151,33 @@ func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 		c.drain()
 	}
 	switch {
+	case c.tx.multi && (cmd == nil || cmd.flags&txControl == 0):
+		c.queue(cmd, args)
 	case cmd == nil:
-		var b strings.Builder
-		for _, a := range args[1:min(len(args), 4)] {
-			fmt.Fprintf(&b, "'%s' ", cut(a))
-		}
-		c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", cut(args[0]), b.String()))
-	case cmd.arity > 0 && len(args) != cmd.arity, cmd.arity < 0 && len(args) < -cmd.arity:
+		c.unknown(args)
+	case !cmd.arityOK(len(args)):
 		c.wrongArgs(cmd.name)
+	case cmd.run == nil:
 	default:
+		if cmd.name != "EXEC" { // EXEC holds the gate alone
+			c.s.gate.RLock()
+			defer c.s.gate.RUnlock()
+		}
 		cmd.run(c, ctx, args)
 	}
+}
+
+func (cmd *command) arityOK(n int) bool {
+	return cmd.arity > 0 && n == cmd.arity || cmd.arity < 0 && n >= -cmd.arity
+}
+
+// unknown answers a command not served.
+func (c *client) unknown(args [][]byte) {
+	var b strings.Builder
+	for _, a := range args[1:min(len(args), 4)] {
+		fmt.Fprintf(&b, "'%s' ", cut(a))
+	}
+	c.w.Error(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", cut(args[0]), b.String()))
 }
 
 // cut shortens an argument echoed in an error to 128 bytes (as Redis).

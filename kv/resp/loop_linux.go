@@ -411,7 +411,7 @@ func (lp *loop) process(c *client, data []byte) {
 			continue
 		}
 		cmd := lookup(args[0])
-		isSet := cmd == cmdSet && c.authed
+		isSet := cmd == cmdSet && c.authed && !c.tx.multi
 		var so setArgs
 		if isSet {
 			so = parseSet(args)

@@ -1011,3 +1011,117 @@ func TestGetEx(t *testing.T) {
 		t.Errorf("GETEX EX 0: %v", err)
 	}
 }
+
+// TestMultiExecWatch: MULTI queues, EXEC runs the queue in one go, a
+// command refused while queueing aborts EXEC, DISCARD drops the queue, and
+// WATCH makes an EXEC run nothing when a watched key changed — so
+// optimistic increments by concurrent clients lose none (go-redis's own
+// Watch helper, as its documentation uses it).
+func TestMultiExecWatch(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16})
+	defer c.Close()
+	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "a", "1", 0)
+		p.Incr(ctx, "a")
+		p.Get(ctx, "a")
+		return nil
+	})
+	if err != nil || len(cmds) != 3 || cmds[2].(*redis.StringCmd).Val() != "2" {
+		t.Fatalf("MULTI SET INCR GET EXEC: %v %v", cmds, err)
+	}
+	// Raw: QUEUED replies, an error inside EXEC's result, EXECABORT.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	send := func(lines ...string) []string {
+		t.Helper()
+		for _, l := range lines {
+			fmt.Fprintf(conn, "%s\r\n", l)
+		}
+		var out []string
+		for range lines {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, strings.TrimSpace(line))
+		}
+		return out
+	}
+	if got := strings.Join(send("MULTI", "SET t text", "INCR t"), "|"); got != "+OK|+QUEUED|+QUEUED" {
+		t.Fatalf("queueing: %s", got)
+	}
+	fmt.Fprintf(conn, "EXEC\r\n")
+	var exec []string
+	for range 3 {
+		line, _ := r.ReadString('\n')
+		exec = append(exec, strings.TrimSpace(line))
+	}
+	if exec[0] != "*2" || exec[1] != "+OK" || !strings.HasPrefix(exec[2], "-ERR value is not an integer") {
+		t.Fatalf("EXEC with a failing command: %v", exec)
+	}
+	if got := strings.Join(send("MULTI", "NOSUCH", "SET t x", "EXEC"), "|"); !strings.Contains(got, "-ERR unknown command") ||
+		!strings.HasSuffix(got, "-EXECABORT Transaction discarded because of previous errors.") {
+		t.Fatalf("EXECABORT: %s", got)
+	}
+	if got := strings.Join(send("GET t"), "|"); got != "$4" {
+		t.Fatalf("an aborted EXEC wrote: %s", got)
+	}
+	r.ReadString('\n')
+	if got := strings.Join(send("MULTI", "SET t y", "DISCARD", "EXEC", "MULTI", "MULTI", "DISCARD", "WATCH t"), "|"); got !=
+		"+OK|+QUEUED|+OK|-ERR EXEC without MULTI|+OK|-ERR MULTI calls can not be nested|+OK|+OK" {
+		t.Fatalf("DISCARD and nesting: %s", got)
+	}
+	// WATCH: a change by another client empties the EXEC.
+	c.Set(ctx, "t", "changed", 0)
+	if got := strings.Join(send("MULTI", "SET t mine"), "|"); got != "+OK|+QUEUED" {
+		t.Fatal(got)
+	}
+	if got := strings.Join(send("EXEC"), "|"); got != "*-1" {
+		t.Fatalf("EXEC after a watched key changed: %s", got)
+	}
+	if v, _ := c.Get(ctx, "t").Result(); v != "changed" {
+		t.Fatalf("the aborted transaction wrote: %q", v)
+	}
+	// Optimistic increments from 8 clients, 50 each, retried on conflict.
+	const workers, each = 8, 50
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				for {
+					err := c.Watch(ctx, func(tx *redis.Tx) error {
+						n, err := tx.Get(ctx, "counter").Int()
+						if err != nil && err != redis.Nil {
+							return err
+						}
+						_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+							p.Set(ctx, "counter", n+1, 0)
+							return nil
+						})
+						return err
+					}, "counter")
+					if err == nil {
+						break
+					}
+					if err != redis.TxFailedErr {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n, _ := c.Get(ctx, "counter").Int(); n != workers*each {
+		t.Fatalf("optimistic increments: %d, want %d", n, workers*each)
+	}
+}

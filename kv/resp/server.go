@@ -86,6 +86,8 @@ type Server struct {
 	connected, total, commands, rejected atomic.Int64
 
 	cursors scanCursors
+	// gate: every command holds it shared, EXEC exclusively (multi.go).
+	gate sync.RWMutex
 }
 
 // Clients returns the number of connected clients.
@@ -121,6 +123,7 @@ type client struct {
 	pending  []kv.Pending
 	arena    []byte // their keys and values, copied out of the read buffer
 	canDefer bool   // more requests are buffered: a SET may be queued
+	tx       txState
 	// handed is the first request's SET options, parsed by the loop that
 	// handed the client to a worker (nil: none).
 	handed *setArgs
@@ -221,6 +224,8 @@ func b2i(b bool) int64 {
 // which needs the prior value, nor a bad one, whose error must not
 // overtake replies still queued, nor past the bounds.
 func (c *client) queueSet(args [][]byte, so *setArgs) bool {
+	c.s.gate.RLock() // as every command (multi.go)
+	defer c.s.gate.RUnlock()
 	if len(c.pending) >= maxPending || len(c.arena) >= maxPendingBytes || so.wantGet || so.errReply != "" {
 		return false
 	}
@@ -241,6 +246,8 @@ func (c *client) enqueue(key, value []byte, o kv.PutOptions) {
 // setNoWait runs SET on the event loop if the store can take it without
 // waiting (see kv.Store.PutNoWait), and reports whether it did.
 func (c *client) setNoWait(args [][]byte, so *setArgs) bool {
+	c.s.gate.RLock() // as every command (multi.go)
+	defer c.s.gate.RUnlock()
 	switch {
 	case so.errReply != "":
 		c.w.Error(so.errReply)
