@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,23 @@ func TestREADMEConfigParses(t *testing.T) {
 	}
 	if _, err := c.withDefaults(); err != nil {
 		t.Fatal(err)
+	}
+	// Every key of every section is in the example.
+	sections := reflect.TypeOf(Config{})
+	for i := range sections.NumField() {
+		sec := sections.Field(i)
+		table := "[" + sec.Tag.Get("toml") + "]"
+		_, rest, ok := strings.Cut(body, table)
+		if !ok {
+			t.Errorf("the README's example has no %s", table)
+			continue
+		}
+		rest, _, _ = strings.Cut(rest, "\n[")
+		for j := range sec.Type.NumField() {
+			key := sec.Type.Field(j).Tag.Get("toml")
+			if !strings.Contains(rest, "\n"+key+" = ") {
+				t.Errorf("the README's example lacks %s %s", table, key)
+			}
+		}
 	}
 }
