@@ -3,9 +3,11 @@ package resp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +77,10 @@ func init() {
 		{name: "DBSIZE", arity: 1, run: (*client).dbsize},
 		{name: "FLUSHDB", arity: -1, flags: write, run: (*client).flush},
 		{name: "FLUSHALL", arity: -1, flags: write, run: (*client).flush},
-		{name: "INFO", arity: -1, run: func(c *client, _ context.Context, _ [][]byte) { c.w.BulkString(c.s.info()) }},
+		{name: "INFO", arity: -1, run: func(c *client, _ context.Context, a [][]byte) { c.w.BulkString(c.s.info(a[1:]...)) }},
+		{name: "RANDOMKEY", arity: 1, run: (*client).randomkey},
+		{name: "OBJECT", arity: -2, flags: onLoop, firstKey: 2, lastKey: 2, step: 1, run: (*client).object},
+		{name: "MEMORY", arity: -2, flags: onLoop, firstKey: 2, lastKey: 2, step: 1, run: (*client).memory},
 		{name: "AUTH", arity: -2, flags: onLoop | noAuth, run: (*client).auth},
 		{name: "SELECT", arity: 2, flags: onLoop, run: (*client).selectDB},
 		{name: "HELLO", arity: -1, flags: onLoop | noAuth, run: (*client).hello},
@@ -952,4 +957,64 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 			c.w.NullBulk()
 		}
 	})
+}
+
+// randomkey serves RANDOMKEY: the first key at or after a random point of
+// the key space (keys are spread by their bytes, not evenly: a sampling of
+// the keyspace, not a uniform draw), nil when empty.
+func (c *client) randomkey(_ context.Context, _ [][]byte) {
+	var from [8]byte
+	binary.BigEndian.PutUint64(from[:], rand.Uint64())
+	for _, start := range [][]byte{from[:], nil} {
+		page, _, err := c.s.Store.Scan(nil, start, 1, true)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		if len(page) > 0 {
+			c.w.Bulk(page[0].Key)
+			return
+		}
+	}
+	c.w.NullBulk()
+}
+
+// object serves OBJECT ENCODING key (every value is a string: "int",
+// "embstr" or "raw", as Redis would say) and OBJECT HELP-less others.
+func (c *client) object(_ context.Context, args [][]byte) {
+	if !eq(args[1], "ENCODING") || len(args) != 3 {
+		c.w.Error("ERR unknown subcommand '" + string(cut(args[1])) + "'. Try OBJECT HELP.")
+		return
+	}
+	e, err := c.s.Store.Get(args[2], nil)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.NullBulk()
+	case err != nil:
+		c.storeErr(err)
+	case len(e.Value) <= 20 && func() bool { _, ok := kv.ParseInt(e.Value); return ok }():
+		c.w.BulkString("int")
+	case len(e.Value) <= 44:
+		c.w.BulkString("embstr")
+	default:
+		c.w.BulkString("raw")
+	}
+}
+
+// memory serves MEMORY USAGE key: the bytes the key and value take, and
+// the entry's overhead (as the store holds them, an estimate).
+func (c *client) memory(_ context.Context, args [][]byte) {
+	if !eq(args[1], "USAGE") || len(args) < 3 {
+		c.w.Error("ERR unknown subcommand '" + string(cut(args[1])) + "'. Try MEMORY HELP.")
+		return
+	}
+	e, err := c.s.Store.Get(args[2], nil)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		c.w.NullBulk()
+	case err != nil:
+		c.storeErr(err)
+	default:
+		c.w.Int(int64(len(args[2]) + len(e.Value) + 48))
+	}
 }

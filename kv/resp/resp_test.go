@@ -1125,3 +1125,44 @@ func TestMultiExecWatch(t *testing.T) {
 		t.Fatalf("optimistic increments: %d, want %d", n, workers*each)
 	}
 }
+
+func TestIntrospection(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.RandomKey(ctx).Err(); err != redis.Nil {
+		t.Errorf("RANDOMKEY of an empty store: %v", err)
+	}
+	c.Set(ctx, "n", "12345", 0)
+	c.Set(ctx, "s", "short", 0)
+	c.Set(ctx, "r", strings.Repeat("x", 100), 0)
+	seen := map[string]bool{}
+	for range 50 {
+		k, err := c.RandomKey(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[k] = true
+	}
+	for k := range seen {
+		if k != "n" && k != "s" && k != "r" {
+			t.Errorf("RANDOMKEY: %q", k)
+		}
+	}
+	for k, want := range map[string]string{"n": "int", "s": "embstr", "r": "raw"} {
+		if v, _ := c.ObjectEncoding(ctx, k).Result(); v != want {
+			t.Errorf("OBJECT ENCODING %s: %q, want %q", k, v, want)
+		}
+	}
+	if n, _ := c.MemoryUsage(ctx, "r").Result(); n < 101 {
+		t.Errorf("MEMORY USAGE r: %d", n)
+	}
+	info, err := c.Info(ctx, "keyspace").Result()
+	if err != nil || !strings.Contains(info, "db0:keys=3") || strings.Contains(info, "# Server") {
+		t.Errorf("INFO keyspace: %q %v", info, err)
+	}
+	if all, _ := c.Info(ctx).Result(); !strings.Contains(all, "# Server") || !strings.Contains(all, "# Keyspace") {
+		t.Errorf("INFO: %q", all)
+	}
+}

@@ -645,20 +645,45 @@ func (c *client) clientCmd(_ context.Context, args [][]byte) {
 	}
 }
 
-func (s *Server) info() string {
+// info is INFO's text: every section, or those named (case-insensitive;
+// "all", "everything" and "default" name every one).
+func (s *Server) info(want ...[]byte) string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st := s.Store.Stats()
-	n, _ := s.Store.Count()
+	sections := []struct{ name, text string }{
+		{"server", fmt.Sprintf("redis_version:7.0.0\r\nhec_version:%s\r\nredis_mode:standalone\r\nprocess_id:%d\r\nuptime_in_seconds:%d\r\n",
+			s.Version, os.Getpid(), int(time.Since(s.started).Seconds()))},
+		{"clients", fmt.Sprintf("connected_clients:%d\r\n", s.connected.Load())},
+		{"memory", fmt.Sprintf("used_memory:%d\r\nused_memory_rss:%d\r\nmaxmemory:%d\r\n", ms.HeapAlloc, ms.Sys, st.MemoryBudget)},
+		{"persistence", fmt.Sprintf("aof_enabled:%d\r\nhec_durability:%s\r\nhec_lsm_bytes:%d\r\nhec_vlog_bytes:%d\r\n",
+			b2i(st.Durability == "sync"), st.Durability, st.LSMBytes, st.VlogBytes)},
+		{"stats", fmt.Sprintf("total_connections_received:%d\r\ntotal_commands_processed:%d\r\nrejected_connections:%d\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n",
+			s.total.Load(), s.commands.Load(), s.rejected.Load(), st.Gets-st.Misses, st.Misses)},
+		{"keyspace", ""},
+	}
+	all := len(want) == 0
+	for _, w := range want {
+		all = all || eq(w, "all") || eq(w, "everything") || eq(w, "default")
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Server\r\nredis_version:7.0.0\r\nhec_version:%s\r\nredis_mode:standalone\r\nprocess_id:%d\r\nuptime_in_seconds:%d\r\n\r\n",
-		s.Version, os.Getpid(), int(time.Since(s.started).Seconds()))
-	fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\n\r\n", s.connected.Load())
-	fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nused_memory_rss:%d\r\nmaxmemory:%d\r\n\r\n", ms.HeapAlloc, ms.Sys, st.MemoryBudget)
-	fmt.Fprintf(&b, "# Persistence\r\naof_enabled:%d\r\nhec_durability:%s\r\nhec_lsm_bytes:%d\r\nhec_vlog_bytes:%d\r\n\r\n",
-		b2i(st.Durability == "sync"), st.Durability, st.LSMBytes, st.VlogBytes)
-	fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\nrejected_connections:%d\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n\r\n",
-		s.total.Load(), s.commands.Load(), s.rejected.Load(), st.Gets-st.Misses, st.Misses)
-	fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", n)
+	for _, sec := range sections {
+		named := all
+		for _, w := range want {
+			named = named || eq(w, sec.name)
+		}
+		if !named {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		text := sec.text
+		if sec.name == "keyspace" {
+			n, _ := s.Store.Count()
+			text = fmt.Sprintf("db0:keys=%d,expires=0,avg_ttl=0\r\n", n)
+		}
+		fmt.Fprintf(&b, "# %s\r\n%s", strings.ToUpper(sec.name[:1])+sec.name[1:], text)
+	}
 	return b.String()
 }
