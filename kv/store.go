@@ -615,13 +615,17 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 // expiresAt returns the expiry (Unix seconds, Badger's resolution) of a key
 // written now with ttl, rounded up: the key lives at least ttl, at most a
 // second more.
-func expiresAt(ttl time.Duration) uint64 {
-	t := time.Now().Add(ttl) // seconds, not nanoseconds: those overflow past 2262
+func expiresAt(ttl time.Duration) uint64 { return ExpirySeconds(time.Now().Add(ttl)) }
+
+// ExpirySeconds is the expiry the store keeps for t: Unix seconds, rounded
+// up (a key lives at least as long as asked), at least 1 (0 is "never").
+// Seconds, not nanoseconds: those overflow past 2262.
+func ExpirySeconds(t time.Time) uint64 {
 	sec := t.Unix()
 	if t.Nanosecond() > 0 {
 		sec++
 	}
-	return uint64(sec)
+	return uint64(max(sec, 1))
 }
 
 // Delete removes keys and returns how many existed.
@@ -666,11 +670,7 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 // ExpireAt sets a key's expiry to t, to the second (t rounded up). It
 // reports whether the key exists.
 func (s *Store) ExpireAt(key []byte, t time.Time) (bool, error) {
-	sec := t.Unix()
-	if t.Nanosecond() > 0 {
-		sec++
-	}
-	return s.expireAt(key, uint64(max(sec, 1)))
+	return s.expireAt(key, ExpirySeconds(t))
 }
 
 // expireAt sets key's expiry to unix second at (0: none).

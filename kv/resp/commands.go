@@ -656,7 +656,11 @@ func (e errReply) Error() string { return string(e) }
 // modify runs a read-modify-write on the store and writes its reply: the
 // function's own refusal (errReply) as is, other errors as store errors.
 func (c *client) modify(key []byte, maxSize int, f func(cur []byte, exists bool) ([]byte, bool, error), reply func()) {
-	err := c.s.Store.Modify(key, maxSize, f)
+	c.replyTo(c.s.Store.Modify(key, maxSize, f), reply)
+}
+
+// replyTo writes reply, or err: an errReply as is, others as store errors.
+func (c *client) replyTo(err error, reply func()) {
 	var r errReply
 	switch {
 	case errors.As(err, &r):
@@ -749,16 +753,7 @@ func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
 
 // update runs Store.Update and writes the reply as modify does.
 func (c *client) update(keys [][]byte, maxSize int, f func(cells []kv.Cell) error, reply func()) {
-	err := c.s.Store.Update(keys, maxSize, f)
-	var r errReply
-	switch {
-	case errors.As(err, &r):
-		c.w.Error(string(r))
-	case err != nil:
-		c.storeErr(err)
-	default:
-		reply()
-	}
+	c.replyTo(c.s.Store.Update(keys, maxSize, f), reply)
 }
 
 // rename serves RENAME and RENAMENX: the value and its expiry move.
@@ -866,11 +861,7 @@ func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
 		c.w.Error("ERR NX and XX, GT or LT options at the same time are not compatible")
 		return
 	}
-	at := time.Now().Add(d)
-	when := uint64(at.Unix())
-	if at.Nanosecond() > 0 {
-		when++
-	}
+	when := kv.ExpirySeconds(time.Now().Add(d))
 	done := false
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
 		cell := &cells[0]
@@ -928,11 +919,7 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 		c.w.Error("ERR syntax error")
 		return
 	}
-	at := time.Now().Add(d)
-	when := uint64(at.Unix())
-	if at.Nanosecond() > 0 {
-		when++
-	}
+	when := kv.ExpirySeconds(time.Now().Add(d))
 	var v []byte
 	var found bool
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
