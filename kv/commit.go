@@ -114,6 +114,12 @@ type committer struct {
 	syncLog bool   // Sync mode: each round's log is synced before acknowledging
 	log     *slog.Logger
 	written func(key []byte) // WithWriteHook; nil: none
+	dir     string           // Badger's directory ("": in memory)
+	guard   *diskGuard       // nil: in memory
+	// checkpointAt is the log size past which the committer checkpoints
+	// (the file keeps about this size: its blocks are reused).
+	checkpointAt int64
+	refusing     bool // writes are refused (logged once, when it starts)
 
 	clock      *atomic.Uint64 // the store's versions for cached writes
 	flushEvery time.Duration  // how long a dirty cache entry may wait for Badger
@@ -132,6 +138,7 @@ type committer struct {
 	groups, writes   atomic.Uint64 // rounds made durable (log syncs, or Badger commits without the log), writes in them
 	flushes, flushed atomic.Uint64 // Badger commits of cached writes, the writes in them
 	commitNanos      atomic.Uint64 // time spent in Badger's Commit and the log's sync
+	checkpoints      atomic.Uint64 // logs started over, Badger durable
 }
 
 func newCommitter(db *badger.DB, c *cache, l *wal, syncLog bool, clock *atomic.Uint64, flushEvery time.Duration,
@@ -212,6 +219,7 @@ func (cm *committer) run() {
 		group, cm.queue = cm.queue, group[:0]
 		closed := cm.closed
 		cm.mu.Unlock()
+		group = cm.admit(group)
 		last := closed && len(group) == 0
 		needsBadger := false // a write that may read Badger
 		for _, w := range group {
@@ -225,11 +233,15 @@ func (cm *committer) run() {
 		// its own), else once they waited walWriteEvery or pile up.
 		writeShared := len(group) > 0 || logDue || last ||
 			cm.wal != nil && cm.wal.pending.Load() >= walWriteSoon
+		if writeShared && len(group) == 0 && cm.wal != nil && cm.wal.pending.Load() > 0 &&
+			cm.writable(2*cm.wal.pending.Load()) != nil {
+			writeShared = false // kept, for when space returns (flushed to Badger meanwhile)
+		}
 		logDue = false
 		if cm.commitAll(group, !needsBadger, writeShared) {
 			due = true
 		}
-		if last || cm.wal != nil && cm.wal.size > walCheckpoint {
+		if last || cm.wal != nil && cm.wal.size > cm.checkpointAt {
 			cm.checkpoint()
 		}
 		clear(group)
@@ -324,9 +336,73 @@ func (cm *committer) checkpoint() {
 		cm.log.Error("kv: sync Badger for a checkpoint", "err", err)
 		return
 	}
+	if err := syncBadgerFiles(cm.dir); err != nil {
+		cm.log.Error("kv: sync Badger for a checkpoint", "err", err)
+		return
+	}
 	if err := cm.wal.reset(); err != nil {
 		cm.log.Error("kv: checkpoint", "err", err)
+		return
 	}
+	cm.checkpoints.Add(1)
+}
+
+// logFailed reports a failed write or sync of the log; one that found
+// the disk full marks it so, and later rounds are refused until space
+// returns.
+func (cm *committer) logFailed(err error) {
+	if errors.Is(err, ErrDiskFull) && cm.guard != nil {
+		cm.guard.markFull()
+	}
+	cm.log.Error("kv: log", "err", err)
+}
+
+// writable is why a round that writes about n bytes may not go ahead: the
+// log broken by a failed sync, or the disk too full; nil if it may.
+func (cm *committer) writable(n int64) error {
+	if cm.wal != nil {
+		if err := cm.wal.failed(); err != nil {
+			return err
+		}
+	}
+	return cm.guard.room(n)
+}
+
+// admit refuses the group's writes when the store may not write (see
+// writable) — failing and releasing them — and returns the rest: barriers,
+// which write nothing.
+func (cm *committer) admit(group []*write) []*write {
+	if cm.wal == nil || len(group) == 0 {
+		return group
+	}
+	n := 2 * cm.wal.pending.Load() // the log, then Badger
+	for _, w := range group {
+		n += 2 * (w.size + walHeader)
+	}
+	err := cm.writable(n)
+	if err == nil {
+		if cm.refusing {
+			cm.refusing = false
+			cm.log.Info("kv: writing again", "free", mib(cm.guard.free.Load()))
+		}
+		return group
+	}
+	if !cm.refusing {
+		cm.refusing = true
+		cm.log.Warn("kv: refusing writes", "err", err)
+	}
+	kept := group[:0]
+	for _, w := range group {
+		if w.count == 0 {
+			kept = append(kept, w)
+			continue
+		}
+		w.err = err
+		w.installed = true // nothing written: nothing to forget
+		cm.release(w)
+	}
+	clear(group[len(kept):])
+	return kept
 }
 
 // commitAll commits group in as few transactions as the limits allow,
@@ -350,7 +426,7 @@ func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flus
 			cm.groups.Add(1)
 			cm.writes.Add(uint64(len(group)))
 			if err != nil {
-				cm.log.Error("kv: log", "err", err)
+				cm.logFailed(err)
 			}
 		}
 		for _, w := range group {
@@ -386,7 +462,7 @@ func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flus
 			cm.writes.Add(uint64(len(group)))
 		}
 		if err != nil {
-			cm.log.Error("kv: log", "err", err)
+			cm.logFailed(err)
 			for _, w := range group {
 				if w.err == nil {
 					w.err = err
@@ -478,7 +554,7 @@ func (cm *committer) commitTxn(txn *wtxn) error {
 	if cm.wal != nil {
 		if err := cm.wal.commit(cm.syncLog, true); err != nil {
 			txn.Discard()
-			cm.log.Error("kv: log", "err", err)
+			cm.logFailed(err)
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -25,6 +26,14 @@ var (
 	ErrKeySize   = errors.New("kv: key empty or too large")
 	ErrValueSize = errors.New("kv: value too large")
 	ErrClosed    = errors.New("kv: store closed")
+	// ErrDiskFull: the store's file system has less free space than the
+	// store needs to write safely; writes resume, by themselves, once
+	// space returns. Reads go on.
+	ErrDiskFull = errors.New("kv: disk full: writes refused until space returns")
+	// ErrWritesRefused: a write or sync of the store's log failed, so
+	// what follows could not be made durable; the store refuses writes
+	// until it is opened again. Reads go on.
+	ErrWritesRefused = errors.New("kv: writes refused after a failed disk write")
 )
 
 // Limits on what a client may store.
@@ -133,6 +142,8 @@ type Store struct {
 	// Opening Badger (at once, or on first use): wake runs it once; awake
 	// says it succeeded, wakeErr why not.
 	open    func() (*badger.DB, *wal, error)
+	plan    diskPlan   // sizes that follow the disk's (disk.go)
+	guard   *diskGuard // the disk's free space; nil: in memory
 	wake    sync.Once
 	awake   atomic.Bool
 	wakeErr error
@@ -157,16 +168,27 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	// The store keeps its own log (wal.go) and lets Badger write without
 	// syncing; without a disk there is nothing to log.
 	useWAL := !cfg.inMemory
+	var total int64
+	if !cfg.inMemory {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("kv: %w", err)
+		}
+		var err error
+		if total, _, err = fsSpace(dir); err != nil {
+			return nil, err
+		}
+	}
+	plan := planDisk(total, cfg.memtable, cfg.memtables) // disk.go
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
-		WithMemTableSize(cfg.memtable).
+		WithMemTableSize(plan.memtable).
 		WithNumMemtables(cfg.memtables).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(cfg.blockCache).
 		WithIndexCacheSize(cfg.indexCache).
 		WithValueThreshold(cfg.valueThresh).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(plan.vlogFile).
 		WithNumCompactors(2).
 		WithCompression(options.None).
 		WithDetectConflicts(false). // one writer: the committer
@@ -181,14 +203,18 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		}
 		var l *wal
 		if useWAL {
-			if l, err = recoverWAL(db, filepath.Join(dir, walName), log); err != nil {
+			if l, err = recoverWAL(db, dir, log); err != nil {
 				db.Close()
 				return nil, nil, err
 			}
+			l.ahead = plan.ahead
 		}
 		return db, l, nil
 	}
-	s := &Store{cfg: cfg, open: open}
+	s := &Store{cfg: cfg, open: open, plan: plan}
+	if !cfg.inMemory {
+		s.guard = newDiskGuard(dir, plan)
+	}
 	if cfg.cacheBytes > 0 {
 		s.cache = newCache(cfg.cacheBytes)
 	}
@@ -233,6 +259,10 @@ func (s *Store) ready() error {
 		}
 		s.commit = newCommitter(db, s.cache, l, s.cfg.durability == Sync, &s.clock, s.cfg.flushEvery, s.cfg.logger())
 		s.commit.written = s.cfg.written
+		s.commit.guard, s.commit.checkpointAt = s.guard, s.plan.checkpoint
+		if !s.cfg.inMemory {
+			s.commit.dir = db.Opts().Dir
+		}
 		s.awake.Store(true)
 	})
 	if !s.awake.Load() {
@@ -254,8 +284,8 @@ func (c config) logger() *slog.Logger {
 // recoverWAL opens the store's log and replays it onto Badger: effects of
 // acknowledged writes that Badger lost in a crash come back. Badger then
 // syncs and the log starts empty.
-func recoverWAL(db *badger.DB, path string, log *slog.Logger) (*wal, error) {
-	l, err := openWAL(path)
+func recoverWAL(db *badger.DB, dir string, log *slog.Logger) (*wal, error) {
+	l, err := openWAL(filepath.Join(dir, walName))
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +316,9 @@ func recoverWAL(db *badger.DB, path string, log *slog.Logger) (*wal, error) {
 		err = db.Sync()
 	}
 	if err == nil {
+		err = syncBadgerFiles(dir)
+	}
+	if err == nil {
 		err = l.reset()
 	}
 	if err != nil {
@@ -303,6 +336,23 @@ func recoverWAL(db *badger.DB, path string, log *slog.Logger) (*wal, error) {
 func (s *Store) MemoryBudget() int64 {
 	return s.cfg.memtable*int64(s.cfg.memtables) + s.cfg.blockCache + s.cfg.indexCache + s.cfg.cacheBytes
 }
+
+// WriteErr is why the store refuses writes now — ErrDiskFull (it
+// resumes once space returns) or ErrWritesRefused (a failed sync: until
+// the store is opened again) — or nil. Reads are served either way.
+func (s *Store) WriteErr() error {
+	if c := s.commit; s.awake.Load() && c.wal != nil {
+		if err := c.wal.failed(); err != nil {
+			return err
+		}
+	}
+	return s.guard.err()
+}
+
+// MaxValueSize is the largest value the store takes: MaxValueSize, or
+// less on a small disk (a value must fit in one of Badger's value-log
+// files, which the disk's size bounds).
+func (s *Store) MaxValueSize() int { return s.plan.maxValue }
 
 // Durability returns how writes are acknowledged.
 func (s *Store) Durability() Durability { return s.cfg.durability }
@@ -370,6 +420,11 @@ func (s *Store) startPut(put *cachedPut, keys [][]byte, size, count int64, f fun
 	w.apply, w.put, w.keys, w.size, w.count = f, put, keys, size, count
 	if err := s.ready(); err != nil {
 		return failed(w, err)
+	}
+	if count > 0 {
+		if err := s.WriteErr(); err != nil {
+			return failed(w, err)
+		}
 	}
 	if err := s.commit.submit(w); err != nil {
 		return failed(w, err)
@@ -481,7 +536,7 @@ type PutOptions struct {
 // Put stores value under key. With IfAbsent/IfPresent it fails with
 // ErrExists/ErrNotFound when the condition does not hold.
 func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
-	if err := checkPut(key, value); err != nil {
+	if err := s.checkPut(key, value); err != nil {
 		return nil, err
 	}
 	if s.putCached(key, value, o) {
@@ -496,7 +551,7 @@ func (s *Store) Put(key, value []byte, o PutOptions) (prior []byte, err error) {
 // and reports whether it did; err is a bad key or value. An event loop
 // runs it inline and hands the other Puts to a goroutine.
 func (s *Store) PutNoWait(key, value []byte, o PutOptions) (done bool, err error) {
-	if err := checkPut(key, value); err != nil {
+	if err := s.checkPut(key, value); err != nil {
 		return true, err
 	}
 	return s.putCached(key, value, o), nil
@@ -507,8 +562,8 @@ func (s *Store) PutNoWait(key, value []byte, o PutOptions) (done bool, err error
 // which may put them in the cache once logged: putWrite.)
 func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	if s.cfg.durability != Async || s.cache == nil || o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior ||
-		s.closed.Load() || s.ready() != nil {
-		return false
+		s.closed.Load() || s.ready() != nil || s.WriteErr() != nil {
+		return false // the committer's path (which refuses it, if the store may not write)
 	}
 	var exp int64
 	if o.TTL > 0 {
@@ -545,7 +600,7 @@ func (s *Store) settle() error {
 // then waits for each. key and value must stay unchanged until Wait
 // returns. Writes queued by one goroutine commit in the order queued.
 func (s *Store) PutAsync(key, value []byte, o PutOptions) Pending {
-	if err := checkPut(key, value); err != nil {
+	if err := s.checkPut(key, value); err != nil {
 		return failed(writePool.Get().(*write), err)
 	}
 	o.ReturnPrior = false
@@ -554,11 +609,11 @@ func (s *Store) PutAsync(key, value []byte, o PutOptions) Pending {
 	return s.putWrite(key, value, o, nil)
 }
 
-func checkPut(key, value []byte) error {
+func (s *Store) checkPut(key, value []byte) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	if len(value) > MaxValueSize {
+	if len(value) > s.plan.maxValue {
 		return fmt.Errorf("value of %d bytes: %w", len(value), ErrValueSize)
 	}
 	return nil
@@ -762,6 +817,7 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 		}
 	}
 	s.puts.Add(1)
+	maxSize = min(maxSize, s.plan.maxValue*max(1, len(keys)))
 	size := int64(maxSize)
 	for _, k := range keys {
 		size += entrySize(k, nil)
@@ -789,7 +845,7 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 		for _, c := range cells {
 			if c.Write {
 				written += len(c.Value)
-				if len(c.Value) > MaxValueSize || written > maxSize {
+				if len(c.Value) > s.plan.maxValue || written > maxSize {
 					return refusedError{fmt.Errorf("value of %d bytes: %w", len(c.Value), ErrValueSize)}
 				}
 			}
@@ -905,7 +961,7 @@ func (s *Store) Batch(ops []Op) error {
 		if err := checkKey(o.Key); err != nil {
 			return err
 		}
-		if len(o.Value) > MaxValueSize {
+		if len(o.Value) > s.plan.maxValue {
 			return ErrValueSize
 		}
 		keys[i] = o.Key
@@ -1040,10 +1096,20 @@ type Stats struct {
 	Commits, Writes  uint64
 	Flushes, Flushed uint64
 	CommitTime       time.Duration // spent committing and syncing
+	// Checkpoints counts the log's restarts once Badger held, synced,
+	// everything in it.
+	Checkpoints uint64
 	// The read cache: entries, bytes held and hits so far.
 	CacheEntries int
 	CacheBytes   int64
 	CacheHits    uint64
+	// WritesRefused is why writes are refused now ("": they are not):
+	// see WriteErr. Refusals counts writes refused for a full disk;
+	// DiskFree is the free space last read, DiskReserve what the store
+	// keeps free (0: in memory).
+	WritesRefused         string
+	Refusals              uint64
+	DiskFree, DiskReserve int64
 }
 
 // Stats returns counters and on-disk sizes.
@@ -1054,9 +1120,16 @@ func (s *Store) Stats() Stats {
 		st.LSMBytes, st.VlogBytes = s.db.Size()
 		st.Commits, st.Writes = s.commit.groups.Load(), s.commit.writes.Load()
 		st.Flushes, st.Flushed, st.CommitTime = s.commit.flushes.Load(), s.commit.flushed.Load(), time.Duration(s.commit.commitNanos.Load())
+		st.Checkpoints = s.commit.checkpoints.Load()
 	}
 	if s.cache != nil {
 		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()
+	}
+	if err := s.WriteErr(); err != nil {
+		st.WritesRefused = err.Error()
+	}
+	if g := s.guard; g != nil {
+		st.Refusals, st.DiskFree, st.DiskReserve = g.refusals.Load(), g.free.Load(), g.reserve
 	}
 	return st
 }

@@ -34,27 +34,38 @@ import (
 //
 // Record: u32 CRC-32C of length and body | u32 length of the body | u64
 // generation | body. Body: u8 op | uvarint key length | key | uvarint value
-// length | value | uvarint expiry (Unix seconds, 0: never). The replay
-// takes the generation of the first record and stops at the first record
-// that is torn or corrupt (cut by a power loss), zeros, or of another
-// generation (left from an earlier round of the file). Generations are
-// start times in nanoseconds, so an old record never passes for a new one.
+// length | value | uvarint expiry (Unix seconds, 0: never). Each round —
+// what one commit writes — ends with a commit record: u8 walCommit |
+// uvarint records in the round | u32 CRC-32C of the round's bytes before
+// it. The replay takes the generation of the first record and stops at the
+// first record that is torn or corrupt (cut by a power loss), zeros, or of
+// another generation (left from an earlier round of the file), and applies
+// whole committed rounds only: a power cut inside MSET a 1 b 2 brings back
+// both or neither. Generations are start times in nanoseconds with the top
+// bit set; a log written before rounds had commit records (top bit clear)
+// replays record by record, as it was written.
+//
+// A failed write leaves the log's end where it was (the next round
+// overwrites what it left, and without a commit record it never replays).
+// A failed fdatasync breaks the log for good: the kernel may have dropped
+// the pages it could not write, so nothing after them is known to be on
+// disk, and every later commit fails with ErrWritesRefused until the store
+// is opened again.
 
 const (
 	walSet    = 1
 	walDelete = 2
+	walCommit = 3 // ends a round
 
-	walName = "hec-kv.wal"
-	// walCheckpoint is the log size past which the committer checkpoints
-	// (the file keeps about this size: its blocks are reused).
-	walCheckpoint = 512 << 20
-	walMaxBody    = MaxKeySize + MaxValueSize + 32
+	walRounds = 1 << 63 // generations of logs whose rounds end with a commit record
+
+	walName    = "hec-kv.wal"
+	walMaxBody = MaxKeySize + MaxValueSize + 32
 	// walWriteEvery bounds how long an Async write's record waits to be
 	// written; walMaxShared bounds writers' records waiting (past it they
 	// take the committer's path).
 	walWriteEvery = 10 * time.Millisecond
 	walWriteSoon  = 256 << 10
-	walAhead      = 16 << 20 // zeros written ahead of the log's end
 	walMaxShared  = 4 << 20
 )
 
@@ -64,6 +75,10 @@ type wal struct {
 	buf   []byte // the committer's records of the round being built
 	size  int64  // bytes of records in the file (the committer's)
 	ready int64  // bytes of the file written (zeros past size), so an append needs no metadata sync
+	ahead int64  // zeros written ahead of the log's end at a time (diskSizing)
+	// broken is why the log takes no more rounds (a failed fdatasync).
+	broken atomic.Pointer[error]
+	sync   func(*os.File) error // fdatasync; tests fail it
 
 	mu      sync.Mutex
 	shared  []byte // records appended by writers (Async cached Puts)
@@ -75,6 +90,8 @@ type walRecord struct {
 	op         byte
 	key, value []byte
 	expires    uint64
+	count      uint64 // walCommit: records in the round
+	sum        uint32 // walCommit: their bytes' checksum
 }
 
 func openWAL(path string) (*wal, error) {
@@ -87,7 +104,13 @@ func openWAL(path string) (*wal, error) {
 		f.Close()
 		return nil, fmt.Errorf("kv: open log: %w", err)
 	}
-	return &wal{f: f, ready: fi.Size(), gen: uint64(time.Now().UnixNano())}, nil
+	return &wal{f: f, ready: fi.Size(), gen: newGeneration(0), ahead: 16 << 20, sync: fdatasync}, nil
+}
+
+// newGeneration is a generation later than after: the time in
+// nanoseconds, with walRounds set.
+func newGeneration(after uint64) uint64 {
+	return max(after+1, walRounds|uint64(time.Now().UnixNano()))
 }
 
 const walHeader = 16
@@ -156,27 +179,63 @@ func (l *wal) commit(sync, shared bool) error {
 	if len(out) == 0 {
 		return nil
 	}
+	if err := l.failed(); err != nil {
+		return err
+	}
+	count := uint64(0)
+	for off := 0; off < len(out); off += walHeader + int(binary.LittleEndian.Uint32(out[off+4:])) {
+		binary.LittleEndian.PutUint64(out[off+8:], l.gen)
+		count++
+	}
+	out = appendCommit(out, count, crc32c.Checksum(out), l.gen)
 	if sync {
 		if err := l.prepare(int64(len(out))); err != nil {
 			return err
 		}
 	}
-	for off := 0; off < len(out); off += walHeader + int(binary.LittleEndian.Uint32(out[off+4:])) {
-		binary.LittleEndian.PutUint64(out[off+8:], l.gen)
-	}
 	n, err := l.f.WriteAt(out, l.size)
-	l.size += int64(n)
-	l.ready = max(l.ready, l.size)
+	l.ready = max(l.ready, l.size+int64(n))
 	if err != nil {
-		return fmt.Errorf("kv: append to log: %w", err)
+		// The end stays: the next round overwrites what this one left.
+		return noSpace(fmt.Errorf("kv: append to log: %w", err))
 	}
-	if !sync {
-		return nil
+	if sync {
+		if err := l.sync(l.f); err != nil {
+			return l.fail("sync log", err)
+		}
 	}
-	if err := fdatasync(l.f); err != nil {
-		return fmt.Errorf("kv: sync log: %w", err)
+	l.size += int64(n)
+	return nil
+}
+
+// fail breaks the log for good (a failed sync): see the type's comment.
+func (l *wal) fail(what string, err error) error {
+	e := fmt.Errorf("%w: %s: %w", ErrWritesRefused, what, err)
+	l.broken.CompareAndSwap(nil, &e)
+	return *l.broken.Load()
+}
+
+// failed is why the log takes no more rounds, or nil.
+func (l *wal) failed() error {
+	if e := l.broken.Load(); e != nil {
+		return *e
 	}
 	return nil
+}
+
+// appendCommit appends the commit record of a round of count records
+// whose bytes have checksum sum.
+func appendCommit(dst []byte, count uint64, sum uint32, gen uint64) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, walHeader)...)
+	dst = append(dst, walCommit)
+	dst = binary.AppendUvarint(dst, count)
+	dst = binary.LittleEndian.AppendUint32(dst, sum)
+	body := dst[start+walHeader:]
+	binary.LittleEndian.PutUint32(dst[start+4:], uint32(len(body)))
+	binary.LittleEndian.PutUint64(dst[start+8:], gen)
+	binary.LittleEndian.PutUint32(dst[start:], crc32c.Update(crc32c.Checksum(dst[start+4:start+8]), body))
+	return dst
 }
 
 // prepare makes sure n more bytes fit in the written part of the file,
@@ -188,12 +247,12 @@ func (l *wal) prepare(n int64) error {
 	if l.size+n <= l.ready {
 		return nil
 	}
-	grow := max(walAhead, l.size+n-l.ready)
+	grow := max(l.ahead, l.size+n-l.ready)
 	if _, err := l.f.WriteAt(make([]byte, grow), l.ready); err != nil {
-		return fmt.Errorf("kv: extend log: %w", err)
+		return noSpace(fmt.Errorf("kv: extend log: %w", err))
 	}
 	if err := l.f.Sync(); err != nil {
-		return fmt.Errorf("kv: sync log: %w", err)
+		return l.fail("sync log", err)
 	}
 	l.ready += grow
 	return nil
@@ -203,64 +262,109 @@ func (l *wal) prepare(n int64) error {
 // synced, every effect in it: the first record's header is zeroed, so
 // nothing replays (the file's blocks stay, for reuse).
 func (l *wal) reset() error {
-	l.size = 0
-	l.gen = max(l.gen+1, uint64(time.Now().UnixNano()))
+	if err := l.failed(); err != nil {
+		return err
+	}
 	if l.ready == 0 {
+		l.size, l.gen = 0, newGeneration(l.gen)
 		return nil
 	}
 	if _, err := l.f.WriteAt(make([]byte, walHeader), 0); err != nil {
 		return fmt.Errorf("kv: start the log over: %w", err)
 	}
-	if err := fdatasync(l.f); err != nil {
-		return fmt.Errorf("kv: start the log over: %w", err)
+	if err := l.sync(l.f); err != nil {
+		return l.fail("start the log over", err)
 	}
+	l.size, l.gen = 0, newGeneration(l.gen)
 	return nil
 }
 
 func (l *wal) close() error { return l.f.Close() }
 
-// replay calls apply for each whole record of the log's generation in
-// order and returns how many there were.
+// replay calls apply for each record of the log's committed rounds in
+// order and returns how many there were. It reads the log twice: once to
+// find where the last whole round ends, once to apply up to there.
 func (l *wal) replay(apply func(walRecord) error) (int, error) {
+	var gen uint64
+	end := int64(0) // past the last committed round
+	var count uint64
+	var sum uint32
+	l.scan(func(off int64, g uint64, rec []byte, r walRecord) bool {
+		if gen == 0 {
+			gen = g
+		}
+		if g&walRounds == 0 { // written before rounds had commit records
+			end = off
+			return true
+		}
+		if r.op != walCommit {
+			sum = crc32c.Update(sum, rec)
+			count++
+			return true
+		}
+		if r.count != count || r.sum != sum {
+			return false
+		}
+		end, count, sum = off, 0, 0
+		return true
+	})
+	n := 0
+	var err error
+	l.scan(func(off int64, g uint64, rec []byte, r walRecord) bool {
+		if off > end || err != nil {
+			return false
+		}
+		if r.op == walCommit {
+			return true
+		}
+		if err = apply(r); err == nil {
+			n++
+		}
+		return err == nil
+	})
+	l.size = end
+	l.gen = newGeneration(gen)
+	return n, err
+}
+
+// scan calls f for each whole record of the first record's generation,
+// with the offset past it and its bytes, until f says stop or a record is
+// torn, corrupt, zeros or of another generation.
+func (l *wal) scan(f func(off int64, gen uint64, rec []byte, r walRecord) bool) {
 	r := bufio.NewReaderSize(io.NewSectionReader(l.f, 0, 1<<62), 1<<20)
 	var off int64
-	var hdr [walHeader]byte
-	var body []byte
+	var rec []byte
 	var gen uint64
-	n := 0
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			break
+	for first := true; ; first = false {
+		rec = append(rec[:0], make([]byte, walHeader)...)
+		if _, err := io.ReadFull(r, rec); err != nil {
+			return
 		}
-		size := binary.LittleEndian.Uint32(hdr[4:])
+		size := binary.LittleEndian.Uint32(rec[4:])
 		if size > walMaxBody {
-			break
+			return
 		}
-		if g := binary.LittleEndian.Uint64(hdr[8:]); n == 0 {
+		if g := binary.LittleEndian.Uint64(rec[8:]); first {
 			gen = g
 		} else if g != gen {
-			break
+			return
 		}
-		body = append(body[:0], make([]byte, size)...)
-		if _, err := io.ReadFull(r, body); err != nil {
-			break
+		rec = append(rec, make([]byte, size)...)
+		if _, err := io.ReadFull(r, rec[walHeader:]); err != nil {
+			return
 		}
-		if crc32c.Update(crc32c.Checksum(hdr[4:8]), body) != binary.LittleEndian.Uint32(hdr[:4]) {
-			break
+		if crc32c.Update(crc32c.Checksum(rec[4:8]), rec[walHeader:]) != binary.LittleEndian.Uint32(rec[:4]) {
+			return
 		}
-		rec, err := decodeWALBody(body)
+		dec, err := decodeWALBody(rec[walHeader:])
 		if err != nil {
-			break
+			return
 		}
-		if err := apply(rec); err != nil {
-			return n, err
+		off += int64(len(rec))
+		if !f(off, gen, rec, dec) {
+			return
 		}
-		off += walHeader + int64(size)
-		n++
 	}
-	l.size = off
-	l.gen = max(gen+1, uint64(time.Now().UnixNano()))
-	return n, nil
 }
 
 var errWALRecord = errors.New("kv: malformed log record")
@@ -272,6 +376,14 @@ func decodeWALBody(b []byte) (walRecord, error) {
 		return rec, errWALRecord
 	}
 	rec.op, b = b[0], b[1:]
+	if rec.op == walCommit {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || len(b)-k != 4 {
+			return rec, errWALRecord
+		}
+		rec.count, rec.sum = n, binary.LittleEndian.Uint32(b[k:])
+		return rec, nil
+	}
 	if rec.op != walSet && rec.op != walDelete {
 		return rec, errWALRecord
 	}

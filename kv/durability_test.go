@@ -1,0 +1,237 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// TestReplayAppliesWholeRounds: a log of two committed rounds is cut at
+// every byte of the second round, or has one of its bytes flipped, as a
+// power cut inside the round would leave it: the replay applies the first
+// round and all or nothing of the second — MSET a 1 b 2 never comes back
+// half applied.
+func TestReplayAppliesWholeRounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, walName)
+	l, err := openWAL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.add(walSet, []byte("first"), []byte("1"), 0)
+	if err := l.commit(true, true); err != nil {
+		t.Fatal(err)
+	}
+	firstEnd := l.size
+	for i := range 4 { // MSET k0 .. k3, DEL x: one round
+		l.add(walSet, fmt.Appendf(nil, "k%d", i), bytes.Repeat([]byte{'v'}, 300), 0)
+	}
+	l.add(walDelete, []byte("x"), nil, 0)
+	if err := l.commit(true, true); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole = whole[:l.size]
+	l.close()
+
+	replay := func(b []byte) (keys []string) {
+		p := filepath.Join(t.TempDir(), walName)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, err := openWAL(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.close()
+		if _, err := r.replay(func(rec walRecord) error {
+			keys = append(keys, string(rec.key))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	check := func(what string, keys []string) {
+		t.Helper()
+		if n := len(keys); n != 1 && n != 6 {
+			t.Fatalf("%s: replayed %d records %q: want the first round alone (1) or both whole (6)", what, n, keys)
+		}
+	}
+	if got := replay(whole); len(got) != 6 {
+		t.Fatalf("the whole log replayed %q", got)
+	}
+	for cut := firstEnd; cut < int64(len(whole)); cut++ {
+		check(fmt.Sprintf("cut at %d", cut), replay(whole[:cut]))
+	}
+	for at := firstEnd; at < int64(len(whole)); at += 7 {
+		b := bytes.Clone(whole)
+		b[at] ^= 0x40
+		check(fmt.Sprintf("byte %d flipped", at), replay(b))
+	}
+	// A later round's records whose commit never came (sectors written
+	// out of order): the round is left out, even with its tail intact.
+	b := bytes.Clone(whole)
+	copy(b[firstEnd:firstEnd+walHeader], make([]byte, walHeader))
+	if got := replay(b); len(got) != 1 {
+		t.Fatalf("with the round's first record lost, replayed %q", got)
+	}
+}
+
+// TestFailedSyncRefusesWrites: an fdatasync of the log fails (as on a
+// disk error): the write is not acknowledged, every later write is
+// refused with ErrWritesRefused naming the cause, reads go on, and the
+// store says why in its Stats.
+func TestFailedSyncRefusesWrites(t *testing.T) {
+	for _, d := range []Durability{Sync, Async} {
+		t.Run(d.String(), func(t *testing.T) {
+			s, err := Open(t.TempDir(), WithDurability(d), WithFlushInterval(10*1e6))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Put([]byte("before"), []byte("v"), PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			s.settle()
+			s.commit.mu.Lock() // the committer reads it under a round taken after this
+			s.commit.wal.sync = func(*os.File) error { return syscall.EIO }
+			s.commit.mu.Unlock()
+			_, err = s.IncrBy([]byte("ctr"), 1) // through the committer in both modes
+			if d == Sync && !errors.Is(err, ErrWritesRefused) {
+				t.Fatalf("INCR after a failed sync: %v, want ErrWritesRefused", err)
+			}
+			if d == Async {
+				// Async syncs only at checkpoints: force one.
+				s.commit.mu.Lock()
+				s.commit.checkpointAt = 0
+				s.commit.mu.Unlock()
+				s.IncrBy([]byte("ctr"), 1)
+				s.IncrBy([]byte("ctr"), 1)
+			}
+			testutil.WaitFor(t, 2e9, "writes refused", func() bool { return s.WriteErr() != nil })
+			for _, put := range []func() error{
+				func() error { _, err := s.Put([]byte("after"), []byte("v"), PutOptions{}); return err },
+				func() error { _, err := s.Delete([]byte("before")); return err },
+				func() error { _, err := s.IncrBy([]byte("ctr"), 1); return err },
+			} {
+				if err := put(); !errors.Is(err, ErrWritesRefused) || !strings.Contains(err.Error(), "input/output error") {
+					t.Fatalf("a write after a failed sync: %v, want ErrWritesRefused with the cause", err)
+				}
+			}
+			if e, err := s.Get([]byte("before"), nil); err != nil || string(e.Value) != "v" {
+				t.Fatalf("read after a failed sync: %q %v", e.Value, err)
+			}
+			if _, _, err := s.Scan(nil, nil, 10, true); err != nil {
+				t.Fatalf("scan after a failed sync: %v", err)
+			}
+			if st := s.Stats(); !strings.Contains(st.WritesRefused, "input/output error") {
+				t.Fatalf("Stats.WritesRefused = %q", st.WritesRefused)
+			}
+		})
+	}
+}
+
+// TestFullDiskIsAState fills a 64 MiB tmpfs (which, like a full disk,
+// answers a write into a memory-mapped hole with SIGBUS) with a store's
+// SETs of 900 bytes beside a 16 MiB ballast file: the store refuses
+// writes with ErrDiskFull before Badger can fault, serves reads, opens
+// again on the still-full file system, and once the ballast is removed
+// writes again without being reopened. Every acknowledged write is there.
+func TestFullDiskIsAState(t *testing.T) {
+	testutil.NeedRoot(t, "mounting a tmpfs")
+	for _, d := range []Durability{Sync, Async} {
+		t.Run(d.String(), func(t *testing.T) { testFullDisk(t, d) })
+	}
+}
+
+func testFullDisk(t *testing.T, d Durability) {
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=64m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	ballast := filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "kv")
+	s, err := Open(dir, WithDurability(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	acked := map[string]bool{}
+	value := bytes.Repeat([]byte{'x'}, 900)
+	var full error
+	for i := 0; i < 200_000 && full == nil; i++ {
+		k := fmt.Sprintf("key/%06d", i)
+		if _, err := s.Put([]byte(k), value, PutOptions{}); err != nil {
+			full = err
+			break
+		}
+		acked[k] = true
+	}
+	if !errors.Is(full, ErrDiskFull) {
+		t.Fatalf("after %d SETs: %v, want ErrDiskFull", len(acked), full)
+	}
+	if _, err := s.IncrBy([]byte("ctr"), 1); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("INCR on a full disk: %v", err)
+	}
+	st := s.Stats()
+	t.Logf("%s: %d SETs acknowledged, then %v (free %s, reserve %s)", d, len(acked), full, mib(st.DiskFree), mib(st.DiskReserve))
+	if len(acked) < 1000 {
+		t.Fatalf("only %d SETs fitted", len(acked))
+	}
+	checkAll := func(s *Store, when string) {
+		t.Helper()
+		for k := range acked {
+			if e, err := s.Get([]byte(k), nil); err != nil || len(e.Value) != len(value) {
+				t.Fatalf("%s: %s: %d bytes, %v", when, k, len(e.Value), err)
+			}
+		}
+	}
+	checkAll(s, "full")
+
+	// Closed and opened again on the still-full file system.
+	if err := s.Close(); err != nil {
+		t.Logf("close on a full disk: %v", err)
+	}
+	if s, err = Open(dir, WithDurability(d)); err != nil {
+		t.Fatalf("open on a full disk: %v", err)
+	}
+	checkAll(s, "reopened full")
+	if _, err := s.Put([]byte("more"), value, PutOptions{}); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("reopened full, a SET: %v", err)
+	}
+
+	// Space returns: writes resume without a restart.
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 2e9, "writes resume", func() bool { return s.WriteErr() == nil })
+	for i := range 500 {
+		k := fmt.Sprintf("again/%d", i)
+		if _, err := s.Put([]byte(k), value, PutOptions{}); err != nil {
+			t.Fatalf("after freeing space, SET %d: %v", i, err)
+		}
+		acked[k] = true
+	}
+	s.Close()
+	if s, err = Open(dir, WithDurability(d)); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(s, "reopened")
+}
