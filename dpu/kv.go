@@ -81,7 +81,11 @@ func (s *kvService) Status() api.Service {
 	if s.store == nil {
 		return api.Service{Name: "kv", Addr: s.dir}
 	}
-	return api.Service{Name: "kv", Addr: s.dir, Served: true, Note: "badger, " + s.store.Durability().String() + " durability"}
+	st := api.Service{Name: "kv", Addr: s.dir, Served: true, Note: "badger, " + s.store.Durability().String() + " durability"}
+	if err := s.store.WriteErr(); err != nil {
+		st.Note += "; " + err.Error()
+	}
+	return st
 }
 
 // kvCollector exports the store's counters.
@@ -89,25 +93,32 @@ type kvCollector struct {
 	st *kv.Store
 
 	ops, bytes, commits, writes, flushes, flushed, commitTime, cacheHits, cache *prometheus.Desc
+	checkpoints, refused, refusals, free                                        *prometheus.Desc
 }
 
 func newKVCollector(st *kv.Store) *kvCollector {
 	return &kvCollector{
-		st:         st,
-		ops:        prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
-		bytes:      prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
-		commits:    prometheus.NewDesc("hec_kv_commits_total", "Durable rounds of the store's group committer: log syncs in sync mode, Badger transactions in async mode.", nil, nil),
-		writes:     prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes in those rounds; writes/commits is the mean group size.", nil, nil),
-		flushes:    prometheus.NewDesc("hec_kv_flushes_total", "Badger transactions writing SETs acknowledged from the cache.", nil, nil),
-		flushed:    prometheus.NewDesc("hec_kv_flushed_writes_total", "Writes in those transactions (a key written many times between flushes counts once).", nil, nil),
-		commitTime: prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
-		cacheHits:  prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
-		cache:      prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
+		st:          st,
+		ops:         prometheus.NewDesc("hec_kv_ops_total", "Key-value store operations, all front ends together.", []string{"kind"}, nil),
+		bytes:       prometheus.NewDesc("hec_kv_disk_bytes", "Key-value store size on disk.", []string{"part"}, nil),
+		commits:     prometheus.NewDesc("hec_kv_commits_total", "Durable rounds of the store's group committer: log syncs in sync mode, Badger transactions in async mode.", nil, nil),
+		writes:      prometheus.NewDesc("hec_kv_grouped_writes_total", "Writes in those rounds; writes/commits is the mean group size.", nil, nil),
+		flushes:     prometheus.NewDesc("hec_kv_flushes_total", "Badger transactions writing SETs acknowledged from the cache.", nil, nil),
+		flushed:     prometheus.NewDesc("hec_kv_flushed_writes_total", "Writes in those transactions (a key written many times between flushes counts once).", nil, nil),
+		commitTime:  prometheus.NewDesc("hec_kv_commit_seconds_total", "Time the group committer spent in Badger's commit (write, and fsync in sync mode).", nil, nil),
+		cacheHits:   prometheus.NewDesc("hec_kv_cache_hits_total", "Gets answered from the store's read cache.", nil, nil),
+		cache:       prometheus.NewDesc("hec_kv_cache", "The store's read cache: entries and bytes held.", []string{"what"}, nil),
+		checkpoints: prometheus.NewDesc("hec_kv_checkpoints_total", "The store's log started over once Badger held, synced, everything in it.", nil, nil),
+		refused: prometheus.NewDesc("hec_kv_writes_refused", "1 while the store refuses writes, by reason: disk_full (resumes once space returns) or failed_sync (until the agent restarts).",
+			[]string{"reason"}, nil),
+		refusals: prometheus.NewDesc("hec_kv_disk_full_refusals_total", "Writes refused because the store's disk was too full.", nil, nil),
+		free:     prometheus.NewDesc("hec_kv_disk_free_bytes", "Free space on the store's file system (last read), and what the store keeps free.", []string{"what"}, nil),
 	}
 }
 
 func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.bytes, c.commits, c.writes, c.flushes, c.flushed, c.commitTime, c.cacheHits, c.cache} {
+	for _, d := range []*prometheus.Desc{c.ops, c.bytes, c.commits, c.writes, c.flushes, c.flushed, c.commitTime, c.cacheHits, c.cache,
+		c.checkpoints, c.refused, c.refusals, c.free} {
 		ch <- d
 	}
 }
@@ -127,6 +138,22 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.cacheHits, prometheus.CounterValue, float64(s.CacheHits))
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.GaugeValue, float64(s.CacheEntries), "entries")
 	ch <- prometheus.MustNewConstMetric(c.cache, prometheus.GaugeValue, float64(s.CacheBytes), "bytes")
+	ch <- prometheus.MustNewConstMetric(c.checkpoints, prometheus.CounterValue, float64(s.Checkpoints))
+	err := c.st.WriteErr()
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.GaugeValue, b2f(errors.Is(err, kv.ErrDiskFull)), "disk_full")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.GaugeValue, b2f(errors.Is(err, kv.ErrWritesRefused)), "failed_sync")
+	ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(s.Refusals))
+	if s.DiskReserve > 0 {
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(s.DiskFree), "free")
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(s.DiskReserve), "reserve")
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // registerKVOps serves the kv ops of the handoff from st. Keys and values
@@ -304,6 +331,10 @@ func kvStatus(err error) wire.Status {
 		return wire.StatusTooLarge
 	case errors.Is(err, kv.ErrClosed):
 		return wire.StatusUnavailable
+	case errors.Is(err, kv.ErrDiskFull):
+		return wire.StatusNoSpace
+	case errors.Is(err, kv.ErrWritesRefused):
+		return wire.StatusReadOnly
 	}
 	return wire.StatusInternal
 }

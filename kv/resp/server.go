@@ -203,6 +203,9 @@ func (c *client) storeErr(err error) {
 		c.w.Error("ERR increment or decrement would overflow")
 	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrValueSize):
 		c.w.Error("ERR " + err.Error())
+	case errors.Is(err, kv.ErrDiskFull), errors.Is(err, kv.ErrWritesRefused):
+		// As Redis answers writes after a failed AOF write; reads go on.
+		c.w.Error("MISCONF " + err.Error())
 	default:
 		c.s.Log.Error("resp: store", "err", err)
 		c.w.Error("ERR internal error: " + err.Error())

@@ -30,12 +30,14 @@ const (
 	StatusMismatch    Status = 9  // a compare-and-swap found another value
 	StatusFaulted     Status = 10 // the queue pair is faulted and must be reset
 	StatusClosed      Status = 11 // the client was closed
+	StatusReadOnly    Status = 12 // the store refuses writes after a failed disk write, until the agent restarts
 
 	StatusBusy        Status = RetryableBit | 1 // resources exhausted for now
 	StatusRestarted   Status = RetryableBit | 2 // the agent restarted; re-attach and retry
 	StatusUnavailable Status = RetryableBit | 3 // the agent or service is not reachable
 	StatusFenced      Status = RetryableBit | 4 // the lease was fenced under the request
 	StatusTimeout     Status = RetryableBit | 5 // no completion within the deadline
+	StatusNoSpace     Status = RetryableBit | 6 // the store's disk is full; writes resume once space returns
 )
 
 var statusNames = map[Status]string{
@@ -51,11 +53,13 @@ var statusNames = map[Status]string{
 	StatusMismatch:    "mismatch",
 	StatusFaulted:     "queue pair faulted",
 	StatusClosed:      "closed",
+	StatusReadOnly:    "writes refused after a failed disk write",
 	StatusBusy:        "busy",
 	StatusRestarted:   "agent restarted",
 	StatusUnavailable: "unavailable",
 	StatusFenced:      "lease fenced",
 	StatusTimeout:     "timeout",
+	StatusNoSpace:     "disk full",
 }
 
 // Retryable reports whether a request that completed with s may succeed if
