@@ -84,6 +84,7 @@ type config struct {
 	flushEvery  time.Duration
 	inMemory    bool
 	lazy        bool
+	diskSize    int64 // tests: size the store for a disk of this size
 	log         *slog.Logger
 	written     func(key []byte)
 }
@@ -177,6 +178,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		if total, _, err = fsSpace(dir); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.diskSize > 0 {
+		total = cfg.diskSize
 	}
 	plan := planDisk(total, cfg.memtable, cfg.memtables) // disk.go
 	bo := badger.DefaultOptions(dir).
