@@ -118,7 +118,7 @@ type committer struct {
 	guard   *diskGuard       // nil: in memory
 	// checkpointAt is the log size past which the committer checkpoints
 	// (the file keeps about this size: its blocks are reused).
-	checkpointAt int64
+	checkpointAt atomic.Int64
 	refusing     bool // writes are refused (logged once, when it starts)
 
 	clock      *atomic.Uint64 // the store's versions for cached writes
@@ -141,6 +141,8 @@ type committer struct {
 	checkpoints      atomic.Uint64 // logs started over, Badger durable
 }
 
+// newCommitter makes the committer; the caller sets the optional fields
+// (written, dir, guard, checkpointAt), then starts it: go cm.run().
 func newCommitter(db *badger.DB, c *cache, l *wal, syncLog bool, clock *atomic.Uint64, flushEvery time.Duration,
 	log *slog.Logger) *committer {
 	cm := &committer{db: db, cache: c, wal: l, syncLog: syncLog && l != nil, clock: clock, log: log, flushEvery: flushEvery, wake: make(chan struct{}, 1),
@@ -149,7 +151,6 @@ func newCommitter(db *badger.DB, c *cache, l *wal, syncLog bool, clock *atomic.U
 		// a little larger than ours, and a transaction that hits its limit
 		// would have to be redone write by write.
 		maxSize: db.MaxBatchSize() / 2, maxCount: db.MaxBatchCount() / 2}
-	go cm.run()
 	return cm
 }
 
@@ -241,7 +242,7 @@ func (cm *committer) run() {
 		if cm.commitAll(group, !needsBadger, writeShared) {
 			due = true
 		}
-		if last || cm.wal != nil && cm.wal.size > cm.checkpointAt {
+		if last || cm.wal != nil && cm.wal.size > cm.checkpointAt.Load() {
 			cm.checkpoint()
 		}
 		clear(group)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -98,7 +99,15 @@ func TestReplayAppliesWholeRounds(t *testing.T) {
 func TestFailedSyncRefusesWrites(t *testing.T) {
 	for _, d := range []Durability{Sync, Async} {
 		t.Run(d.String(), func(t *testing.T) {
-			s, err := Open(t.TempDir(), WithDurability(d), WithFlushInterval(10*1e6))
+			var failing atomic.Bool
+			s, err := Open(t.TempDir(), WithDurability(d), WithFlushInterval(10*1e6), func(c *config) {
+				c.logSync = func(f *os.File) error {
+					if failing.Load() {
+						return syscall.EIO
+					}
+					return fdatasync(f)
+				}
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,18 +116,14 @@ func TestFailedSyncRefusesWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.settle()
-			s.commit.mu.Lock() // the committer reads it under a round taken after this
-			s.commit.wal.sync = func(*os.File) error { return syscall.EIO }
-			s.commit.mu.Unlock()
+			failing.Store(true)
 			_, err = s.IncrBy([]byte("ctr"), 1) // through the committer in both modes
 			if d == Sync && !errors.Is(err, ErrWritesRefused) {
 				t.Fatalf("INCR after a failed sync: %v, want ErrWritesRefused", err)
 			}
 			if d == Async {
 				// Async syncs only at checkpoints: force one.
-				s.commit.mu.Lock()
-				s.commit.checkpointAt = 0
-				s.commit.mu.Unlock()
+				s.commit.checkpointAt.Store(0)
 				s.IncrBy([]byte("ctr"), 1)
 				s.IncrBy([]byte("ctr"), 1)
 			}
@@ -261,9 +266,7 @@ func TestCheckpointLeavesNothingDirty(t *testing.T) {
 		}
 	}
 	before := s.Stats().Checkpoints
-	s.commit.mu.Lock()
-	s.commit.checkpointAt = 0
-	s.commit.mu.Unlock()
+	s.commit.checkpointAt.Store(0)
 	if _, err := s.IncrBy([]byte("last"), 1); err != nil {
 		t.Fatal(err)
 	}

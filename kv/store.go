@@ -84,7 +84,8 @@ type config struct {
 	flushEvery  time.Duration
 	inMemory    bool
 	lazy        bool
-	diskSize    int64 // tests: size the store for a disk of this size
+	diskSize    int64                // tests: size the store for a disk of this size
+	logSync     func(*os.File) error // tests: the log's fdatasync
 	log         *slog.Logger
 	written     func(key []byte)
 }
@@ -212,6 +213,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 				return nil, nil, err
 			}
 			l.ahead = plan.ahead
+			if cfg.logSync != nil {
+				l.sync = cfg.logSync
+			}
 		}
 		return db, l, nil
 	}
@@ -263,10 +267,12 @@ func (s *Store) ready() error {
 		}
 		s.commit = newCommitter(db, s.cache, l, s.cfg.durability == Sync, &s.clock, s.cfg.flushEvery, s.cfg.logger())
 		s.commit.written = s.cfg.written
-		s.commit.guard, s.commit.checkpointAt = s.guard, s.plan.checkpoint
+		s.commit.guard = s.guard
+		s.commit.checkpointAt.Store(s.plan.checkpoint)
 		if !s.cfg.inMemory {
 			s.commit.dir = db.Opts().Dir
 		}
+		go s.commit.run()
 		s.awake.Store(true)
 	})
 	if !s.awake.Load() {

@@ -122,12 +122,17 @@ func init() {
 	for _, cmd := range commandTable {
 		commands[cmd.name] = cmd
 	}
+	cmdGet = commands["GET"]
 }
 
 // cmdSet is SET's entry: the event loop treats it apart (it may answer it
 // at once, or queue it to share a commit).
 var cmdSet = &command{name: "SET", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1,
 	run: func(c *client, _ context.Context, a [][]byte) { c.set(a) }}
+
+// cmdGet is GET's entry: a client with SETs queued answers it behind
+// them (client.getBehind).
+var cmdGet *command
 
 // lookup finds a command by name, in any case, without allocating; nil
 // when it is not served.
@@ -150,6 +155,9 @@ func lookup(name []byte) *command {
 func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 	if !c.authed && (cmd == nil || cmd.flags&noAuth == 0) {
 		c.w.Error("NOAUTH Authentication required.")
+		return
+	}
+	if cmd == cmdGet && len(c.pending) > 0 && len(args) == 2 && !c.tx.multi && c.getBehind(args[1]) {
 		return
 	}
 	if cmd != cmdSet {

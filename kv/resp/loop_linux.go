@@ -419,6 +419,7 @@ func (lp *loop) process(c *client, data []byte) {
 		switch {
 		case isSet && len(c.pending) == 0 && c.setNoWait(args, &so):
 		case isSet && c.queueSet(args, &so):
+		case len(c.pending) > 0 && cmd == cmdGet && c.authed && !c.tx.multi && len(args) == 2 && c.getBehind(args[1]):
 		case len(c.pending) > 0:
 			// Anything else waits for the queued SETs: it may read them,
 			// and its reply comes after theirs.

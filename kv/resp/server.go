@@ -120,9 +120,14 @@ type client struct {
 	// Pipelined SETs queued in the store, their replies not yet written:
 	// a run of them shares one commit. Written, in order, before any other
 	// reply (drain).
-	pending  []kv.Pending
-	arena    []byte // their keys and values, copied out of the read buffer
-	canDefer bool   // more requests are buffered: a SET may be queued
+	pending []kv.Pending
+	sets    []queuedSet // what they write, in the same order
+	arena   []byte      // their keys and values, copied out of the read buffer
+	// GETs answered behind the queued SETs: their replies, written by
+	// drain after the reply of the SET they followed.
+	later    Writer
+	behind   []laterReply
+	canDefer bool // more requests are buffered: a SET may be queued
 	tx       txState
 	// handed is the first request's SET options, parsed by the loop that
 	// handed the client to a worker (nil: none).
@@ -135,13 +140,37 @@ const (
 	maxPendingBytes = 64 << 10 // a thousand idle clients hold little
 )
 
-// drain waits for the queued SETs and writes their replies.
+// queuedSet is a queued SET's key and value (in the arena), and whether
+// it writes whatever the key holds (no NX or XX).
+type queuedSet struct {
+	key, value []byte
+	plain      bool
+}
+
+// laterReply is a reply in c.later (from start to end), written after
+// the reply of the queued SET numbered after-1.
+type laterReply struct{ after, start, end int }
+
+// drain waits for the queued SETs and writes their replies, and the
+// replies of the GETs answered behind them, in order.
 func (c *client) drain() {
-	for _, p := range c.pending {
+	j := 0
+	for i, p := range c.pending {
 		c.setReply(p.Wait(), false, nil, nil)
+		for ; j < len(c.behind) && c.behind[j].after == i+1; j++ {
+			r := c.behind[j]
+			c.w.buf = append(c.w.buf, c.later.buf[r.start:r.end]...)
+		}
+	}
+	c.behind = c.behind[:0]
+	c.later.buf = c.later.buf[:0]
+	if cap(c.later.buf) > maxPendingBytes {
+		c.later.buf = nil
 	}
 	clear(c.pending)
 	c.pending = c.pending[:0]
+	clear(c.sets)
+	c.sets = c.sets[:0]
 	if cap(c.arena) > maxPendingBytes {
 		c.arena = nil
 	}
@@ -244,6 +273,42 @@ func (c *client) enqueue(key, value []byte, o kv.PutOptions) {
 	k := c.arena[start : start+len(key) : start+len(key)]
 	v := c.arena[start+len(key):]
 	c.pending = append(c.pending, c.s.Store.PutAsync(k, v, o))
+	c.sets = append(c.sets, queuedSet{key: k, value: v, plain: !o.IfAbsent && !o.IfPresent})
+}
+
+// getBehind answers GET key while the client has SETs queued, without
+// waiting for their commit — so a pipeline of SETs and GETs shares one
+// sync, as a pipeline of SETs alone does — and reports whether it could.
+// The value is the last queued SET's of the key, else the store's now;
+// the reply is written after the queued SETs' replies (drain). It cannot
+// when the key's last queued SET is conditional (NX, XX: its outcome is
+// not known yet), when the store refuses writes (the SETs will fail), or
+// when too much is held.
+func (c *client) getBehind(key []byte) bool {
+	c.s.gate.RLock() // as every command (multi.go)
+	defer c.s.gate.RUnlock()
+	if len(c.later.buf) >= maxPendingBytes || c.s.Store.WriteErr() != nil {
+		return false
+	}
+	start := len(c.later.buf)
+	found := false
+	for i := len(c.sets) - 1; i >= 0; i-- {
+		if q := c.sets[i]; string(q.key) == string(key) {
+			if !q.plain {
+				return false
+			}
+			c.later.Bulk(q.value)
+			found = true
+			break
+		}
+	}
+	if !found {
+		c.w, c.later = c.later, c.w
+		c.get(context.Background(), [][]byte{nil, key})
+		c.w, c.later = c.later, c.w
+	}
+	c.behind = append(c.behind, laterReply{after: len(c.pending), start: start, end: len(c.later.buf)})
+	return true
 }
 
 // setNoWait runs SET on the event loop if the store can take it without
