@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -222,10 +223,69 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 				}
 			}
 		}
+		if st.label == "sync" {
+			// Redis's "PIPELINING stresser": SET and GET interleaved in
+			// one pipeline, which redis-benchmark cannot send.
+			pairs := 100_000
+			if quick {
+				pairs = 20_000
+			}
+			took := map[string]time.Duration{}
+			for _, sv := range servers {
+				d, err := interleave(ctx, sv.port, pairs)
+				if err != nil {
+					h.stop()
+					r.stop()
+					return err
+				}
+				took[sv.name] = d
+				rep.add(s, fmt.Sprintf("%s %d SET/GET pairs in one pipeline (%s)", sv.name, pairs, st.peerLabel), d.Seconds(), "s")
+			}
+			rep.atMost(s, "pipelined SET/GET interleave, sync: hecd time/redis (appendfsync always)",
+				took["hecd"].Seconds()/took["redis"].Seconds(), 1.5, "×")
+		}
 		h.stop()
 		r.stop()
 	}
 	return nil
+}
+
+// interleave sends pairs of SET k v, GET k over one connection in one
+// pipeline (as Redis's test suite's "PIPELINING stresser" does), reads
+// every reply, checks each GET's, and returns the time from the first
+// byte sent to the last reply read.
+func interleave(ctx context.Context, port, pairs int) (time.Duration, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Minute))
+	var req []byte
+	for i := range pairs {
+		k, v := "key:"+strconv.Itoa(i%1000), "val:"+strconv.Itoa(i)
+		req = fmt.Appendf(req, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n",
+			len(k), k, len(v), v, len(k), k)
+	}
+	start := time.Now()
+	sent := make(chan error, 1)
+	go func() { _, err := c.Write(req); sent <- err }()
+	br := bufio.NewReaderSize(c, 1<<16)
+	for i := range pairs {
+		if l, err := br.ReadString('\n'); err != nil || l != "+OK\r\n" {
+			return 0, fmt.Errorf("SET %d: %q %v", i, l, err)
+		}
+		want := "val:" + strconv.Itoa(i)
+		if l, err := br.ReadString('\n'); err != nil || l != fmt.Sprintf("$%d\r\n", len(want)) {
+			return 0, fmt.Errorf("GET %d: %q %v", i, l, err)
+		}
+		if l, err := br.ReadString('\n'); err != nil || l != want+"\r\n" {
+			return 0, fmt.Errorf("GET %d: %q, want %q (%v)", i, l, want, err)
+		}
+	}
+	took := time.Since(start)
+	return took, <-sent
 }
 
 func rssBytes(pid int) float64 {
