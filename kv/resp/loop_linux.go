@@ -313,6 +313,10 @@ func (lp *loop) news() bool {
 		if sa, err := unix.Getpeername(fd); err == nil {
 			c.remote = sockaddrString(sa)
 		}
+		if sa, err := unix.Getsockname(fd); err == nil {
+			c.local = sockaddrString(sa)
+		}
+		lp.s.registry.add(c)
 		if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 			unix.Close(fd)
 			lp.s.connected.Add(-1)
@@ -370,6 +374,7 @@ func (lp *loop) readFrom(c *client) {
 		lp.closeClient(c) // EOF or error; its queued writes were drained already
 		return
 	}
+	c.seen.active.Store(time.Now().UnixNano())
 	data := lp.rbuf[:n]
 	if len(c.in) > 0 || c.parked {
 		c.in = append(c.in, data...)
@@ -411,6 +416,9 @@ func (lp *loop) process(c *client, data []byte) {
 			continue
 		}
 		cmd := lookup(args[0])
+		if cmd != nil {
+			c.seen.lastCmd.Store(cmd)
+		}
 		isSet := cmd == cmdSet && c.authed && !c.tx.multi
 		var so setArgs
 		if isSet {
@@ -577,6 +585,7 @@ func (lp *loop) closeClient(c *client) {
 		return
 	}
 	lp.clients[c.fd] = nil
+	lp.s.registry.remove(c) // before the descriptor can be reused
 	if c.stalledSince != (time.Time{}) {
 		c.stalledSince = time.Time{}
 		lp.stalled--

@@ -57,6 +57,7 @@ func (c *client) queue(cmd *command, args [][]byte) {
 			cp[i] = bytes.Clone(a)
 		}
 		c.tx.queued = append(c.tx.queued, queued{cmd, cp})
+		c.seen.multi.Store(int32(len(c.tx.queued)))
 		c.w.Simple("QUEUED")
 	}
 }
@@ -67,6 +68,7 @@ func (c *client) multiCmd(_ context.Context, _ [][]byte) {
 		return
 	}
 	c.tx.multi = true
+	c.seen.multi.Store(0)
 	c.w.OK()
 }
 
@@ -76,6 +78,7 @@ func (c *client) discard(_ context.Context, _ [][]byte) {
 		return
 	}
 	c.tx.reset()
+	c.seen.multi.Store(-1)
 	c.w.OK()
 }
 
@@ -103,6 +106,7 @@ func (c *client) unwatch(_ context.Context, _ [][]byte) {
 // execCmd runs the queued commands alone among RESP clients, unless a
 // watched key changed: then nothing runs and the reply is the nil array.
 func (c *client) execCmd(ctx context.Context, _ [][]byte) {
+	defer c.seen.multi.Store(-1)
 	defer c.tx.reset()
 	switch {
 	case !c.tx.multi:
@@ -137,7 +141,8 @@ func (c *client) execCmd(ctx context.Context, _ [][]byte) {
 // the connection's first state ("+RESET").
 func (c *client) resetCmd(_ context.Context, _ [][]byte) {
 	c.tx.reset()
-	c.name = ""
+	c.seen.multi.Store(-1)
+	c.setName("")
 	c.authed = c.s.Password == ""
 	c.w.Simple("RESET")
 }

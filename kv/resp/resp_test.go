@@ -1215,3 +1215,95 @@ func TestPipelinedSetsAndGetsShareASync(t *testing.T) {
 		t.Fatalf("%d SETs with GETs between them cost %d syncs: the GETs break the group commit", pairs, commits)
 	}
 }
+
+// TestClientListInfoKill: CLIENT LIST shows every connection with its id,
+// address, name and last command; CLIENT INFO the caller's own line;
+// CLIENT KILL ID disconnects another client (which then gets an error),
+// the old form kills by address, and SKIPME no kills the caller itself.
+func TestClientListInfoKill(t *testing.T) {
+	addr, _ := startServer(t, "")
+	ctx := context.Background()
+	a := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+	defer a.Close()
+	b := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1, ClientName: "bee"})
+	defer b.Close()
+	if err := b.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bID, err := b.ClientID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := a.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(list), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("CLIENT LIST with two clients:\n%s", list)
+	}
+	var bLine string
+	for _, l := range lines {
+		if strings.HasPrefix(l, fmt.Sprintf("id=%d ", bID)) {
+			bLine = l
+		}
+	}
+	for _, want := range []string{"name=bee", "cmd=client", "addr=127.0.0.1:", "laddr=" + addr, "flags=N", "db=0"} {
+		if !strings.Contains(bLine, want) {
+			t.Fatalf("b's line %q lacks %q", bLine, want)
+		}
+	}
+	info, err := b.ClientInfo(ctx).Result()
+	if err != nil || info.ID != bID || info.Name != "bee" {
+		t.Fatalf("CLIENT INFO: %+v %v", info, err)
+	}
+	if n, err := a.ClientKillByFilter(ctx, "ID", strconv.FormatInt(bID, 10)).Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL ID: %d %v", n, err)
+	}
+	if list, _ := a.ClientList(ctx).Result(); strings.Contains(list, "name=bee") {
+		t.Fatalf("the killed client is still listed:\n%s", list)
+	}
+	if err := a.Do(ctx, "CLIENT", "KILL", "1.2.3.4:5").Err(); err == nil || err.Error() != "ERR No such client" {
+		t.Fatalf("CLIENT KILL of nobody: %v", err)
+	}
+	// Raw connections (go-redis would dial again behind the test's back).
+	raw := func() net.Conn {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		t.Cleanup(func() { conn.Close() })
+		conn.Write([]byte("PING\r\n")) // served: registered
+		if l, err := bufio.NewReader(conn).ReadString('\n'); err != nil || l != "+PONG\r\n" {
+			t.Fatalf("PING: %q %v", l, err)
+		}
+		return conn
+	}
+	closed := func(conn net.Conn) bool {
+		conn.Write([]byte("PING\r\n"))
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		return err != nil && n == 0
+	}
+	c := raw()
+	if err := a.Do(ctx, "CLIENT", "KILL", c.LocalAddr().String()).Err(); err != nil {
+		t.Fatalf("CLIENT KILL %s: %v", c.LocalAddr(), err)
+	}
+	if !closed(c) {
+		t.Fatal("a client killed by address still answers")
+	}
+	self := raw()
+	self.Write([]byte("CLIENT KILL SKIPME yes MAXAGE 0\r\n"))
+	br := bufio.NewReader(self)
+	if l, err := br.ReadString('\n'); err != nil || l != ":1\r\n" { // a, not itself
+		t.Fatalf("CLIENT KILL SKIPME yes: %q %v", l, err)
+	}
+	self.Write([]byte("CLIENT KILL SKIPME no MAXAGE 0\r\n"))
+	if l, err := br.ReadString('\n'); err != nil || l != ":1\r\n" {
+		t.Fatalf("CLIENT KILL SKIPME no: %q %v", l, err)
+	}
+	if _, err := br.ReadString('\n'); err == nil {
+		t.Fatal("a client that killed itself was not disconnected after the reply")
+	}
+}

@@ -84,6 +84,7 @@ type Server struct {
 	running sync.WaitGroup // loops and the workers they start
 
 	connected, total, commands, rejected atomic.Int64
+	registry                             registry // connected clients (clients.go)
 
 	cursors scanCursors
 	// gate: every command holds it shared, EXEC exclusively (multi.go).
@@ -94,15 +95,17 @@ type Server struct {
 func (s *Server) Clients() int64 { return s.connected.Load() }
 
 type client struct {
-	s      *Server
-	lp     *loop
-	fd     int
-	remote string
-	w      Writer
-	id     int64
-	name   string
-	authed bool
-	quit   bool
+	s       *Server
+	lp      *loop
+	fd      int
+	remote  string
+	local   string    // the listener's address it connected to
+	created time.Time // when it connected
+	seen    seen      // what CLIENT LIST shows of it (clients.go)
+	w       Writer
+	id      int64
+	authed  bool
+	quit    bool
 
 	// Owned by the loop, or by a worker while busy.
 	in           []byte    // bytes read and not yet parsed
@@ -211,7 +214,11 @@ func (c *client) runBlocking(ctx context.Context) {
 		}
 		c.s.commands.Add(1)
 		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
-		c.exec(ctx, lookup(args[0]), args)
+		cmd := lookup(args[0])
+		if cmd != nil {
+			c.seen.lastCmd.Store(cmd)
+		}
+		c.exec(ctx, cmd, args)
 	}
 	c.drain()
 	c.handed = nil
@@ -609,7 +616,7 @@ func (c *client) hello(_ context.Context, args [][]byte) {
 					c.w.Error("ERR syntax error")
 					return
 				}
-				c.name = string(args[i+1])
+				c.setName(string(args[i+1]))
 				i++
 			default:
 				c.w.Error("ERR syntax error")
@@ -696,18 +703,24 @@ func (c *client) clientCmd(_ context.Context, args [][]byte) {
 			c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.")
 			return
 		}
-		c.name = string(args[2])
+		c.setName(string(args[2]))
 		c.w.OK()
 	case "GETNAME":
-		if c.name == "" {
+		if name := c.getName(); name == "" {
 			c.w.NullBulk()
 		} else {
-			c.w.BulkString(c.name)
+			c.w.BulkString(name)
 		}
 	case "SETINFO":
 		c.w.OK()
 	case "ID":
 		c.w.Int(c.id)
+	case "LIST":
+		c.clientList(args)
+	case "INFO":
+		c.w.BulkString(c.line(time.Now()))
+	case "KILL":
+		c.clientKill(args)
 	default:
 		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CLIENT HELP.")
 	}
