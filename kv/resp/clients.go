@@ -81,7 +81,7 @@ func (r *registry) kill(self *client, killSelf bool, match func(*client) bool) i
 			continue
 		}
 		unix.Shutdown(c.fd, unix.SHUT_RDWR) // its loop sees the end and closes it
-		delete(r.byID, c.id)                 // gone at once, as in Redis
+		delete(r.byID, c.id)                // gone at once, as in Redis
 		n++
 	}
 	return n
