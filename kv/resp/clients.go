@@ -24,7 +24,7 @@ type registry struct {
 // seen is what CLIENT LIST shows of a client that its own loop changes.
 type seen struct {
 	name    atomic.Pointer[string]
-	lastCmd atomic.Pointer[command]
+	lastCmd atomic.Pointer[string] // its name, lower case (CLIENT's with the subcommand)
 	active  atomic.Int64 // Unix nanoseconds of its last request read
 	multi   atomic.Int32 // commands queued in MULTI; -1: none
 }
@@ -101,7 +101,7 @@ func (c *client) setName(name string) { c.seen.name.Store(&name) }
 func (c *client) line(now time.Time) string {
 	cmd := "NULL"
 	if lc := c.seen.lastCmd.Load(); lc != nil {
-		cmd = strings.ToLower(lc.name)
+		cmd = *lc
 	}
 	flags := "N"
 	if m := c.seen.multi.Load(); m >= 0 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -41,6 +42,7 @@ type command struct {
 	// word) and the step between keys; 0, 0, 0 for none.
 	firstKey, lastKey, step int
 	run                     func(c *client, ctx context.Context, args [][]byte)
+	lower                   string // the name in lower case, as CLIENT LIST shows it
 }
 
 func (cmd *command) runsOnLoop() bool { return cmd.flags&onLoop != 0 }
@@ -120,6 +122,7 @@ func init() {
 	}
 	commands = make(map[string]*command, len(commandTable))
 	for _, cmd := range commandTable {
+		cmd.lower = strings.ToLower(cmd.name)
 		commands[cmd.name] = cmd
 	}
 	cmdGet = commands["GET"]
@@ -590,7 +593,7 @@ func (c *client) setex(_ context.Context, args [][]byte) {
 	if args[0][0] == 'p' || args[0][0] == 'P' {
 		unit = "PX"
 	}
-	c.set([][]byte{[]byte("SET"), args[1], args[3], []byte(unit), args[2]})
+	c.set([][]byte{args[0], args[1], args[3], []byte(unit), args[2]}) // errors name SETEX or PSETEX
 }
 
 func (c *client) setnx(_ context.Context, args [][]byte) {
@@ -736,27 +739,66 @@ func (c *client) getdel(_ context.Context, args [][]byte) {
 
 // incrbyfloat serves INCRBYFLOAT key increment, as Redis formats floats.
 func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
-	incr, err := strconv.ParseFloat(string(args[2]), 64)
-	if err != nil || math.IsNaN(incr) || math.IsInf(incr, 0) || bytes.ContainsAny(args[2], " \t") {
+	incr, ok := parseLongDouble(args[2])
+	if !ok {
 		c.w.Error("ERR value is not a valid float")
 		return
 	}
 	var out []byte
-	c.modify(args[1], 512, func(cur []byte, exists bool) ([]byte, bool, error) {
-		v := 0.0
+	c.modify(args[1], 5<<10, func(cur []byte, exists bool) ([]byte, bool, error) {
+		v := new(big.Float).SetPrec(64)
 		if exists {
-			var err error
-			if v, err = strconv.ParseFloat(string(cur), 64); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			var ok bool
+			if v, ok = parseLongDouble(cur); !ok {
 				return nil, false, errReply("ERR value is not a valid float")
 			}
 		}
-		v += incr
-		if math.IsNaN(v) || math.IsInf(v, 0) {
+		v.Add(v, incr)
+		if v.IsInf() || v.MantExp(nil) > 16384 { // past a long double's range: C's inf
 			return nil, false, errReply("ERR increment would produce NaN or Infinity")
 		}
-		out = strconv.AppendFloat(nil, v, 'f', -1, 64)
+		out = formatLongDouble(v)
 		return out, false, nil
 	}, func() { c.w.Bulk(out) })
+}
+
+// INCRBYFLOAT computes as Redis does on x86, in the C long double of 64
+// bits of mantissa, and prints the result as Redis does ("%.17Lf", the
+// trailing zeros cut): INCRBYFLOAT of 10.6 by 5e3 is 5010.60000000000000009
+// there, and here.
+
+// parseLongDouble reads a number as strtold does (decimal, or hexadecimal
+// with 0x) into 64 bits of mantissa; Redis refuses spaces and what
+// overflows a long double.
+func parseLongDouble(b []byte) (*big.Float, bool) {
+	if len(b) == 0 || bytes.ContainsAny(b, " \t\r\n\v\f_") {
+		return nil, false
+	}
+	digits := bytes.TrimLeft(b, "+-")
+	if len(digits) > 1 && digits[0] == '0' && bytes.ContainsRune([]byte("bBoO"), rune(digits[1])) {
+		return nil, false // Go's prefixes, not C's
+	}
+	f, _, err := big.ParseFloat(string(b), 0, 64, big.ToNearestEven)
+	if err != nil || f.IsInf() {
+		return nil, false
+	}
+	if e := f.MantExp(nil); e > 16384 { // past a long double's range
+		return nil, false
+	}
+	return f, true
+}
+
+// formatLongDouble prints f as Redis's ld2string(LD_STR_HUMAN).
+func formatLongDouble(f *big.Float) []byte {
+	s := f.Text('f', 17)
+	if strings.IndexByte(s, '.') >= 0 {
+		s = strings.TrimRight(s, "0")
+		s = strings.TrimSuffix(s, ".")
+	}
+	if s == "-0" {
+		s = "0"
+	}
+	return []byte(s)
 }
 
 // update runs Store.Update and writes the reply as modify does.
@@ -865,8 +907,12 @@ func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
 			return
 		}
 	}
-	if nx && (xx || gt || lt) || gt && lt {
+	switch {
+	case nx && (xx || gt || lt):
 		c.w.Error("ERR NX and XX, GT or LT options at the same time are not compatible")
+		return
+	case gt && lt:
+		c.w.Error("ERR GT and LT options at the same time are not compatible")
 		return
 	}
 	when := kv.ExpirySeconds(time.Now().Add(d))

@@ -2,12 +2,25 @@
 // pipelining, so redis-cli, redis-benchmark and Redis client libraries work
 // unchanged.
 //
-// Commands: PING ECHO GET SET (EX PX EXAT NX XX KEEPTTL GET) DEL EXISTS MGET
-// MSET INCR INCRBY DECR DECRBY EXPIRE PEXPIRE TTL PTTL PERSIST SCAN (MATCH
-// COUNT) DBSIZE INFO AUTH SELECT(0) HELLO(2) COMMAND CONFIG GET CLIENT
-// (SETNAME GETNAME SETINFO ID) QUIT. Errors are Redis' own ("ERR ...",
-// "NOAUTH ...", "NOPROTO ..."). Expiry has the store's one-second resolution:
-// a key lives at least its TTL and at most a second more.
+// Commands: the strings, keys, expiry, transaction and introspection
+// commands of Redis 7 (commandTable in commands.go lists them; COMMAND
+// shows them), with Redis's replies and error texts — TestSameAnswersAsRedis
+// runs one redis-cli session against hecd and against redis-server and
+// compares. Commands of the other data types (lists, hashes, sets, sorted
+// sets, streams) answer Redis's unknown-command error. One database (0).
+// INCRBYFLOAT computes in a C long double as x86 Redis does. Expiry has
+// the store's one-second resolution: a key lives at least its TTL and at
+// most a second more.
+//
+// A write the store refuses (a full disk, or a failed sync: see package
+// kv) is answered "MISCONF ...", as Redis answers writes after a failed
+// AOF write; reads go on. MULTI/EXEC run the queued commands with no
+// other RESP command between them (EXEC holds the server's gate alone);
+// writes over the handoff are not held back by it.
+//
+// A client's pipelined SETs are queued in the store and share one commit;
+// a GET behind them is answered without waiting for it (from the queued
+// SET of its key, or the store), its reply written after theirs.
 //
 // Clients are served by epoll event loops, one per core (loop_linux.go):
 // commands that cannot wait run on the loop, queued SETs park their client

@@ -417,7 +417,7 @@ func (lp *loop) process(c *client, data []byte) {
 		}
 		cmd := lookup(args[0])
 		if cmd != nil {
-			c.seen.lastCmd.Store(cmd)
+			c.seen.lastCmd.Store(&cmd.lower)
 		}
 		isSet := cmd == cmdSet && c.authed && !c.tx.multi
 		var so setArgs

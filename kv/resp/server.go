@@ -216,7 +216,7 @@ func (c *client) runBlocking(ctx context.Context) {
 		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
 		cmd := lookup(args[0])
 		if cmd != nil {
-			c.seen.lastCmd.Store(cmd)
+			c.seen.lastCmd.Store(&cmd.lower)
 		}
 		c.exec(ctx, cmd, args)
 	}
@@ -401,8 +401,12 @@ func parseSet(args [][]byte) setArgs {
 }
 
 func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply string) {
+	name := "set" // or setex, psetex: errors name the command sent
+	if len(args) > 0 && !eq(args[0], "SET") {
+		name = strings.ToLower(string(args[0]))
+	}
 	if len(args) < 3 {
-		return o, false, "ERR wrong number of arguments for 'set' command"
+		return o, false, "ERR wrong number of arguments for '" + name + "' command"
 	}
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
@@ -422,7 +426,7 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 			n, ok := parseInt(args[i+1])
 			i++
 			if !ok || n <= 0 {
-				return o, false, "ERR invalid expire time in 'set' command"
+				return o, false, "ERR invalid expire time in '" + name + "' command"
 			}
 			switch opt {
 			case "EX":
@@ -435,7 +439,7 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 				o.TTL, ok = expireAt(n, time.Millisecond)
 			}
 			if !ok {
-				return o, false, "ERR invalid expire time in 'set' command"
+				return o, false, "ERR invalid expire time in '" + name + "' command"
 			}
 			if o.TTL <= 0 {
 				o.TTL = time.Millisecond // already past: expires at once
@@ -693,6 +697,8 @@ func (c *client) clientCmd(_ context.Context, args [][]byte) {
 		c.wrongArgs("CLIENT")
 		return
 	}
+	name := "client|" + strings.ToLower(string(cut(args[1])))
+	c.seen.lastCmd.Store(&name)
 	switch strings.ToUpper(string(args[1])) {
 	case "SETNAME":
 		if len(args) != 3 {
