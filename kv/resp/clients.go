@@ -25,8 +25,8 @@ type registry struct {
 type seen struct {
 	name    atomic.Pointer[string]
 	lastCmd atomic.Pointer[string] // its name, lower case (CLIENT's with the subcommand)
-	active  atomic.Int64 // Unix nanoseconds of its last request read
-	multi   atomic.Int32 // commands queued in MULTI; -1: none
+	active  atomic.Int64           // Unix nanoseconds of its last request read
+	multi   atomic.Int32           // commands queued in MULTI; -1: none
 }
 
 func (r *registry) add(c *client) {
