@@ -235,7 +235,7 @@ func (cm *committer) run() {
 		writeShared := len(group) > 0 || logDue || last ||
 			cm.wal != nil && cm.wal.pending.Load() >= walWriteSoon
 		if writeShared && len(group) == 0 && cm.wal != nil && cm.wal.pending.Load() > 0 &&
-			cm.writable(2*cm.wal.pending.Load()) != nil {
+			cm.writable(cm.wal.pending.Load()) != nil {
 			writeShared = false // kept, for when space returns (flushed to Badger meanwhile)
 		}
 		logDue = false
@@ -376,8 +376,8 @@ func (cm *committer) admit(group []*write) []*write {
 	if cm.wal == nil || len(group) == 0 {
 		return group
 	}
-	n := 2 * cm.wal.pending.Load() // the log, then Badger
-	for _, w := range group {
+	n := cm.wal.pending.Load() // writers' records, for the log (in the cache already)
+	for _, w := range group {  // the log, then Badger
 		n += 2 * (w.size + walHeader)
 	}
 	err := cm.writable(n)

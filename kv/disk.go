@@ -55,10 +55,11 @@ func planDisk(total, memtable int64, memtables int) diskPlan {
 	}
 	p.ahead = min(16<<20, p.checkpoint/4)
 	p.maxValue = int(min(MaxValueSize, p.vlogFile))
-	// Badger's sparse files: the active value-log file (twice its size),
-	// each memtable's log (twice the memtable), the tables a flush and a
-	// compaction write before they delete what they replace.
-	p.reserve = 2*p.vlogFile + 2*int64(memtables+1)*p.memtable + max(8*p.memtable, total/8) + 1<<20
+	// Badger's sparse files: the active value-log file (created at twice
+	// its size), each memtable's log (written up to the memtable's size),
+	// the tables a flush and a compaction write before they delete what
+	// they replace.
+	p.reserve = 2*p.vlogFile + int64(memtables+1)*p.memtable + max(8*p.memtable, total/8) + 1<<20
 	p.resume = p.reserve + max(p.reserve/4, 1<<20)
 	return p
 }
@@ -97,6 +98,7 @@ type diskGuard struct {
 
 func newDiskGuard(dir string, p diskPlan) *diskGuard {
 	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, space: fsSpace, checkEvery: 100 * time.Millisecond}
+	g.full.Store(true) // a store opened on a nearly full disk starts refusing, until resume
 	g.recheck()
 	return g
 }
@@ -110,7 +112,11 @@ func (g *diskGuard) room(n int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	free := g.free.Load()
-	if free < 0 || time.Since(g.checked) >= g.checkEvery || g.since+n > (free-g.reserve)/2 {
+	// Near the reserve, read the free space for every round (a statfs is
+	// a microsecond or two; a synced round, a hundred or more): Badger's
+	// flushes, compactions and the log's zeros written ahead use space the
+	// rounds' estimates do not see.
+	if free < 0 || time.Since(g.checked) >= g.checkEvery || free-g.reserve < g.reserve || g.since+n > (free-g.reserve)/4 {
 		g.recheck()
 		free = g.free.Load()
 	}
@@ -169,7 +175,8 @@ func (g *diskGuard) markFull() {
 }
 
 func (g *diskGuard) fullErr() error {
-	return fmt.Errorf("%w (%s free on %s, the store keeps %s)", ErrDiskFull, mib(g.free.Load()), g.dir, mib(g.reserve))
+	return fmt.Errorf("%w (%s free on %s; the store keeps %s free and writes again from %s)", ErrDiskFull,
+		mib(g.free.Load()), g.dir, mib(g.reserve), mib(g.resume))
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
