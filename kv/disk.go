@@ -98,7 +98,6 @@ type diskGuard struct {
 
 func newDiskGuard(dir string, p diskPlan) *diskGuard {
 	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, space: fsSpace, checkEvery: 100 * time.Millisecond}
-	g.full.Store(true) // a store opened on a nearly full disk starts refusing, until resume
 	g.recheck()
 	return g
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sys/unix"
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/wire"
@@ -24,16 +23,7 @@ import (
 // go on; /v1/status and /metrics say why; once the ballast is removed
 // both write again, without a restart.
 func TestFullDiskAsAClientSeesIt(t *testing.T) {
-	testutil.NeedRoot(t, "mounting a tmpfs")
-	mnt := t.TempDir()
-	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=64m"); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
-	ballast := filepath.Join(mnt, "ballast")
-	if err := os.WriteFile(ballast, make([]byte, 16<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mnt, ballast := testutil.SmallDisk(t, 64<<20, 16<<20)
 	cfg := agentConfig(t)
 	cfg.Agent.StateDir = filepath.Join(mnt, "state")
 	cfg.RESP.Addr = "127.0.0.1:0"

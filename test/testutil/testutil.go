@@ -127,3 +127,23 @@ func NeedRoot(tb testing.TB, why string) {
 		tb.Skipf("%s: root only (CI runs as root)", why)
 	}
 }
+
+// SmallDisk mounts a tmpfs of size bytes for the test (root only: it
+// skips otherwise, saying why) holding a ballast file of ballast bytes —
+// a full disk a test can fill, then free by removing the ballast. A tmpfs,
+// like a full disk, answers a write into a memory-mapped hole with SIGBUS.
+// It returns the mount point and the ballast's path; both go at cleanup.
+func SmallDisk(tb testing.TB, size, ballast int64) (dir, ballastPath string) {
+	tb.Helper()
+	NeedRoot(tb, "mounting a tmpfs")
+	dir = tb.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		tb.Skipf("mount tmpfs: %v", err)
+	}
+	tb.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	ballastPath = filepath.Join(dir, "ballast")
+	if err := os.WriteFile(ballastPath, make([]byte, ballast), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return dir, ballastPath
+}
