@@ -351,9 +351,11 @@ func (s *Store) MemoryBudget() int64 {
 // resumes once space returns) or ErrWritesRefused (a failed sync: until
 // the store is opened again) — or nil. Reads are served either way.
 func (s *Store) WriteErr() error {
-	if c := s.commit; s.awake.Load() && c.wal != nil {
-		if err := c.wal.failed(); err != nil {
-			return err
+	if s.awake.Load() { // s.commit is set before awake
+		if c := s.commit; c.wal != nil {
+			if err := c.wal.failed(); err != nil {
+				return err
+			}
 		}
 	}
 	return s.guard.err()
