@@ -49,7 +49,7 @@ type cacheEntry struct {
 	klen    uint32
 	buf     []byte // key, then value: one allocation, the map's key points into it
 	version uint64
-	expires int64 // Unix seconds, 0: never (Badger's resolution)
+	expires int64 // Unix milliseconds, 0: never
 }
 
 func (e *cacheEntry) value() []byte { return e.buf[e.klen:] }
@@ -99,13 +99,13 @@ func (c *cache) get(key, dst []byte) (e Entry, absent bool, seq uint64, ok bool)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	ce, found := sh.m[string(key)]
-	if found && ce.absent || found && ce.expires != 0 && ce.expires <= time.Now().Unix() {
+	if found && ce.absent || found && ce.expires != 0 && ce.expires <= time.Now().UnixMilli() {
 		absent = true
 		sh.hits++
 	} else if found {
 		e = Entry{Value: append(dst[:0], ce.value()...), Version: ce.version}
 		if ce.expires != 0 {
-			e.ExpiresAt = time.Unix(ce.expires, 0)
+			e.ExpiresAt = time.UnixMilli(ce.expires)
 		}
 		sh.hits++
 	}
@@ -151,7 +151,7 @@ func (c *cache) fill(key []byte, e Entry, absent bool, seq uint64) {
 		ce = cacheEntry{buf: buf, klen: uint32(len(key)), version: e.Version}
 	}
 	if !e.ExpiresAt.IsZero() {
-		ce.expires = e.ExpiresAt.Unix()
+		ce.expires = e.ExpiresAt.UnixMilli()
 	}
 	sh.m[ce.key()] = ce
 	sh.bytes += cost

@@ -67,12 +67,16 @@ var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct
 // logged when the store keeps its own log.
 type wtxn struct {
 	*badger.Txn
-	log *wal // nil: none
+	log *wal         // nil: none
+	ttl *atomic.Bool // set when an entry has an expiry (committer.hasTTL)
 }
 
 func (t *wtxn) SetEntry(e *badger.Entry) error {
 	if err := t.Txn.SetEntry(e); err != nil {
 		return err
+	}
+	if e.ExpiresAt != 0 && t.ttl != nil && !t.ttl.Load() {
+		t.ttl.Store(true)
 	}
 	if t.log != nil {
 		t.log.add(walSet, e.Key, e.Value, e.ExpiresAt)
@@ -139,6 +143,7 @@ type committer struct {
 	flushes, flushed atomic.Uint64 // Badger commits of cached writes, the writes in them
 	commitNanos      atomic.Uint64 // time spent in Badger's Commit and the log's sync
 	checkpoints      atomic.Uint64 // logs started over, Badger durable
+	hasTTL           atomic.Bool   // a write set an expiry: the sweeper has work (sweep.go)
 }
 
 // newCommitter makes the committer; the caller sets the optional fields
@@ -436,6 +441,9 @@ func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flus
 				continue
 			}
 			flush = cm.cache.install(w.put.key, w.put.value, int64(w.put.expires), cm.clock.Add(1), !cm.syncLog) || flush
+			if w.put.expires != 0 {
+				cm.hasTTL.Store(true)
+			}
 			cm.hasDirty.Store(true)
 			w.installed = true
 		}
@@ -481,7 +489,7 @@ func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flus
 // on an unclean error it redoes each write alone. The writes are
 // acknowledged by the caller.
 func (cm *committer) commitGroup(group []*write) {
-	txn := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal}
+	txn := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal, ttl: &cm.hasTTL}
 	mark := 0
 	if cm.wal != nil {
 		mark = cm.wal.mark()
@@ -524,7 +532,7 @@ func (cm *committer) commitGroup(group []*write) {
 		if w.apply == nil {
 			continue
 		}
-		t := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal}
+		t := &wtxn{Txn: cm.db.NewTransaction(true), log: cm.wal, ttl: &cm.hasTTL}
 		if cm.wal != nil {
 			mark = cm.wal.mark()
 		}

@@ -28,6 +28,19 @@
 // before any other write or scan, at log checkpoints, or early when the
 // dirty share fills.
 //
+// # Expiry
+//
+// A key expires to the millisecond (store.go, expiryMs): Badger's
+// ExpiresAt holds Unix milliseconds, which Badger, comparing it with
+// seconds, never acts on; the store hides expired keys on every read and
+// its sweeper deletes them (sweep.go).
+//
+// # A full disk
+//
+// Writes are refused, not crashed into, when the file system nears full
+// (disk.go); a failed sync refuses them until the store is opened again
+// (wal.go). Reads go on either way.
+//
 // # Memory
 //
 // Badger's own defaults (64 MiB memtables ×5, 256 MiB block cache) would not

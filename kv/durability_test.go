@@ -10,9 +10,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -308,4 +311,76 @@ func dirtyPages(name string) (uint64, error) {
 		return 0, errno
 	}
 	return st[1] + st[2], nil
+}
+
+// TestExpiryToTheMillisecond: a key set with a 300 ms TTL is there at
+// once and gone at 350 ms (it used to live to the next whole second); one
+// set with 1,500 ms has at most that left; an expiry written by an
+// earlier store in Unix seconds still reads as that second; and expired
+// keys leave Badger by themselves (the sweeper), not only from reads.
+func TestExpiryToTheMillisecond(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now()
+	if _, err := s.Put([]byte("short"), []byte("v"), PutOptions{TTL: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put([]byte("long"), []byte("v"), PutOptions{TTL: 1500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Get([]byte("long"), nil)
+	if left := time.Until(e.ExpiresAt); err != nil || left > 1500*time.Millisecond || left < 1300*time.Millisecond {
+		t.Fatalf("PX 1500 has %v left (%v)", left, err)
+	}
+	if _, err := s.Get([]byte("short"), nil); time.Since(t0) < 250*time.Millisecond && err != nil {
+		t.Fatalf("PX 300 gone at %v: %v", time.Since(t0), err)
+	}
+	time.Sleep(time.Until(t0.Add(350 * time.Millisecond)))
+	if _, err := s.Get([]byte("short"), nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("PX 300 still there at %v: %v", time.Since(t0), err)
+	}
+	if n, _ := s.Count(); n != 1 {
+		t.Fatalf("Count with one key expired: %d", n)
+	}
+
+	// An expiry in seconds, as an earlier store wrote it.
+	legacy := uint64(time.Now().Add(time.Hour).Unix())
+	txn := s.db.NewTransaction(true)
+	txn.SetEntry(badger.NewEntry([]byte("old"), []byte("v")).WithTTL(time.Hour))
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := s.Get([]byte("old"), nil); err != nil || e.ExpiresAt.Unix() < int64(legacy)-1 || e.ExpiresAt.Unix() > int64(legacy)+1 {
+		t.Fatalf("a seconds expiry reads as %v (%v), want about %v", e.ExpiresAt, err, time.Unix(int64(legacy), 0))
+	}
+
+	// 500 keys of 100 ms: a second or two later Badger holds none of them.
+	for i := range 500 {
+		if _, err := s.IncrBy(fmt.Appendf(nil, "gone/%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Expire(fmt.Appendf(nil, "gone/%d", i), 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := func() (n int) {
+		s.view(func(txn *badger.Txn) error {
+			o := badger.DefaultIteratorOptions
+			o.Prefix, o.PrefetchValues = []byte("gone/"), false
+			it := txn.NewIterator(o)
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	if n := raw(); n != 500 {
+		t.Fatalf("Badger holds %d of the 500 keys just written", n)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the sweeper to delete 500 expired keys", func() bool { return raw() == 0 })
 }

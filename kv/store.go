@@ -143,15 +143,26 @@ type Store struct {
 
 	// Opening Badger (at once, or on first use): wake runs it once; awake
 	// says it succeeded, wakeErr why not.
-	open    func() (*badger.DB, *wal, error)
-	plan    diskPlan   // sizes that follow the disk's (disk.go)
-	guard   *diskGuard // the disk's free space; nil: in memory
-	wake    sync.Once
-	awake   atomic.Bool
-	wakeErr error
+	open func() (*badger.DB, *wal, error)
+	plan diskPlan // sizes that follow the disk's (disk.go)
+	// The sweeper of expired keys (sweep.go): closing stop stops it.
+	sweepStop, sweepDone chan struct{}
+	guard                *diskGuard // the disk's free space; nil: in memory
+	wake                 sync.Once
+	awake                atomic.Bool
+	wakeErr              error
 
 	gets, puts, dels, scans, misses atomic.Uint64
+
+	gate sync.RWMutex // see Gate
 }
+
+// Gate orders the front ends around transactions: every front-end
+// operation (a RESP command, a handoff op, a UDP GET) holds it shared,
+// and a RESP EXEC holds it alone while its queued commands run, so no
+// other client's operation, from any front end, lands or looks between
+// them. The store's own methods do not take it.
+func (s *Store) Gate() *sync.RWMutex { return &s.gate }
 
 // Open opens (creating) the store in dir.
 func Open(dir string, opts ...Option) (*Store, error) {
@@ -273,6 +284,8 @@ func (s *Store) ready() error {
 			s.commit.dir = db.Opts().Dir
 		}
 		go s.commit.run()
+		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
+		go s.sweeper(s.sweepStop, s.sweepDone)
 		s.awake.Store(true)
 	})
 	if !s.awake.Load() {
@@ -378,6 +391,8 @@ func (s *Store) Close() error {
 	if !s.awake.Load() {
 		return nil
 	}
+	close(s.sweepStop)
+	<-s.sweepDone
 	s.commit.close()
 	err := s.db.Close()
 	if s.commit.wal != nil {
@@ -487,7 +502,7 @@ func entryOf(item *badger.Item, dst []byte) (Entry, error) {
 	}
 	e := Entry{Value: v, Version: item.Version()}
 	if exp := item.ExpiresAt(); exp != 0 {
-		e.ExpiresAt = time.Unix(int64(exp), 0)
+		e.ExpiresAt = time.UnixMilli(int64(expiryMs(exp)))
 	}
 	return e, nil
 }
@@ -516,7 +531,7 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 	}
 	var e Entry
 	err := s.view(func(txn *badger.Txn) error {
-		item, err := txn.Get(key)
+		item, err := getLive(txn, key)
 		if err != nil {
 			return err
 		}
@@ -538,11 +553,20 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 
 // PutOptions qualify a Put.
 type PutOptions struct {
-	TTL         time.Duration // 0: no expiry. Expiry has 1-second resolution: rounded up.
+	TTL         time.Duration // 0: no expiry; to the millisecond, rounded up
+	At          time.Time     // with TTL set: expire at this time instead (EXAT, PXAT)
 	IfAbsent    bool          // NX
 	IfPresent   bool          // XX
 	KeepTTL     bool          // keep the key's current expiry
 	ReturnPrior bool          // fill the prior value in Put's result
+}
+
+// expiry is the store's expiry for o (TTL > 0).
+func (o PutOptions) expiry() uint64 {
+	if !o.At.IsZero() {
+		return ExpiryMillis(o.At)
+	}
+	return expiresAt(o.TTL)
 }
 
 // Put stores value under key. With IfAbsent/IfPresent it fails with
@@ -579,9 +603,12 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 	}
 	var exp int64
 	if o.TTL > 0 {
-		exp = int64(expiresAt(o.TTL))
+		exp = int64(o.expiry())
 	}
 	ok, now, logged := s.cache.putDirty(key, value, exp, s.clock.Add(1))
+	if ok && exp != 0 {
+		s.commit.hasTTL.Store(true)
+	}
 	if ok {
 		if s.cfg.written != nil {
 			s.cfg.written(key)
@@ -637,7 +664,7 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 	if s.cache != nil && !(o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior) && len(value) <= cacheMaxValue {
 		put = &cachedPut{key: key, value: value}
 		if o.TTL > 0 {
-			put.expires = expiresAt(o.TTL)
+			put.expires = o.expiry()
 		}
 	}
 	return s.startPut(put, [][]byte{key}, entrySize(key, value), 1, func(txn *wtxn) error {
@@ -647,7 +674,7 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 		}
 		var exp uint64
 		if o.IfAbsent || o.IfPresent || o.KeepTTL || o.ReturnPrior {
-			item, err := txn.Get(key)
+			item, err := getLive(txn, key)
 			switch {
 			case errors.Is(err, badger.ErrKeyNotFound):
 				if o.IfPresent {
@@ -671,7 +698,7 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 		e := badger.NewEntry(key, value)
 		switch {
 		case o.TTL > 0:
-			e.ExpiresAt = expiresAt(o.TTL)
+			e.ExpiresAt = o.expiry()
 		case o.KeepTTL && exp != 0:
 			e.ExpiresAt = exp
 		}
@@ -679,20 +706,63 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 	})
 }
 
-// expiresAt returns the expiry (Unix seconds, Badger's resolution) of a key
-// written now with ttl, rounded up: the key lives at least ttl, at most a
-// second more.
-func expiresAt(ttl time.Duration) uint64 { return ExpirySeconds(time.Now().Add(ttl)) }
+// Expiries are kept in Badger's ExpiresAt as Unix milliseconds, so a key
+// expires to the millisecond, as in Redis. Badger compares ExpiresAt with
+// the time in seconds and so never hides such an entry itself: the store
+// does, on every read (getLive, the iterators, the cache), and its
+// committer sweeps expired keys away (sweep.go). An ExpiresAt below
+// legacyExpiry is in seconds, written by an earlier version of the store
+// (Badger hides those itself); expiryMs reads both.
+const legacyExpiry = 100_000_000_000 // as milliseconds 1973, as seconds the year 5138
 
-// ExpirySeconds is the expiry the store keeps for t: Unix seconds, rounded
-// up (a key lives at least as long as asked), at least 1 (0 is "never").
-// Seconds, not nanoseconds: those overflow past 2262.
-func ExpirySeconds(t time.Time) uint64 {
-	sec := t.Unix()
-	if t.Nanosecond() > 0 {
-		sec++
+// expiryMs is a raw ExpiresAt in Unix milliseconds (0: never).
+func expiryMs(raw uint64) uint64 {
+	if raw != 0 && raw < legacyExpiry {
+		return raw * 1000
 	}
-	return uint64(max(sec, 1))
+	return raw
+}
+
+// expired reports whether a raw ExpiresAt is at or before now (Unix ms).
+func expired(raw, now uint64) bool { return raw != 0 && expiryMs(raw) <= now }
+
+func nowMs() uint64 { return uint64(time.Now().UnixMilli()) }
+
+// getLive is txn.Get of a key that has not expired: an expired one is
+// badger.ErrKeyNotFound.
+func getLive(txn interface {
+	Get(key []byte) (*badger.Item, error)
+}, key []byte) (*badger.Item, error) {
+	item, err := txn.Get(key)
+	if err == nil && expired(item.ExpiresAt(), nowMs()) {
+		return nil, badger.ErrKeyNotFound
+	}
+	return item, err
+}
+
+// ExpiryAfter is the expiry the store keeps for a key given ttl now.
+func ExpiryAfter(ttl time.Duration) uint64 { return expiresAt(ttl) }
+
+// expiresAt returns the expiry of a key written now with ttl: as Redis,
+// the current millisecond plus ttl in milliseconds (rounded up), so PTTL
+// at once says ttl.
+func expiresAt(ttl time.Duration) uint64 {
+	ms := int64(ttl / time.Millisecond) // rounded up, without overflowing at 292 years
+	if ttl%time.Millisecond != 0 {
+		ms++
+	}
+	return uint64(max(time.Now().UnixMilli()+ms, legacyExpiry))
+}
+
+// ExpiryMillis is the expiry the store keeps for t: Unix milliseconds,
+// rounded up (a key lives at least as long as asked); a time before 1973
+// (in the past: the key is gone) is kept as 1973.
+func ExpiryMillis(t time.Time) uint64 {
+	ms := t.UnixMilli()
+	if t.Nanosecond()%1e6 != 0 {
+		ms++
+	}
+	return uint64(max(ms, legacyExpiry))
 }
 
 // Delete removes keys and returns how many existed.
@@ -709,7 +779,7 @@ func (s *Store) Delete(keys ...[]byte) (int, error) {
 	err := s.update(keys, size, int64(len(keys)), func(txn *wtxn) error {
 		n = 0
 		for _, k := range keys {
-			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+			if _, err := getLive(txn, k); errors.Is(err, badger.ErrKeyNotFound) {
 				continue
 			} else if err != nil {
 				return err
@@ -734,20 +804,20 @@ func (s *Store) Expire(key []byte, ttl time.Duration) (bool, error) {
 	return s.expireAt(key, at)
 }
 
-// ExpireAt sets a key's expiry to t, to the second (t rounded up). It
-// reports whether the key exists.
+// ExpireAt sets a key's expiry to t, to the millisecond (t rounded up).
+// It reports whether the key exists.
 func (s *Store) ExpireAt(key []byte, t time.Time) (bool, error) {
-	return s.expireAt(key, ExpirySeconds(t))
+	return s.expireAt(key, ExpiryMillis(t))
 }
 
-// expireAt sets key's expiry to unix second at (0: none).
+// expireAt sets key's expiry to Unix millisecond at (0: none).
 func (s *Store) expireAt(key []byte, at uint64) (bool, error) {
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
 	found := false
 	err := s.update([][]byte{key}, entrySize(key, nil), 1, func(txn *wtxn) error {
-		item, err := txn.Get(key)
+		item, err := getLive(txn, key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			found = false
 			return nil
@@ -777,7 +847,7 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 	err := s.update([][]byte{key}, entrySize(key, nil)+20, 1, func(txn *wtxn) error {
 		var cur int64
 		var exp uint64
-		item, err := txn.Get(key)
+		item, err := getLive(txn, key)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
 		case err != nil:
@@ -809,7 +879,7 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 type Cell struct {
 	Key     []byte
 	Value   []byte // the current value (f may keep it: it is f's)
-	Expires uint64 // the current expiry, Unix seconds (0: never)
+	Expires uint64 // the current expiry, Unix milliseconds (0: never)
 	Exists  bool
 	// Set by f: Write stores Value with Expires; Delete deletes the key;
 	// neither leaves it as it is.
@@ -838,7 +908,7 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 		cells := make([]Cell, len(keys))
 		for i, k := range keys {
 			cells[i].Key = k
-			item, err := txn.Get(k)
+			item, err := getLive(txn, k)
 			switch {
 			case errors.Is(err, badger.ErrKeyNotFound):
 				continue
@@ -848,7 +918,7 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 			if cells[i].Value, err = item.ValueCopy(nil); err != nil {
 				return err
 			}
-			cells[i].Expires, cells[i].Exists = item.ExpiresAt(), true
+			cells[i].Expires, cells[i].Exists = expiryMs(item.ExpiresAt()), true
 		}
 		if err := f(cells); err != nil {
 			return refusedError{err}
@@ -933,7 +1003,7 @@ func (s *Store) CompareAndSwap(key, old, new []byte) error {
 	}
 	s.puts.Add(1)
 	return s.update([][]byte{key}, entrySize(key, new), 1, func(txn *wtxn) error {
-		item, err := txn.Get(key)
+		item, err := getLive(txn, key)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
 			if old != nil {
@@ -1028,8 +1098,12 @@ func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []b
 		if bytes.Compare(cursor, prefix) > 0 {
 			start = cursor
 		}
+		now := nowMs()
 		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
 			item := it.Item()
+			if expired(item.ExpiresAt(), now) {
+				continue
+			}
 			if len(out) == limit {
 				next = item.KeyCopy(nil)
 				return nil
@@ -1086,8 +1160,11 @@ func (s *Store) Count() (int, error) {
 		o.PrefetchValues = false
 		it := txn.NewIterator(o)
 		defer it.Close()
+		now := nowMs()
 		for it.Rewind(); it.Valid(); it.Next() {
-			n++
+			if !expired(it.Item().ExpiresAt(), now) {
+				n++
+			}
 		}
 		return nil
 	})

@@ -34,7 +34,8 @@ import (
 //
 // Record: u32 CRC-32C of length and body | u32 length of the body | u64
 // generation | body. Body: u8 op | uvarint key length | key | uvarint value
-// length | value | uvarint expiry (Unix seconds, 0: never). Each round —
+// length | value | uvarint expiry (Badger's ExpiresAt: Unix milliseconds,
+// or seconds from an earlier store; 0: never). Each round —
 // what one commit writes — ends with a commit record: u8 walCommit |
 // uvarint records in the round | u32 CRC-32C of the round's bytes before
 // it. The replay takes the generation of the first record and stops at the
