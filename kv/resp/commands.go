@@ -176,8 +176,8 @@ func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 	case cmd.run == nil:
 	default:
 		if cmd.name != "EXEC" { // EXEC holds the gate alone
-			c.s.gate.RLock()
-			defer c.s.gate.RUnlock()
+			c.s.Store.Gate().RLock()
+			defer c.s.Store.Gate().RUnlock()
 		}
 		cmd.run(c, ctx, args)
 	}
@@ -334,6 +334,16 @@ func expireAt(n int64, unit time.Duration) (time.Duration, bool) {
 	return time.Until(time.UnixMilli(ms)), true // Until saturates
 }
 
+// expiryOf is the store's expiry for d from now: for an absolute time
+// (EXAT, PXAT, EXPIREAT, PEXPIREAT) the millisecond asked for, else, as
+// Redis, the current millisecond plus d.
+func expiryOf(d time.Duration, absolute bool) uint64 {
+	if absolute {
+		return kv.ExpiryMillis(time.Now().Add(d).Round(time.Millisecond))
+	}
+	return kv.ExpiryAfter(d)
+}
+
 // expire serves EXPIRE and PEXPIRE (a time from now) and EXPIREAT and
 // PEXPIREAT (a Unix time); a time not in the future deletes the key.
 func (c *client) expire(_ context.Context, args [][]byte) {
@@ -359,7 +369,7 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 		return
 	}
 	if len(args) > 3 {
-		c.expireIf(args, d, absolute && d <= 0 || !absolute && n <= 0)
+		c.expireIf(args, expiryOf(d, absolute), absolute && d <= 0 || !absolute && n <= 0)
 		return
 	}
 	var found bool
@@ -369,7 +379,7 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 		var cnt int
 		cnt, err = c.s.Store.Delete(args[1])
 		found = cnt > 0
-	case absolute: // to the second asked for
+	case absolute: // to the millisecond asked for
 		found, err = c.s.Store.ExpireAt(args[1], time.Now().Add(d).Round(time.Millisecond))
 	default: // at least the time asked for
 		found, err = c.s.Store.Expire(args[1], d)
@@ -405,10 +415,12 @@ func (c *client) ttl(_ context.Context, args [][]byte) {
 		c.storeErr(err)
 	case e.ExpiresAt.IsZero():
 		c.w.Int(-1)
-	case args[0][0] == 't' || args[0][0] == 'T':
-		c.w.Int(int64(time.Until(e.ExpiresAt) / time.Second))
-	default:
-		c.w.Int(time.Until(e.ExpiresAt).Milliseconds())
+	default: // as Redis: milliseconds left, TTL rounds them to seconds
+		ms := max(0, e.ExpiresAt.UnixMilli()-time.Now().UnixMilli())
+		if args[0][0] == 't' || args[0][0] == 'T' {
+			ms = (ms + 500) / 1000
+		}
+		c.w.Int(ms)
 	}
 }
 
@@ -890,7 +902,7 @@ func (c *client) msetnx(_ context.Context, args [][]byte) {
 // expireIf serves the EXPIRE family with NX, XX, GT or LT: the expiry is
 // set (or the key deleted, when past) only if the condition holds; a key
 // without an expiry counts as expiring never.
-func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
+func (c *client) expireIf(args [][]byte, when uint64, past bool) {
 	var nx, xx, gt, lt bool
 	for _, a := range args[3:] {
 		switch {
@@ -915,7 +927,6 @@ func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
 		c.w.Error("ERR GT and LT options at the same time are not compatible")
 		return
 	}
-	when := kv.ExpirySeconds(time.Now().Add(d))
 	done := false
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
 		cell := &cells[0]
@@ -939,7 +950,7 @@ func (c *client) expireIf(args [][]byte, d time.Duration, past bool) {
 // getex serves GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the
 // value, and its expiry changed as asked.
 func (c *client) getex(_ context.Context, args [][]byte) {
-	change, persist := false, false
+	change, persist, absolute := false, false, false
 	var d time.Duration
 	switch {
 	case len(args) == 2:
@@ -958,8 +969,10 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 			d, ok = expireAfter(n, time.Millisecond)
 		case eq(args[2], "EXAT"):
 			d, ok = expireAt(n, time.Second)
+			absolute = true
 		case eq(args[2], "PXAT"):
 			d, ok = expireAt(n, time.Millisecond)
+			absolute = true
 		default:
 			c.w.Error("ERR syntax error")
 			return
@@ -973,7 +986,7 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 		c.w.Error("ERR syntax error")
 		return
 	}
-	when := kv.ExpirySeconds(time.Now().Add(d))
+	when := expiryOf(d, absolute)
 	var v []byte
 	var found bool
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {

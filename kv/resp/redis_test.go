@@ -94,6 +94,9 @@ func TestSameAnswersAsRedis(t *testing.T) {
 		"TOUCH r9 c1 nosuch",
 		"EXPIREAT r9 4102444800", "EXPIRETIME r9", "PEXPIRETIME r9", "PEXPIREAT c1 4102444800000", "PEXPIRETIME c1", "EXPIRETIME c1",
 		"EXPIRETIME nosuch", "EXPIRETIME s",
+		"SET p v PXAT 4102444800123", "PEXPIRETIME p", "EXPIRETIME p", "PEXPIREAT p 4102444800999", "PEXPIRETIME p",
+		"GETEX p PXAT 4102444801001", "PEXPIRETIME p", "SET q v EXAT 4102444800", "PEXPIRETIME q", "SET q v PXAT 1", "GET q",
+		"SETEX e 100 v ;; TTL e", "PSETEX e 1999 v ;; TTL e", "PSETEX e 1499 v ;; TTL e",
 		"SET s v", "EXPIRE s 100 XX", "EXPIRE s 100 NX", "EXPIRE s 50 GT", "EXPIRE s 200 GT", "TTL s", "EXPIRE s 300 LT",
 		"EXPIRE s 100 LT", "TTL s", "EXPIRE s 10 NX XX", "EXPIRE s 10 GT LT", "EXPIRE s 10 BOGUS", "PERSIST s", "EXPIRE s 10 GT",
 		"KEYS m3", "KEYS nomatch*",
@@ -131,8 +134,11 @@ func TestSameAnswersAsRedis(t *testing.T) {
 		{"SET u 12345 ;; MEMORY USAGE u", func(s string) bool { return integer.MatchString(strings.Split(s, "\n")[1]) }},
 		{"SET u 1 EX 100 ;; PTTL u", func(s string) bool {
 			n, err := strconv.Atoi(strings.TrimPrefix(strings.Split(s, "\n")[1], "(integer) "))
-			// hecd keeps expiries to the second, rounded up: up to a second more.
-			return err == nil && n > 98_000 && n <= 101_000
+			return err == nil && n > 99_000 && n <= 100_000
+		}},
+		{"SET u 1 PX 1500 ;; PTTL u", func(s string) bool {
+			n, err := strconv.Atoi(strings.TrimPrefix(strings.Split(s, "\n")[1], "(integer) "))
+			return err == nil && n > 1_400 && n <= 1_500
 		}},
 		{"CLIENT SETNAME who ;; CLIENT INFO", regexp.MustCompile(`^OK\nid=\d+ addr=127\.0\.0\.1:\d+ laddr=127\.0\.0\.1:\d+ fd=\d+ name=who age=\d+ idle=\d+ flags=N db=0 .*cmd=client\|info user=default .*resp=2`).MatchString},
 		{"CLIENT LIST", regexp.MustCompile(`^id=\d+ addr=127\.0\.0\.1:\d+ .*name= .*cmd=client\|list .*resp=2`).MatchString},

@@ -87,8 +87,6 @@ type Server struct {
 	registry                             registry // connected clients (clients.go)
 
 	cursors scanCursors
-	// gate: every command holds it shared, EXEC exclusively (multi.go).
-	gate sync.RWMutex
 }
 
 // Clients returns the number of connected clients.
@@ -263,8 +261,8 @@ func b2i(b bool) int64 {
 // which needs the prior value, nor a bad one, whose error must not
 // overtake replies still queued, nor past the bounds.
 func (c *client) queueSet(args [][]byte, so *setArgs) bool {
-	c.s.gate.RLock() // as every command (multi.go)
-	defer c.s.gate.RUnlock()
+	c.s.Store.Gate().RLock() // as every command (multi.go)
+	defer c.s.Store.Gate().RUnlock()
 	if len(c.pending) >= maxPending || len(c.arena) >= maxPendingBytes || so.wantGet || so.errReply != "" {
 		return false
 	}
@@ -292,8 +290,8 @@ func (c *client) enqueue(key, value []byte, o kv.PutOptions) {
 // not known yet), when the store refuses writes (the SETs will fail), or
 // when too much is held.
 func (c *client) getBehind(key []byte) bool {
-	c.s.gate.RLock() // as every command (multi.go)
-	defer c.s.gate.RUnlock()
+	c.s.Store.Gate().RLock() // as every command (multi.go)
+	defer c.s.Store.Gate().RUnlock()
 	if len(c.later.buf) >= maxPendingBytes || c.s.Store.WriteErr() != nil {
 		return false
 	}
@@ -321,8 +319,8 @@ func (c *client) getBehind(key []byte) bool {
 // setNoWait runs SET on the event loop if the store can take it without
 // waiting (see kv.Store.PutNoWait), and reports whether it did.
 func (c *client) setNoWait(args [][]byte, so *setArgs) bool {
-	c.s.gate.RLock() // as every command (multi.go)
-	defer c.s.gate.RUnlock()
+	c.s.Store.Gate().RLock() // as every command (multi.go)
+	defer c.s.Store.Gate().RUnlock()
 	switch {
 	case so.errReply != "":
 		c.w.Error(so.errReply)
@@ -433,10 +431,13 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 				o.TTL, ok = expireAfter(n, time.Second)
 			case "PX":
 				o.TTL, ok = expireAfter(n, time.Millisecond)
-			case "EXAT":
-				o.TTL, ok = expireAt(n, time.Second)
-			case "PXAT":
-				o.TTL, ok = expireAt(n, time.Millisecond)
+			case "EXAT", "PXAT":
+				unit := time.Second
+				if opt == "PXAT" {
+					unit = time.Millisecond
+				}
+				o.TTL, ok = expireAt(n, unit)
+				o.At = time.Now().Add(o.TTL).Round(time.Millisecond) // the millisecond asked for
 			}
 			if !ok {
 				return o, false, "ERR invalid expire time in '" + name + "' command"
