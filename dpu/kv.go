@@ -160,7 +160,19 @@ func b2f(b bool) float64 {
 // are read from, and values written into, the queue pair's window (or the
 // frame's payload) through the accessor: in place when it is mapped.
 func registerKVOps(d *Dispatcher, st *kv.Store) {
-	d.Handle(wire.OpKVGet, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+	// Each op holds the store's gate shared, so no op runs between the
+	// commands of a RESP EXEC (which holds it alone).
+	handle := func(op wire.Op, h Handler) {
+		serve := h.Serve
+		h.Serve = func(ctx context.Context, req *Request, resp *wire.Desc) {
+			g := st.Gate()
+			g.RLock()
+			defer g.RUnlock()
+			serve(ctx, req, resp)
+		}
+		d.Handle(op, h)
+	}
+	handle(wire.OpKVGet, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
 		in, ok := spanArgs(req, resp, 2, 1)
 		if !ok {
 			return
@@ -183,7 +195,7 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		resp.NSpan = 1
 		resp.Spans[0] = wire.Span{Off: out.Off, Len: uint32(len(e.Value))}
 	}})
-	d.Handle(wire.OpKVPut, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+	handle(wire.OpKVPut, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
 		if req.Arg1&^(wire.KVIfAbsent|wire.KVIfPresent) != 0 || req.Arg0 > maxTTLMillis {
 			resp.Status = wire.StatusBadArg
 			return
@@ -196,7 +208,7 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 			IfAbsent: req.Arg1&wire.KVIfAbsent != 0, IfPresent: req.Arg1&wire.KVIfPresent != 0})
 		resp.Status = kvStatus(err)
 	}})
-	d.Handle(wire.OpKVDelete, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+	handle(wire.OpKVDelete, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
 		in, ok := spanArgs(req, resp, 1, 1)
 		if !ok {
 			return
@@ -204,7 +216,7 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		n, err := st.Delete(in[0])
 		resp.Status, resp.Arg0 = kvStatus(err), uint64(n)
 	}})
-	d.Handle(wire.OpKVScan, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+	handle(wire.OpKVScan, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
 		if req.Arg0 == 0 || req.Arg0 > 100000 {
 			resp.Status = wire.StatusBadArg
 			return
@@ -256,7 +268,7 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		resp.Spans[0] = wire.Span{Off: room.Off, Len: uint32(recs)}
 		resp.Spans[1] = wire.Span{Off: room.Off + uint32(recs), Len: uint32(len(next))}
 	}})
-	d.Handle(wire.OpKVBatch, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
+	handle(wire.OpKVBatch, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {
 		in, ok := spanArgs(req, resp, 1, 1)
 		if !ok {
 			return

@@ -8,15 +8,14 @@
 // runs one redis-cli session against hecd and against redis-server and
 // compares. Commands of the other data types (lists, hashes, sets, sorted
 // sets, streams) answer Redis's unknown-command error. One database (0).
-// INCRBYFLOAT computes in a C long double as x86 Redis does. Expiry has
-// the store's one-second resolution: a key lives at least its TTL and at
-// most a second more.
+// INCRBYFLOAT computes in a C long double as x86 Redis does. Expiry is to
+// the millisecond, as in Redis.
 //
 // A write the store refuses (a full disk, or a failed sync: see package
 // kv) is answered "MISCONF ...", as Redis answers writes after a failed
 // AOF write; reads go on. MULTI/EXEC run the queued commands with no
-// other RESP command between them (EXEC holds the server's gate alone);
-// writes over the handoff are not held back by it.
+// other client's operation between them, from any front end (EXEC holds
+// the store's gate, kv.Store.Gate, alone).
 //
 // A client's pipelined SETs are queued in the store and share one commit;
 // a GET behind them is answered without waiting for it (from the queued

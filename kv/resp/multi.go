@@ -9,11 +9,10 @@ import (
 )
 
 // Transactions: MULTI queues a client's commands and EXEC runs them with
-// no other RESP client's command in between (the server's gate: every
-// command holds it shared, EXEC alone); WATCH makes EXEC run nothing if a
-// watched key changed since — its existence or its version, whoever wrote
-// it, the handoff and the UDP path included. Writes over the handoff do
-// not take the gate: they may land between an EXEC's commands.
+// no other client's operation in between, from any front end (the
+// store's gate, kv.Store.Gate: every RESP command, handoff op and UDP GET
+// holds it shared, EXEC alone); WATCH makes EXEC run nothing if a watched
+// key changed since — its existence or its version, whoever wrote it.
 
 type watch struct {
 	key     []byte
@@ -116,8 +115,8 @@ func (c *client) execCmd(ctx context.Context, _ [][]byte) {
 		c.w.Error("EXECABORT Transaction discarded because of previous errors.")
 		return
 	}
-	c.s.gate.Lock()
-	defer c.s.gate.Unlock()
+	c.s.Store.Gate().Lock()
+	defer c.s.Store.Gate().Unlock()
 	for _, w := range c.tx.watched {
 		e, err := c.s.Store.Get(w.key, nil)
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {

@@ -128,7 +128,10 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn) error {
 		if s.Seen != nil {
 			s.Seen(req.Key)
 		}
+		g := s.Store.Gate() // not between an EXEC's commands
+		g.RLock()
 		e, err := s.Store.Get(req.Key, val)
+		g.RUnlock()
 		switch {
 		case errors.Is(err, kv.ErrNotFound):
 			s.Misses.Add(1)
