@@ -72,7 +72,7 @@ type Call struct {
 func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span) []byte) {
 	for _, sp := range spans {
 		src := read(sp) // always: a stream transport consumes its bytes in order
-		if src == nil {
+		if src == nil && sp.Len != 0 {
 			continue
 		}
 		for j, o := range c.outSpans[:len(c.Req.Out)] {

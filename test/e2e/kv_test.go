@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,5 +86,66 @@ func TestKVEverywhere(t *testing.T) {
 				t.Fatalf("TTL over RESP %v", ttl)
 			}
 		})
+	}
+}
+
+// TestExecIsolatedFromTheHandoff: a RESP client runs MULTI; SET iso:a v;
+// SET iso:b v; EXEC with v counting up, while a handoff client scans
+// iso: over and over. Every scan sees a and b equal: no handoff op runs
+// between an EXEC's commands (the store's gate), though each SET is a
+// commit of its own.
+func TestExecIsolatedFromTheHandoff(t *testing.T) {
+	cfg := agentConfig(t)
+	cfg.RESP.Addr = "127.0.0.1:0"
+	a := startAgent(t, cfg)
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp")})
+	defer rc.Close()
+	kv := dial(t, "tcp://"+a.Addr("tcp")).KV()
+	// An empty scan over TCP (no records, no cursor: two empty parts).
+	if pairs, next, err := kv.Scan(ctx, []byte("iso:"), nil, 10); err != nil || len(pairs) != 0 || next != nil {
+		t.Fatalf("empty scan: %v %q %v", pairs, next, err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			v := strconv.Itoa(i)
+			if _, err := rc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "iso:a", v, 0)
+				p.Set(ctx, "iso:b", v, 0)
+				return nil
+			}); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	scans, torn := 0, 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); scans++ {
+		pairs, _, err := kv.Scan(ctx, []byte("iso:"), nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pairs) == 2 && !bytes.Equal(pairs[0].Value, pairs[1].Value) {
+			if torn < 3 {
+				t.Logf("scan %d: a=%s b=%s", scans, pairs[0].Value, pairs[1].Value)
+			}
+			torn++
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d scans, %d saw an EXEC half done", scans, torn)
+	if torn > 0 {
+		t.Fatalf("%d of %d scans over the handoff ran between an EXEC's commands", torn, scans)
 	}
 }
