@@ -12,8 +12,8 @@ import (
 // expiry, the sweeper walks the next sweepBatch keys from where it
 // stopped (keys only: the expiry is in Badger's key metadata) and deletes
 // those expired, through the committer, so they are logged, and the read
-// cache and the write hook hear of it. An idle store whose writes set no
-// expiry runs nothing.
+// cache and the write hook hear of it. A store whose writes set no expiry
+// only wakes once a second to look at a flag.
 
 const (
 	sweepEvery = time.Second
