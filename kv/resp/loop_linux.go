@@ -316,12 +316,12 @@ func (lp *loop) news() bool {
 		if sa, err := unix.Getsockname(fd); err == nil {
 			c.local = sockaddrString(sa)
 		}
-		lp.s.registry.add(c)
 		if err := unix.EpollCtl(lp.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 			unix.Close(fd)
 			lp.s.connected.Add(-1)
 			continue
 		}
+		lp.s.registry.add(c) // once served: closeClient removes it
 		if fd >= len(lp.clients) {
 			lp.clients = append(lp.clients, make([]*client, fd+1-len(lp.clients))...)
 		}
