@@ -34,7 +34,6 @@ import (
 
 // diskPlan is the store's sizing for a file system of total bytes.
 type diskPlan struct {
-	total      int64 // the file system's size
 	memtable   int64 // Badger's memtable size
 	vlogFile   int64 // Badger's value-log file size
 	checkpoint int64 // the log's size past which the committer checkpoints
@@ -47,7 +46,7 @@ type diskPlan struct {
 // planDisk sizes the store for a file system of total bytes (0: unknown,
 // the defaults) with memtables of at most memtable bytes.
 func planDisk(total, memtable int64, memtables int) diskPlan {
-	p := diskPlan{total: total, memtable: memtable, vlogFile: 64 << 20, checkpoint: 512 << 20}
+	p := diskPlan{memtable: memtable, vlogFile: 64 << 20, checkpoint: 512 << 20}
 	if total > 0 {
 		p.memtable = min(memtable, max(1<<20, total/32))
 		p.vlogFile = min(p.vlogFile, max(1<<20, pow2Floor(total/32)))
@@ -83,21 +82,20 @@ func fsSpace(dir string) (total, free int64, err error) {
 
 // diskGuard watches the free space of the store's file system.
 type diskGuard struct {
-	dir              string
-	reserve, resume  int64
-	space            func(dir string) (total, free int64, err error)
-	checkEvery       time.Duration
-	mu               sync.Mutex
-	checked          time.Time // last statfs
-	since            int64     // bytes the rounds may have written since
-	free             atomic.Int64
-	full             atomic.Bool
-	next             atomic.Int64 // Unix nanoseconds of the next check due
-	refusals, checks atomic.Uint64
+	dir             string
+	reserve, resume int64
+	checkEvery      time.Duration
+	mu              sync.Mutex
+	checked         time.Time // last statfs
+	since           int64     // bytes the rounds may have written since
+	free            atomic.Int64
+	full            atomic.Bool
+	next            atomic.Int64 // Unix nanoseconds of the next check due
+	refusals        atomic.Uint64
 }
 
 func newDiskGuard(dir string, p diskPlan) *diskGuard {
-	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, space: fsSpace, checkEvery: 100 * time.Millisecond}
+	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, checkEvery: 100 * time.Millisecond}
 	g.recheck()
 	return g
 }
@@ -115,7 +113,7 @@ func (g *diskGuard) room(n int64) error {
 	// a microsecond or two; a synced round, a hundred or more): Badger's
 	// flushes, compactions and the log's zeros written ahead use space the
 	// rounds' estimates do not see.
-	if free < 0 || time.Since(g.checked) >= g.checkEvery || free-g.reserve < g.reserve || g.since+n > (free-g.reserve)/4 {
+	if time.Since(g.checked) >= g.checkEvery || free-g.reserve < g.reserve || g.since+n > (free-g.reserve)/4 {
 		g.recheck()
 		free = g.free.Load()
 	}
@@ -149,10 +147,9 @@ func (g *diskGuard) err() error {
 // recheck reads the free space (g.mu held). Full stays set until the free
 // space reaches resume.
 func (g *diskGuard) recheck() {
-	g.checks.Add(1)
 	g.checked, g.since = time.Now(), 0
 	g.next.Store(g.checked.Add(g.checkEvery).UnixNano())
-	_, free, err := g.space(g.dir)
+	_, free, err := fsSpace(g.dir)
 	if err != nil {
 		free = 0 // cannot tell: refuse
 	}

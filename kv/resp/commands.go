@@ -250,11 +250,8 @@ func (c *client) exists(_ context.Context, args [][]byte) {
 func (c *client) mget(_ context.Context, args [][]byte) {
 	c.w.Array(len(args) - 1)
 	for _, k := range args[1:] {
-		if e, err := c.s.Store.Get(k, nil); err == nil {
-			c.w.Bulk(e.Value)
-		} else {
-			c.w.NullBulk()
-		}
+		e, err := c.s.Store.Get(k, nil)
+		c.w.BulkOrNull(e.Value, err == nil)
 	}
 }
 
@@ -740,13 +737,7 @@ func (c *client) getdel(_ context.Context, args [][]byte) {
 	c.modify(args[1], 0, func(cur []byte, exists bool) ([]byte, bool, error) {
 		v, found = append([]byte(nil), cur...), exists
 		return nil, true, nil
-	}, func() {
-		if found {
-			c.w.Bulk(v)
-		} else {
-			c.w.NullBulk()
-		}
-	})
+	}, func() { c.w.BulkOrNull(v, found) })
 }
 
 // incrbyfloat serves INCRBYFLOAT key increment, as Redis formats floats.
@@ -1004,13 +995,7 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 			cell.Expires, cell.Write = when, true
 		}
 		return nil
-	}, func() {
-		if found {
-			c.w.Bulk(v)
-		} else {
-			c.w.NullBulk()
-		}
-	})
+	}, func() { c.w.BulkOrNull(v, found) })
 }
 
 // randomkey serves RANDOMKEY: the first key at or after a random point of

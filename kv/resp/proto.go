@@ -275,3 +275,12 @@ func (w *Writer) Bulk(b []byte) {
 	w.buf = append(w.buf, b...)
 	w.str("\r\n")
 }
+
+// BulkOrNull writes b, or the null bulk string when !ok.
+func (w *Writer) BulkOrNull(b []byte, ok bool) {
+	if !ok {
+		w.NullBulk()
+		return
+	}
+	w.Bulk(b)
+}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
@@ -73,6 +75,17 @@ func startAgent(t *testing.T, cfg dpu.Config) *testAgent {
 	}
 	t.Cleanup(ta.stop)
 	return ta
+}
+
+// startRESPAgent starts an agent of cfg with its RESP front end on a free
+// loopback port, and a go-redis client of it (closed at cleanup).
+func startRESPAgent(t *testing.T, cfg dpu.Config) (*testAgent, *redis.Client) {
+	t.Helper()
+	cfg.RESP.Addr = "127.0.0.1:0"
+	a := startAgent(t, cfg)
+	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp"), PoolSize: 16})
+	t.Cleanup(func() { rc.Close() })
+	return a, rc
 }
 
 // status is the agent's GET /v1/status.

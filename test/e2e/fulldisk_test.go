@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/wire"
 	"github.com/hecsys/hec/test/testutil"
@@ -26,11 +24,8 @@ func TestFullDiskAsAClientSeesIt(t *testing.T) {
 	mnt, ballast := testutil.SmallDisk(t, 64<<20, 16<<20)
 	cfg := agentConfig(t)
 	cfg.Agent.StateDir = filepath.Join(mnt, "state")
-	cfg.RESP.Addr = "127.0.0.1:0"
-	a := startAgent(t, cfg)
+	a, rc := startRESPAgent(t, cfg)
 	ctx := context.Background()
-	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp"), PoolSize: 16})
-	defer rc.Close()
 	value := strings.Repeat("x", 900)
 	n := 0
 	var full error

@@ -19,11 +19,8 @@ import (
 // RESP — a write by one path is read by the others.
 func TestKVEverywhere(t *testing.T) {
 	cfg := agentConfig(t)
-	cfg.RESP.Addr = "127.0.0.1:0"
-	a := startAgent(t, cfg)
+	a, rc := startRESPAgent(t, cfg)
 	ctx := context.Background()
-	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp")})
-	defer rc.Close()
 	for _, target := range []string{"shm://" + cfg.Agent.Shm, "tcp://" + a.Addr("tcp")} {
 		t.Run(target[:3], func(t *testing.T) {
 			kv := dial(t, target).KV()
@@ -96,11 +93,8 @@ func TestKVEverywhere(t *testing.T) {
 // commit of its own.
 func TestExecIsolatedFromTheHandoff(t *testing.T) {
 	cfg := agentConfig(t)
-	cfg.RESP.Addr = "127.0.0.1:0"
-	a := startAgent(t, cfg)
+	a, rc := startRESPAgent(t, cfg)
 	ctx := context.Background()
-	rc := redis.NewClient(&redis.Options{Addr: a.Addr("resp")})
-	defer rc.Close()
 	kv := dial(t, "tcp://"+a.Addr("tcp")).KV()
 	// An empty scan over TCP (no records, no cursor: two empty parts).
 	if pairs, next, err := kv.Scan(ctx, []byte("iso:"), nil, 10); err != nil || len(pairs) != 0 || next != nil {
