@@ -69,9 +69,34 @@ func (h *Host) AgentStopped() bool {
 }
 
 // Lease takes a free queue pair, trying prefer first (pass -1 for none), and
-// waits until the agent has bound it. It fails with ErrNoQueuePair when none
-// is free.
+// waits until the agent has bound it. A pair another client has just
+// released is fenced and freed by the agent's next housekeeping: while
+// none is free but one is on its way back, Lease waits for it (up to
+// leaseWait, or ctx). It fails with ErrNoQueuePair when none is free.
 func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
+	deadline := time.Now().Add(leaseWait)
+	for {
+		q, returning, err := h.tryLease(ctx, prefer)
+		if q != nil || err != nil {
+			return q, err
+		}
+		if !returning || time.Now().After(deadline) {
+			return nil, fmt.Errorf("lease in %s (%d pairs): %w", h.r.path, h.l.QueuePairs, ErrNoQueuePair)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease in %s: %w", h.r.path, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// leaseWait bounds how long Lease waits for a released pair to come back.
+const leaseWait = 2 * time.Second
+
+// tryLease is one pass of Lease over the pairs; returning says that none
+// was free but one was released and not yet freed by the agent.
+func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning bool, err error) {
 	n := h.l.QueuePairs
 	pid := uint32(os.Getpid())
 	for k := 0; k < n; k++ {
@@ -82,6 +107,9 @@ func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
 		q := h.qp(i)
 		w := q.word(qLease).Load()
 		st := q.word(qState).Load()
+		if leasePID(w) == releasedPID || stateState(st) == QPFenced && stateGen(st) == h.gen {
+			returning = true
+		}
 		if leasePID(w) != 0 || stateState(st) != QPFree || stateGen(st) != h.gen {
 			continue
 		}
@@ -94,11 +122,11 @@ func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
 		q.ringDoorbell()
 		if err := q.waitActive(ctx, 0); err != nil {
 			q.Release()
-			return nil, fmt.Errorf("lease queue pair %d: %w", i, err)
+			return nil, false, fmt.Errorf("lease queue pair %d: %w", i, err)
 		}
-		return q, nil
+		return q, false, nil
 	}
-	return nil, fmt.Errorf("lease in %s (%d pairs): %w", h.r.path, n, ErrNoQueuePair)
+	return nil, returning, nil
 }
 
 func (h *Host) qp(i int) *HostQP {

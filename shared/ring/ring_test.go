@@ -669,3 +669,28 @@ func TestHolderLiveness(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseWaitsForAReleasedPair: every pair taken, one released; the
+// next Lease, called at once, gets it (the agent fences and frees it at
+// its next housekeeping) instead of failing with ErrNoQueuePair — a CLI
+// run right after another one exited found no pair that way. With every
+// pair held and none released, Lease still fails.
+func TestLeaseWaitsForAReleasedPair(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{LeaseTimeout: time.Second})
+	startServer(t, &server{a: a})
+	h, q1 := mustLease(t, r)
+	if _, err := h.Lease(context.Background(), -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Lease(context.Background(), -1); !errors.Is(err, ErrNoQueuePair) {
+		t.Fatalf("third lease with both held: %v", err)
+	}
+	for range 20 {
+		q1.Release()
+		q, err := h.Lease(context.Background(), -1)
+		if err != nil {
+			t.Fatalf("lease right after a release: %v", err)
+		}
+		q1 = q
+	}
+}
