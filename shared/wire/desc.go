@@ -17,6 +17,18 @@ const (
 	MaxSGL = 1024
 )
 
+// MaxTouch returns the most data bytes one request may name in a window (or
+// payload) of limit bytes: MaxSpans × limit, what four inline spans can name.
+// A scatter-gather list whose spans add up to more is refused (DecodeSGL),
+// so no descriptor makes the agent touch more than this, and the work one
+// descriptor costs is bounded by the window it lives in.
+func MaxTouch(limit uint64) uint64 {
+	if limit > ^uint64(0)/MaxSpans {
+		return ^uint64(0)
+	}
+	return MaxSpans * limit
+}
+
 // Flag bits of a descriptor.
 const (
 	// FlagSGL: Spans[0] names a scatter-gather list rather than data.
@@ -144,7 +156,8 @@ func (d *Desc) Validate(limit uint64) error {
 }
 
 // DecodeSGL decodes a scatter-gather list from b (a whole number of 8-byte
-// spans, at most MaxSGL) into dst, checking each span against limit. It
+// spans, at most MaxSGL) into dst, checking each span against limit and
+// their total against MaxTouch(limit). It
 // appends to dst[:0] and returns it, so a caller reusing dst does not allocate.
 func DecodeSGL(dst []Span, b []byte, limit uint64) ([]Span, error) {
 	if len(b)%SpanSize != 0 {
@@ -156,10 +169,14 @@ func DecodeSGL(dst []Span, b []byte, limit uint64) ([]Span, error) {
 	}
 	dst = dst[:0]
 	le := binary.LittleEndian
+	var total uint64
 	for i := 0; i < n; i++ {
 		s := Span{Off: le.Uint32(b[8*i:]), Len: le.Uint32(b[8*i+4:])}
 		if !s.Within(limit) {
 			return dst[:0], fmt.Errorf("decode sgl: span %d {%d,%d} outside %d bytes: %w", i, s.Off, s.Len, limit, ErrSpan)
+		}
+		if total += uint64(s.Len); total > MaxTouch(limit) {
+			return dst[:0], fmt.Errorf("decode sgl: spans 0..%d name %d bytes, more than %d (%d × the window): %w", i, total, MaxTouch(limit), MaxSpans, ErrSpan)
 		}
 		dst = append(dst, s)
 	}

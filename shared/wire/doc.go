@@ -25,6 +25,14 @@
 // a scatter-gather list in the window, an array of 8-byte spans, decoded and
 // validated by DecodeSGL.
 //
+// # Work per descriptor
+//
+// A request names at most MaxTouch(window) = MaxSpans × window bytes of
+// data, inline or through a list (whose spans may overlap, but not add up to
+// more). That bounds what one 64-byte descriptor can make the agent compute:
+// a flood of them is a flood of bounded slices, which the agent's workers
+// share fairly between queue pairs.
+//
 // # Trust
 //
 // Every decoder here treats its input as hostile: it never panics, never

@@ -98,6 +98,17 @@ func TestSGL(t *testing.T) {
 	if _, err := DecodeSGL(nil, b[:7], 100); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("want ErrMalformed, got %v", err)
 	}
+	// The spans of a list add up to at most MaxTouch: four windows' worth.
+	whole := make([]Span, MaxSpans+1)
+	for i := range whole {
+		whole[i] = Span{0, 100}
+	}
+	if _, err := DecodeSGL(nil, AppendSGL(nil, whole[:MaxSpans]), 100); err != nil {
+		t.Fatalf("%d spans covering the window: %v", MaxSpans, err)
+	}
+	if _, err := DecodeSGL(nil, AppendSGL(nil, whole), 100); !errors.Is(err, ErrSpan) {
+		t.Fatalf("%d spans covering the window: %v, want ErrSpan", MaxSpans+1, err)
+	}
 }
 
 func TestStatus(t *testing.T) {
@@ -223,10 +234,15 @@ func FuzzDecodeSGL(f *testing.F) {
 		if err != nil {
 			return
 		}
+		var total uint64
 		for _, s := range spans {
 			if s.End() > limit {
 				t.Fatalf("span %+v past %d", s, limit)
 			}
+			total += uint64(s.Len)
+		}
+		if total > MaxTouch(limit) {
+			t.Fatalf("spans name %d bytes, more than %d", total, MaxTouch(limit))
 		}
 	})
 }
