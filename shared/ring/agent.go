@@ -48,6 +48,8 @@ type Agent struct {
 	gen  uint32
 	beat uint64
 	qps  []*AgentQP
+
+	headerRepairs uint64
 }
 
 // Format lays out the region for cfg.Geometry, bumps the generation, and
@@ -62,19 +64,43 @@ func Format(r *Region, cfg AgentConfig) (*Agent, error) {
 	if l.size > r.Len() {
 		return nil, fmt.Errorf("format region: geometry needs %d bytes, region has %d: %w", l.size, r.Len(), ErrGeometry)
 	}
-	gen := uint32(1)
-	if r.word(hMagic).Load() == Magic {
-		gen = uint32(r.word(hGeneration).Load()) + 1
+	a := &Agent{r: r, l: l, cfg: cfg, beat: 1}
+	err = r.CatchFault(func() {
+		gen := uint32(1)
+		if r.word(hMagic).Load() == Magic {
+			gen = uint32(r.word(hGeneration).Load()) + 1
+		}
+		a.gen = max(gen, cfg.MinGeneration, 1)
+		r.word(hState).Store(agentFormatting)
+		r.word(hMagic).Store(0)
+		clear(r.mem[:hGeneration])
+		clear(r.mem[l.qpTable:l.arena]) // control blocks and rings; the arena keeps its bytes
+		a.writeHeader()
+		a.qps = make([]*AgentQP, l.QueuePairs)
+		for i := range a.qps {
+			q := &AgentQP{a: a, idx: i, block: l.block(i)}
+			q.sq = r.mem[l.sq(i) : l.sq(i)+l.ringBytes]
+			q.cq = r.mem[l.cq(i) : l.cq(i)+l.ringBytes]
+			q.win = MappedWindow{mem: r.mem[l.window(i) : l.window(i)+l.WindowSize]}
+			q.mask = uint64(l.Entries - 1)
+			q.publishState()
+			q.set(qAgentBeat, a.beat)
+			a.qps[i] = q
+		}
+		r.word(hMagic).Store(Magic)
+		r.word(hState).Store(agentReady)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("format region: %w", err)
 	}
-	gen = max(gen, cfg.MinGeneration)
-	if gen == 0 {
-		gen = 1
-	}
+	return a, nil
+}
 
-	r.word(hState).Store(agentFormatting)
-	r.word(hMagic).Store(0)
-	clear(r.mem[:hGeneration])
-	clear(r.mem[l.qpTable:l.arena]) // control blocks and rings; the arena keeps its bytes
+// writeHeader writes the geometry, the generation and the heartbeat; the
+// magic and the state word, which say the header may be trusted, are the
+// caller's to write last.
+func (a *Agent) writeHeader() {
+	r, l := a.r, a.l
 	r.setU32(hVersion, Version)
 	r.setU32(hQPs, uint32(l.QueuePairs))
 	r.setU32(hEntries, uint32(l.Entries))
@@ -84,23 +110,29 @@ func Format(r *Region, cfg AgentConfig) (*Agent, error) {
 	r.word(hQPTable).Store(l.qpTable)
 	r.word(hRings).Store(l.rings)
 	r.word(hArena).Store(l.arena)
-	r.word(hGeneration).Store(uint64(gen))
-	r.word(hHeartbeat).Store(1)
+	r.word(hGeneration).Store(uint64(a.gen))
+	r.word(hHeartbeat).Store(a.beat)
+}
 
-	a := &Agent{r: r, l: l, cfg: cfg, gen: gen, beat: 1}
-	a.qps = make([]*AgentQP, l.QueuePairs)
-	for i := range a.qps {
-		q := &AgentQP{a: a, idx: i, block: l.block(i)}
-		q.sq = r.mem[l.sq(i) : l.sq(i)+l.ringBytes]
-		q.cq = r.mem[l.cq(i) : l.cq(i)+l.ringBytes]
-		q.win = MappedWindow{mem: r.mem[l.window(i) : l.window(i)+l.WindowSize]}
-		q.mask = uint64(l.Entries - 1)
-		q.publishState()
-		a.qps[i] = q
-	}
-	r.word(hMagic).Store(Magic)
-	r.word(hState).Store(agentReady)
-	return a, nil
+// headerIntact compares the header with the agent's own copy of it.
+func (a *Agent) headerIntact() bool {
+	r, l := a.r, a.l
+	return r.word(hMagic).Load() == Magic && r.word(hState).Load() == agentReady &&
+		r.u32(hVersion) == Version && r.u32(hQPs) == uint32(l.QueuePairs) &&
+		r.u32(hEntries) == uint32(l.Entries) && r.u32(hBlockSize) == qpBlockSize &&
+		r.word(hWindow).Load() == l.WindowSize && r.word(hRegion).Load() == l.size &&
+		r.word(hQPTable).Load() == l.qpTable && r.word(hRings).Load() == l.rings &&
+		r.word(hArena).Load() == l.arena && r.word(hGeneration).Load() == uint64(a.gen)
+}
+
+// repairHeader republishes the header from the agent's copy. A host that
+// attaches meanwhile sees the state word say "formatting" and tries again.
+func (a *Agent) repairHeader() {
+	a.r.word(hState).Store(agentFormatting)
+	a.writeHeader()
+	a.r.word(hMagic).Store(Magic)
+	a.r.word(hState).Store(agentReady)
+	a.headerRepairs++
 }
 
 // Generation returns the generation this agent formatted the region with.
@@ -115,26 +147,74 @@ func (a *Agent) QueuePairs() []*AgentQP { return a.qps }
 // Stop marks the region and every pair as no longer served. Hosts see it on
 // their next poll and fail with the retryable wire.StatusUnavailable.
 func (a *Agent) Stop() {
-	a.r.word(hState).Store(agentStopped)
 	for _, q := range a.qps {
 		q.state = QPStopped
-		q.publishState()
 	}
+	a.r.CatchFault(func() { //nolint:errcheck // a lost region has no one to tell
+		a.r.word(hState).Store(agentStopped)
+		for _, q := range a.qps {
+			q.publishState()
+		}
+	})
 }
+
+// Lost reports whether the region's file shrank under the mapping (anyone
+// who may write the file can truncate it): every access past the new end
+// would fault. The agent then rebuilds the region (Rebuild).
+func (a *Agent) Lost() bool { return a.r.shrunk() }
+
+// Rebuild abandons this agent's pairs (their completions are no longer
+// written), restores the region file's size, and formats the region again
+// with the next generation. Hosts see the generation change and attach
+// again. Work still in the hands of workers must have finished (or been
+// dropped) before: the new agent's pairs share the windows.
+func (a *Agent) Rebuild() (*Agent, error) {
+	for _, q := range a.qps {
+		q.state = QPStopped
+	}
+	if err := a.r.restore(); err != nil {
+		return nil, fmt.Errorf("rebuild region: %w", err)
+	}
+	cfg := a.cfg
+	cfg.MinGeneration = a.gen + 1
+	return Format(a.r, cfg)
+}
+
+// Region returns the mapping the agent formatted.
+func (a *Agent) Region() *Region { return a.r }
+
+// HeaderRepairs returns how often housekeeping found the header differing
+// from the agent's copy and wrote it again.
+func (a *Agent) HeaderRepairs() uint64 { return a.headerRepairs }
 
 // Housekeep advances the agent's heartbeat and every pair's lease state
 // machine: binding new holders, fencing dead or departed ones, finishing
 // fences whose in-flight work has drained, and serving reset requests. It
 // returns the pairs whose state changed, for logging and metrics.
+//
+// It also repairs what the agent owns: the header and each pair's state
+// word, written again from the agent's own copy wherever the region differs
+// (counted in HeaderRepairs and each pair's Repairs). Each pair's block
+// carries the agent's heartbeat, so a scribbled header heartbeat does not
+// make attached hosts give up.
 func (a *Agent) Housekeep(now time.Time) (changed []*AgentQP) {
 	a.beat++
 	a.r.word(hHeartbeat).Store(a.beat)
+	if !a.headerIntact() {
+		a.repairHeader()
+	}
 	for _, q := range a.qps {
 		before := q.state
 		q.housekeep(now)
 		if q.state != before {
 			changed = append(changed, q)
 		}
+		if w, want := q.w(qState), q.stateWord(); w != want {
+			q.regionShowed = fmt.Sprintf("state word %#x (%s, generation %d)", w, stateState(w), stateGen(w))
+			q.repairs++
+			q.set(qState, want)
+		}
+		q.set(qAgentBeat, a.beat)
 	}
 	return changed
 }
@@ -165,6 +245,8 @@ type AgentQP struct {
 	pending                bool // completions written but cqTail not yet published
 
 	faults, fences uint64
+	repairs        uint64
+	regionShowed   string // what the region's words said at the last repair
 }
 
 // Incoming is a descriptor taken from a submission ring: a private copy,
@@ -201,9 +283,14 @@ func (q *AgentQP) Window() *MappedWindow { return &q.win }
 func (q *AgentQP) w(off uint64) uint64 { return q.a.r.word(q.block + off).Load() }
 func (q *AgentQP) set(off, v uint64)   { q.a.r.word(q.block + off).Store(v) }
 
-func (q *AgentQP) publishState() {
-	q.set(qState, stateWord(q.a.gen, q.resetAck, q.state))
-}
+func (q *AgentQP) stateWord() uint64 { return stateWord(q.a.gen, q.resetAck, q.state) }
+
+func (q *AgentQP) publishState() { q.set(qState, q.stateWord()) }
+
+// Repairs returns how often housekeeping found the pair's state word
+// differing from the agent's view and wrote it again, and what the region
+// showed the last time.
+func (q *AgentQP) Repairs() (n uint64, showed string) { return q.repairs, q.regionShowed }
 
 func (q *AgentQP) fault(reason string) {
 	q.state, q.reason = QPFaulted, reason
@@ -227,12 +314,15 @@ func (q *AgentQP) housekeep(now time.Time) {
 			if leaseEpoch(w) != q.epoch { // scribbled: restore
 				q.a.r.word(q.block+qLease).CompareAndSwap(w, leaseWord(q.epoch, 0))
 			}
-		case pid == releasedPID || leaseEpoch(w) != q.epoch:
+		case pid == releasedPID:
 			// Not a lease a well-behaved host could have taken: fence it,
 			// which frees it again with a new epoch.
 			q.lease = w
 			q.fence(fmt.Sprintf("bad lease word %#x", w))
 		default:
+			// Bound with whatever epoch the word carries: a host that took
+			// a pair whose epoch was scribbled holds a lease all the same
+			// (the next free bumps that epoch).
 			q.bind(w, now)
 		}
 	case QPActive, QPFaulted:
@@ -250,20 +340,24 @@ func (q *AgentQP) housekeep(now time.Time) {
 	}
 }
 
+// bind makes a newly leased pair active. Whatever was left in the pair's
+// words (by a former holder or a scribbler) is rewritten first: the
+// agent's indices and the host's indices, reset request and sleeping flag,
+// so the new holder starts from zero whatever the words said. The holder
+// writes nothing but its lease, start time and heartbeat before the pair
+// is active.
 func (q *AgentQP) bind(w uint64, now time.Time) {
+	for _, off := range []uint64{qSQHead, qCQTail, qSQTail, qCQHead, qResetReq, qSleeping} {
+		q.set(off, 0)
+	}
 	q.lease = w
 	q.holderStart = q.w(qStart)
 	q.hbVal, q.hbSeen = q.w(qHeartbeat), now
 	q.sqHead, q.cqTail = 0, 0
 	q.seenSQTail, q.seenCQHead = 0, 0
-	q.resetSeen = q.w(qResetReq)
-	q.resetAck = uint16(q.resetSeen)
+	q.resetSeen, q.resetAck = 0, 0
 	q.reason = ""
 	q.state = QPActive
-	if t, h := q.w(qSQTail), q.w(qCQHead); t != 0 || h != 0 {
-		q.fault(fmt.Sprintf("bound with sq tail %d, cq head %d", t, h))
-		return
-	}
 	q.publishState()
 }
 

@@ -2,7 +2,7 @@
 // agent: a header, a table of leased queue pairs, their submission and
 // completion rings, and the buffer arena cut into one window per queue pair.
 //
-// # Layout (version 1)
+// # Layout (version 2)
 //
 //	[0, 4096)            header: magic, version, geometry, then on their own
 //	                     cache lines the agent's generation, heartbeat, state
@@ -15,7 +15,13 @@
 //
 // The agent formats the region (Format) and keeps the geometry in its own
 // memory; it never re-reads it from the region. A host reads the header once
-// at Attach and checks every field before it trusts it.
+// at Attach and checks every field before it trusts it (the generation
+// against queue pair 0's state word too).
+//
+// Each control block also carries the agent's heartbeat (version 2): an
+// attached host watches its own pair's copy, so a header something writes
+// over cannot make it give up on a live agent; the header's heartbeat is
+// for attaching.
 //
 // # Ownership of words
 //
@@ -39,6 +45,20 @@
 // then marks the lease free. A host therefore never sees a free pair with old
 // indices or work in flight.
 //
+// Binding rewrites the pair: before the agent marks a newly leased pair
+// active it zeroes every index, the reset request and the sleeping flag,
+// whatever a former holder or a scribbler left there. Lease gives back a
+// pair that faults or is not bound in time and tries the next; it fails
+// only when none binds.
+//
+// # Repairs
+//
+// Housekeeping compares the header and every pair's state word with the
+// agent's own copy and writes them again where they differ (Agent.
+// HeaderRepairs, AgentQP.Repairs count it); a free pair's lease epoch is
+// restored the same way. A host refused for a header caught mid-scribble
+// attaches once the agent has repaired it (at least every half second).
+//
 // # Faults
 //
 // A submission tail that moves backwards or runs more than a ring ahead of the
@@ -53,6 +73,19 @@
 // pair's state word. A host that sees its pair's generation change fails what
 // it had in flight with the retryable wire.StatusRestarted and attaches again.
 //
+// # A region that loses its backing
+//
+// Anyone who may write the region file may also truncate it, and an access
+// past the new end takes SIGBUS. Region.CatchFault turns such a fault into
+// ErrRegionLost (Go's debug.SetPanicOnFault) instead of a dead process;
+// Agent.Lost notices a file cut short, and Agent.Rebuild sizes it back and
+// formats it again with the next generation, to which hosts re-attach. The
+// agent keeps the path-based region (a file in /dev/shm, an ivshmem BAR's
+// resource file) rather than a sealed memfd handed over a socket: the BAR
+// cannot be sealed, and on a DPU the host's memory is reached by DMA, so
+// the fault handling is needed anyway; a sealed memfd would change every
+// client's attach for the one local case it protects.
+//
 // # Trust and isolation
 //
 // The agent trusts nothing in the region. Anything with write access to the
@@ -61,6 +94,10 @@
 // the protocol guarantees is that the agent neither crashes, hangs nor
 // touches memory outside a pair's own window whatever is written, and that a
 // pair nobody scribbles on keeps working beside one that is scribbled on.
+// hecd creates the file with mode 0600, owned by the user it runs as: only
+// that user's processes (and root) may attach. A pair whose host holds its
+// completion ring full, or that is faulted or unbound, costs the agent
+// nothing (AgentQP.HasWork) until its host moves a word.
 //
 // # Spans and the accessor
 //

@@ -55,10 +55,19 @@ func (a *Agent) Ring() {
 	futexWake((*uint64)(unsafe.Pointer(a.r.word(hDoorbell))))
 }
 
-// HasWork reports whether the host has published descriptors the agent has
-// not taken yet (a cheap look, for SleepOnDoorbell's last check).
+// HasWork reports whether the agent can make progress on the pair: the
+// host has published descriptors the agent has not taken, and the
+// completion ring has room for their completions (a cheap look, for
+// SleepOnDoorbell's last check). A pair whose host holds its completion
+// ring full, or one that is faulted or unbound, has none: it costs the
+// agent nothing until its host moves a word.
 func (q *AgentQP) HasWork() bool {
-	return q.state == QPActive && q.w(qSQTail) != q.sqHead
+	if q.state != QPActive || q.w(qSQTail) == q.sqHead {
+		return false
+	}
+	// A head outside [last seen, tail] is progress too: Take faults the pair.
+	head := q.w(qCQHead)
+	return head < q.seenCQHead || head > q.cqTail || q.sqHead-head <= q.mask
 }
 
 // ring wakes a sleeping agent after a submission.

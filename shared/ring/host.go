@@ -49,6 +49,12 @@ func Attach(r *Region) (*Host, error) {
 		return nil, fmt.Errorf("attach %s: region needs %d bytes, mapped %d: %w", r.path, l.size, r.Len(), ErrGeometry)
 	}
 	gen := uint32(r.word(hGeneration).Load())
+	// The agent writes its generation into every pair's state word too: a
+	// header generation no pair carries was scribbled (the agent repairs
+	// it within a housekeeping period).
+	if st := r.word(l.block(0) + qState).Load(); stateGen(st) != gen {
+		return nil, fmt.Errorf("attach %s: header generation %d, queue pair 0 says %d: %w", r.path, gen, stateGen(st), ErrNotFormatted)
+	}
 	return &Host{r: r, l: l, gen: gen}, nil
 }
 
@@ -58,8 +64,9 @@ func (h *Host) Geometry() Geometry { return h.l.Geometry }
 // Generation returns the agent generation seen at Attach.
 func (h *Host) Generation() uint32 { return h.gen }
 
-// AgentHeartbeat returns the agent's heartbeat counter; it advances while the
-// agent runs.
+// AgentHeartbeat returns the agent's heartbeat counter in the header; it
+// advances while the agent runs. An attached client watches its own pair's
+// copy instead (HostQP.AgentHeartbeat).
 func (h *Host) AgentHeartbeat() uint64 { return h.r.word(hHeartbeat).Load() }
 
 // AgentStopped reports whether the agent marked the region as not served,
@@ -76,11 +83,14 @@ func (h *Host) AgentStopped() bool {
 func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
 	deadline := time.Now().Add(leaseWait)
 	for {
-		q, returning, err := h.tryLease(ctx, prefer)
+		q, returning, failed, err := h.tryLease(ctx, prefer)
 		if q != nil || err != nil {
 			return q, err
 		}
 		if !returning || time.Now().After(deadline) {
+			if failed != nil {
+				return nil, fmt.Errorf("lease in %s: no pair bound; last: %w", h.r.path, failed)
+			}
 			return nil, fmt.Errorf("lease in %s (%d pairs): %w", h.r.path, h.l.QueuePairs, ErrNoQueuePair)
 		}
 		select {
@@ -94,9 +104,17 @@ func (h *Host) Lease(ctx context.Context, prefer int) (*HostQP, error) {
 // leaseWait bounds how long Lease waits for a released pair to come back.
 const leaseWait = 2 * time.Second
 
+// bindWait bounds how long Lease waits for the agent to bind one pair
+// before it gives that pair back and tries the next.
+var bindWait = 3 * time.Second
+
 // tryLease is one pass of Lease over the pairs; returning says that none
-// was free but one was released and not yet freed by the agent.
-func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning bool, err error) {
+// was free but one was released and not yet freed by the agent. A pair
+// that faults or is not bound in time is given back and the next one
+// tried (failed says why the last one did not bind): a pair something
+// scribbled on does not fail the lease while another binds. Only a
+// restarted or stopped agent ends the pass early, with err.
+func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning bool, failed, err error) {
 	n := h.l.QueuePairs
 	pid := uint32(os.Getpid())
 	for k := 0; k < n; k++ {
@@ -120,13 +138,18 @@ func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning b
 		q.word(qStart).Store(selfStart())
 		q.word(qHeartbeat).Store(1)
 		q.ringDoorbell()
-		if err := q.waitActive(ctx, 0); err != nil {
-			q.Release()
-			return nil, false, fmt.Errorf("lease queue pair %d: %w", i, err)
+		err := q.waitActive(ctx, 0, bindWait)
+		if err == nil {
+			return q, false, nil, nil
 		}
-		return q, false, nil
+		q.Release()
+		err = fmt.Errorf("lease queue pair %d: %w", i, err)
+		if errors.Is(err, wire.StatusRestarted) || errors.Is(err, wire.StatusUnavailable) && h.AgentStopped() || ctx.Err() != nil {
+			return nil, false, nil, err
+		}
+		failed = err
 	}
-	return nil, returning, nil
+	return nil, returning, failed, nil
 }
 
 func (h *Host) qp(i int) *HostQP {
@@ -183,6 +206,11 @@ func (q *HostQP) InFlight() int { return int(q.sqTail - q.cqHead) }
 
 // Room returns how many descriptors may be submitted now.
 func (q *HostQP) Room() int { return int(q.mask+1) - q.InFlight() }
+
+// AgentHeartbeat returns the agent's heartbeat as written into this pair's
+// own block: it advances while the agent runs, whatever happens to the
+// header or to other pairs.
+func (q *HostQP) AgentHeartbeat() uint64 { return q.word(qAgentBeat).Load() }
 
 // Beat advances the holder's heartbeat. The host library calls it from a
 // ticker well inside the agent's lease timeout.
@@ -262,28 +290,29 @@ func (q *HostQP) Reset(ctx context.Context) error {
 	q.resetReq = q.word(qResetReq).Load() + 1
 	q.word(qResetReq).Store(q.resetReq)
 	q.ringDoorbell()
-	if err := q.waitActive(ctx, uint16(q.resetReq)); err != nil {
+	if err := q.waitActive(ctx, uint16(q.resetReq), 5*time.Second); err != nil {
 		return fmt.Errorf("reset queue pair %d: %w", q.idx, err)
 	}
 	return nil
 }
 
-// waitActive waits for the agent to mark the pair active with reset
-// acknowledgement ack.
-func (q *HostQP) waitActive(ctx context.Context, ack uint16) error {
+// waitActive waits (up to limit) for the agent to mark the pair active
+// with reset acknowledgement ack.
+func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration) error {
 	var w Waiter
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
 		st := q.word(qState).Load()
 		if stateGen(st) != q.h.gen {
 			return wire.StatusRestarted
 		}
+		if q.word(qLease).Load() != q.lease {
+			return fmt.Errorf("queue pair %d: lease taken away: %w", q.idx, wire.StatusFenced)
+		}
 		if stateAck(st) == ack {
 			switch stateState(st) {
 			case QPActive:
-				if q.word(qLease).Load() == q.lease {
-					return nil
-				}
+				return nil
 			case QPFaulted:
 				return wire.StatusFaulted
 			}
@@ -295,7 +324,7 @@ func (q *HostQP) waitActive(ctx context.Context, ack uint16) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("agent did not bind the pair within 5s: %w", wire.StatusUnavailable)
+			return fmt.Errorf("agent did not bind the pair within %v: %w", limit, wire.StatusUnavailable)
 		}
 		w.Wait()
 	}

@@ -6,8 +6,9 @@ import (
 	"math/bits"
 )
 
-// Version is the layout version written in the header.
-const Version = 1
+// Version is the layout version written in the header. Version 2 added the
+// agent's heartbeat to every queue pair's control block.
+const Version = 2
 
 // Magic is the first word of a formatted region ("HECRGN01" little-endian).
 const Magic uint64 = 0x3130_4e47_5243_4548
@@ -59,14 +60,15 @@ const (
 	qLease     = 0  // host CAS; agent when fencing: epoch<<32 | pid
 	qStart     = 64 // host: holder's start time (same line pair as the lease; written once)
 	qHeartbeat = 1 * wordStride
-	qSQTail    = 2 * wordStride // host
-	qCQHead    = 3 * wordStride // host
-	qResetReq  = 4 * wordStride // host
-	qState     = 5 * wordStride // agent: gen<<32 | resetAck<<16 | state
-	qSQHead    = 6 * wordStride // agent
-	qCQTail    = 7 * wordStride // agent
-	qSleeping  = 8 * wordStride // host: 1 while it sleeps on its completion bell
-	qBell      = 9 * wordStride // agent: adds 1 and futex-wakes when the host sleeps
+	qSQTail    = 2 * wordStride  // host
+	qCQHead    = 3 * wordStride  // host
+	qResetReq  = 4 * wordStride  // host
+	qState     = 5 * wordStride  // agent: gen<<32 | resetAck<<16 | state
+	qSQHead    = 6 * wordStride  // agent
+	qCQTail    = 7 * wordStride  // agent
+	qSleeping  = 8 * wordStride  // host: 1 while it sleeps on its completion bell
+	qBell      = 9 * wordStride  // agent: adds 1 and futex-wakes when the host sleeps
+	qAgentBeat = 10 * wordStride // agent: its heartbeat, copied into every pair's block
 )
 
 // QPState is the agent's view of a queue pair, published in its state word.

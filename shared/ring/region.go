@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"unsafe"
 
@@ -16,6 +18,8 @@ type Region struct {
 	path string
 	mem  []byte
 	heap bool
+	f    *os.File // kept open: its size is watched (shrunk) and restored
+	base uintptr
 }
 
 // Map maps size bytes of the file at path, shared and writable. With create
@@ -30,7 +34,12 @@ func Map(path string, size uint64, create bool) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open region: %w", err)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat region: %w", err)
@@ -62,7 +71,8 @@ func Map(path string, size uint64, create bool) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap region %s (%d bytes): %w", path, size, err)
 	}
-	return &Region{path: path, mem: mem}, nil
+	keep = true
+	return &Region{path: path, mem: mem, f: f, base: uintptr(unsafe.Pointer(&mem[0]))}, nil
 }
 
 // NewHeapRegion returns a region in ordinary Go memory, for tests of both
@@ -70,7 +80,8 @@ func Map(path string, size uint64, create bool) (*Region, error) {
 // ring protocol's happens-before edges are checked under -race.
 func NewHeapRegion(size uint64) *Region {
 	words := make([]uint64, (size+7)/8) // 8-byte aligned for the atomics
-	return &Region{path: "(heap)", mem: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size), heap: true}
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)
+	return &Region{path: "(heap)", mem: mem, heap: true, base: uintptr(unsafe.Pointer(&mem[0]))}
 }
 
 // Path returns the file the region maps.
@@ -85,6 +96,10 @@ func (r *Region) Bytes() []byte { return r.mem }
 
 // Close unmaps the region. Views into it must not be used afterwards.
 func (r *Region) Close() error {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
 	if r.mem == nil || r.heap {
 		r.mem = nil
 		return nil
@@ -93,6 +108,62 @@ func (r *Region) Close() error {
 	r.mem = nil
 	if err != nil {
 		return fmt.Errorf("munmap region: %w", err)
+	}
+	return nil
+}
+
+// ErrRegionLost is returned for an access that faulted on the mapping: the
+// file behind it was truncated, or the device behind it went away.
+var ErrRegionLost = errors.New("ring: region lost its backing")
+
+// CatchFault runs fn with memory faults turned into panics (Go's
+// debug.SetPanicOnFault) and returns ErrRegionLost when fn faulted on this
+// mapping, instead of the process dying of SIGBUS. A fault anywhere else is
+// a bug and panics on. Whatever fn was doing is abandoned half done: the
+// caller must treat the region as lost (Agent.Rebuild).
+func (r *Region) CatchFault(fn func()) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if v := recover(); v != nil {
+			if f, ok := v.(interface{ Addr() uintptr }); ok && f.Addr() >= r.base && f.Addr()-r.base < uintptr(len(r.mem)) {
+				err = fmt.Errorf("%s: fault at offset %d: %w", r.path, f.Addr()-r.base, ErrRegionLost)
+				return
+			}
+			// qemu-user delivers SIGBUS without the address (Go then
+			// reports a nil dereference): a fault while the file is cut
+			// short is taken for the region's.
+			if _, ok := v.(runtime.Error); ok && r.shrunk() {
+				err = fmt.Errorf("%s: fault (no address) with the file cut short: %w", r.path, ErrRegionLost)
+				return
+			}
+			panic(v)
+		}
+	}()
+	fn()
+	return nil
+}
+
+// shrunk reports whether the file is now shorter than the mapping.
+func (r *Region) shrunk() bool {
+	if r.f == nil {
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && uint64(st.Size) < uint64(len(r.mem))
+}
+
+// restore sizes the file back to the mapping (the pages that were cut off
+// come back as zeros).
+func (r *Region) restore() error {
+	if !r.shrunk() {
+		return nil
+	}
+	if err := r.f.Truncate(int64(len(r.mem))); err != nil {
+		return fmt.Errorf("restore %s to %d bytes: %w", r.path, len(r.mem), err)
 	}
 	return nil
 }

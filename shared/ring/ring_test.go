@@ -73,7 +73,7 @@ func TestAttachChecksHeader(t *testing.T) {
 	}{
 		{"magic", hMagic, 1, false, ErrNotFormatted},
 		{"state", hState, agentFormatting, false, ErrNotFormatted},
-		{"version", hVersion, 2, true, ErrVersion},
+		{"version", hVersion, Version + 1, true, ErrVersion},
 		{"pairs", hQPs, 5, true, ErrGeometry},
 		{"pairs zero", hQPs, 0, true, ErrGeometry},
 		{"entries", hEntries, 1 << 20, true, ErrGeometry},
