@@ -299,7 +299,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.geometry = g
 		gen = ra.Generation()
-		cleanup = append(cleanup, ra.Stop)
+		a.disp.shm.Store(ra)
+		cleanup = append(cleanup, func() { a.disp.shm.Load().Stop() })
+		a.disp.onRebuild = func(gen uint32) {
+			a.gen.Store(gen)
+			if err := a.storeGeneration(gen); err != nil {
+				a.log.Warn("region rebuilt: generation not stored", "generation", gen, "err", err)
+			}
+		}
 		a.addCore(api.Service{Name: "shm", Addr: c.Shm, Served: true,
 			Note: fmt.Sprintf("%d queue pairs × %d KiB windows", g.QueuePairs, g.WindowSize>>10)})
 	}
@@ -357,7 +364,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	transports.Wait()
 	env.wg.Wait()
 	if ra != nil {
-		ra.Stop()
+		a.disp.shm.Load().Stop()
 	}
 	stopServices()
 	a.stopServices(opened)

@@ -27,6 +27,23 @@ type Request struct {
 	Mem ring.Accessor
 	// Transport is "shm" or "tcp".
 	Transport string
+
+	yield func()
+}
+
+// YieldEvery is the slice of a long request: a handler that touches more
+// than this many bytes calls Yield after each YieldEvery bytes, and the
+// worker serves another pair's waiting work there. 256 KiB is some 20–60 µs
+// of CRC on one core.
+const YieldEvery = 256 << 10
+
+// Yield lets the agent serve another queue pair's waiting request before
+// this one goes on. Handlers of long requests call it every YieldEvery
+// bytes; it costs a lock when nobody waits.
+func (r *Request) Yield() {
+	if r.yield != nil {
+		r.yield()
+	}
 }
 
 // Handler serves one op code.
@@ -55,12 +72,14 @@ type handlerEntry struct {
 // services registered.
 type Dispatcher struct {
 	log      *slog.Logger
+	limited  *limitedLog
 	handlers map[wire.Op]*handlerEntry
 	latency  *prometheus.HistogramVec
+	waits    prometheus.Histogram
 	badOps   atomic.Uint64
 	workers  int
 
-	work chan *job
+	work *workQueue
 	done chan *job
 	wake chan struct{}
 	jobs sync.Pool
@@ -70,16 +89,34 @@ type Dispatcher struct {
 	doorbell bool
 	ring     func()
 
-	mu    sync.Mutex
-	snaps []api.QueuePair
+	// shm is the region's agent side being served; RunShm replaces it when
+	// the region is lost and formatted again, and then calls onRebuild.
+	shm       atomic.Pointer[ring.Agent]
+	lost      atomic.Bool // a worker's access to the region faulted
+	onRebuild func(gen uint32)
+	rebuilds  atomic.Uint64
+
+	mu      sync.Mutex
+	snaps   []api.QueuePair
+	repairs ringRepairs
+	retired struct {
+		faults, fences uint64
+		ringRepairs
+	}
 }
 
 type job struct {
-	q    *ring.AgentQP
-	e    *handlerEntry
-	req  Request
-	resp wire.Desc
-	t0   time.Time
+	q      *ring.AgentQP
+	agent  *ring.Agent // q's
+	region *ring.Region
+	e      *handlerEntry
+	req    Request
+	resp   wire.Desc
+	t0     time.Time
+
+	queued time.Time     // workQueue: when pushed
+	lone   bool          // nothing else of its pair queued or running then
+	waited time.Duration // from pushed to started
 }
 
 // NewDispatcher returns a dispatcher with the agent's own ops (PING and
@@ -90,14 +127,20 @@ func NewDispatcher(log *slog.Logger, workers int) *Dispatcher {
 	}
 	d := &Dispatcher{
 		log:      log,
+		limited:  newLimitedLog(log),
 		handlers: map[wire.Op]*handlerEntry{},
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hec_op_duration_seconds",
 			Help:    "Time the agent spent serving an op, by op (excludes queueing in the rings).",
 			Buckets: prometheus.ExponentialBuckets(250e-9, 4, 12),
 		}, []string{"op"}),
+		waits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hec_worker_wait_seconds",
+			Help:    "Time a request handed to the worker pool waited for a worker (or for another pair's slice to yield).",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}),
 		workers: workers,
-		work:    make(chan *job, 1024),
+		work:    newWorkQueue(),
 		done:    make(chan *job, 1024),
 		wake:    make(chan struct{}, 1),
 	}
@@ -167,30 +210,57 @@ func (d *Dispatcher) ServeFrame(ctx context.Context, req *wire.Desc, payload []b
 	d.serve(ctx, e, &r, resp)
 }
 
-// runWorkers serves non-inline jobs until ctx ends.
+// runWorkers serves non-inline jobs until the work queue is closed; a job
+// that yields (Request.Yield) lets its worker serve, right there, the job
+// of a pair that has nothing running.
 func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	for i := 0; i < d.workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				select {
-				case <-ctx.Done():
+				j := d.work.pop()
+				if j == nil {
 					return
-				case j := <-d.work:
-					j.e.h.Serve(ctx, &j.req, &j.resp)
-					d.finish(j.e, &j.resp, j.t0)
-					d.done <- j
-					if r := d.ring; r != nil {
-						r()
-					}
-					select {
-					case d.wake <- struct{}{}:
-					default:
-					}
 				}
+				self := j.q.Index()
+				d.runJob(ctx, j, func() {
+					if nj := d.work.preempt(self); nj != nil {
+						d.runJob(ctx, nj, nil)
+					}
+				})
+				// Workers are as many as Go's Ps: under a flood they would
+				// hold every P until the runtime preempts them (10 ms), and
+				// the poller that takes other pairs' work would wait for one.
+				runtime.Gosched()
 			}
 		}()
+	}
+}
+
+// runJob serves one job on a worker and hands it to the poller; yield is
+// what the handler's Request.Yield does (nil inside a job served in
+// another's yield: one level only). A job whose accesses to the region
+// fault (its file was truncated) completes with StatusUnavailable and
+// marks the region lost for the poller.
+func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func()) {
+	j.req.yield = yield
+	if err := j.region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
+		j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
+		d.lost.Store(true)
+	}
+	j.req.yield = nil
+	d.finish(j.e, &j.resp, j.t0)
+	d.waits.Observe(j.waited.Seconds())
+	d.work.done(j.q.Index())
+	region := j.region
+	d.done <- j // the poller's from here on
+	if r := d.ring; r != nil {
+		region.CatchFault(r) //nolint:errcheck // a lost region is the poller's to find
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -210,21 +280,26 @@ const (
 // only goroutine touching a's queue pairs. On return, work taken but not
 // done has been completed or dropped with its queue pair, and the workers
 // have returned.
+//
+// Every access to the region is guarded (ring.Region.CatchFault): when the
+// region's file is cut short under the mapping, or an access faults, the
+// agent does not die of SIGBUS. It drops the queued work, lets running
+// work finish, restores the file's size and formats the region again with
+// the next generation (ring.Agent.Rebuild); hosts see the new generation
+// and attach again.
 func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
-	qps := a.QueuePairs()
-	touched := make([]bool, len(qps))
-	in := make([]ring.Incoming, 32)
-	var w ring.Waiter
+	l := &shmLoop{d: d, in: make([]ring.Incoming, 32), beat: beat}
+	l.use(a)
 	if d.doorbell {
 		// Hosts share our kernel: sleep in it until rung, housekeeping at
 		// least every idleHousekeep.
-		w.MaxSleep = idleHousekeep
-		w.Sleep = func(t time.Duration) {
-			a.SleepOnDoorbell(t, func() bool {
+		l.w.MaxSleep = idleHousekeep
+		l.w.Sleep = func(t time.Duration) {
+			l.a.SleepOnDoorbell(t, func() bool {
 				if len(d.done) > 0 {
 					return true
 				}
-				for _, q := range qps {
+				for _, q := range l.qps {
 					if q.HasWork() {
 						return true
 					}
@@ -232,92 +307,181 @@ func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int
 				return false
 			})
 		}
-		d.ring = a.Ring
+		d.ring = func() { d.shm.Load().Ring() }
 	} else {
-		w.Wake = d.wake
+		l.w.Wake = d.wake
 	}
 	var wg sync.WaitGroup
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	d.runWorkers(wctx, &wg)
 	defer func() {
 		stopWorkers()
+		d.work.close()
 		wg.Wait()
 	}()
-	last := time.Time{}
-	withWorkers := 0 // jobs handed to workers and not yet completed
 	for iter := 0; ; iter++ {
 		if ctx.Err() != nil {
-			d.drain(a, touched)
+			if err := l.a.Region().CatchFault(l.drain); err != nil {
+				d.log.Warn("stopping: region lost while draining", "err", err)
+			}
 			return
 		}
-		busy := false
-		// Completions from workers.
-	completions:
-		for {
-			select {
-			case j := <-d.done:
+		err := l.a.Region().CatchFault(func() { l.step(ctx, iter) })
+		if err == nil && d.lost.Load() {
+			err = fmt.Errorf("a worker's access faulted: %w", ring.ErrRegionLost)
+		}
+		if err == nil && l.checkSize {
+			l.checkSize = false
+			if l.a.Lost() {
+				err = fmt.Errorf("%s was cut short under the mapping: %w", l.a.Region().Path(), ring.ErrRegionLost)
+			}
+		}
+		if err != nil {
+			l.rebuild(ctx, err)
+		}
+	}
+}
+
+// shmLoop is RunShm's state: the agent side it serves (replaced when the
+// region is rebuilt) and the poller's bookkeeping.
+type shmLoop struct {
+	d           *Dispatcher
+	a           *ring.Agent
+	qps         []*ring.AgentQP
+	touched     []bool
+	in          []ring.Incoming
+	w           ring.Waiter
+	beat        *atomic.Int64
+	last        time.Time
+	withWorkers int  // jobs handed to workers and not yet completed
+	checkSize   bool // housekeeping ran: look at the file's size
+}
+
+func (l *shmLoop) use(a *ring.Agent) {
+	l.a, l.qps = a, a.QueuePairs()
+	l.touched = make([]bool, len(l.qps))
+	l.d.shm.Store(a)
+}
+
+// step is one pass of the poller: completions from workers, new work from
+// every pair, publication, housekeeping when due, and the back-off.
+func (l *shmLoop) step(ctx context.Context, iter int) {
+	d := l.d
+	busy := false
+	// Completions from workers.
+completions:
+	for {
+		select {
+		case j := <-d.done:
+			if j.agent == l.a { // else a pair of a region since rebuilt
 				j.q.Complete(&j.resp)
-				touched[j.q.Index()] = true
-				d.putJob(j)
-				withWorkers--
-				busy = true
-			default:
-				break completions
+				l.touched[j.q.Index()] = true
 			}
-		}
-		for i, q := range qps {
-			n := q.Take(in)
-			for k := 0; k < n; k++ {
-				busy = true
-				touched[i] = true
-				var resp wire.Desc
-				e := d.begin(&in[k], &resp)
-				if e == nil {
-					q.Complete(&resp)
-					continue
-				}
-				if e.h.Inline || (e.h.InlineMax > 0 && spanBytes(&in[k].Desc) <= e.h.InlineMax) {
-					req := Request{Desc: in[k].Desc, Mem: q.Window(), Transport: "shm"}
-					d.serve(ctx, e, &req, &resp)
-					q.Complete(&resp)
-					continue
-				}
-				j := d.jobs.Get().(*job)
-				*j = job{q: q, e: e, req: Request{Desc: in[k].Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
-				select {
-				case d.work <- j:
-					withWorkers++
-				default: // every worker busy and the queue full: push back
-					resp.Status = wire.StatusBusy
-					q.Complete(&resp)
-					d.putJob(j)
-				}
-			}
-		}
-		for i, t := range touched {
-			if t {
-				qps[i].Publish()
-				touched[i] = false
-			}
-		}
-		if !busy || iter%64 == 0 {
-			if now := time.Now(); now.Sub(last) >= housekeepEvery {
-				d.housekeep(a, now)
-				beat.Store(now.UnixNano())
-				last = now
-			}
-		}
-		switch {
-		case busy:
-			w.Reset()
-		case d.doorbell && withWorkers >= busyWorkersToSleep:
-			// Workers hold the cores: after the usual short spin (small
-			// jobs finish within it), sleep until a worker or a host rings
-			// rather than yield for a millisecond and steal from them.
-			w.SkipYield()
-			w.Wait()
+			d.putJob(j)
+			l.withWorkers--
+			busy = true
 		default:
-			w.Wait()
+			break completions
+		}
+	}
+	for i, q := range l.qps {
+		n := q.Take(l.in)
+		for k := 0; k < n; k++ {
+			busy = true
+			l.touched[i] = true
+			in := &l.in[k]
+			var resp wire.Desc
+			e := d.begin(in, &resp)
+			if e == nil {
+				q.Complete(&resp)
+				continue
+			}
+			if e.h.Inline || (e.h.InlineMax > 0 && spanBytes(&in.Desc) <= e.h.InlineMax) {
+				req := Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}
+				d.serve(ctx, e, &req, &resp)
+				q.Complete(&resp)
+				continue
+			}
+			j := d.jobs.Get().(*job)
+			*j = job{q: q, agent: l.a, region: l.a.Region(), e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
+			d.work.push(j)
+			l.withWorkers++
+		}
+	}
+	for i, t := range l.touched {
+		if t {
+			l.qps[i].Publish()
+			l.touched[i] = false
+		}
+	}
+	if !busy || iter%64 == 0 {
+		if now := time.Now(); now.Sub(l.last) >= housekeepEvery {
+			d.housekeep(l.a, now)
+			l.beat.Store(now.UnixNano())
+			l.last = now
+			l.checkSize = true
+		}
+	}
+	switch {
+	case busy:
+		l.w.Reset()
+	case d.doorbell && l.withWorkers >= busyWorkersToSleep:
+		// Workers hold the cores: after the usual short spin (small
+		// jobs finish within it), sleep until a worker or a host rings
+		// rather than yield for a millisecond and steal from them.
+		l.w.SkipYield()
+		l.w.Wait()
+	default:
+		l.w.Wait()
+	}
+}
+
+// rebuild replaces a lost region's agent side with a freshly formatted
+// one. Queued jobs are dropped; running ones finish into the abandoned
+// pairs (nothing is written for them). It returns when the region is
+// served again, or ctx ends.
+func (l *shmLoop) rebuild(ctx context.Context, cause error) {
+	d := l.d
+	old := l.a.Generation()
+	d.limited.Log(slog.LevelWarn, "region lost: formatting it again", "err", cause, "generation", old)
+	for _, j := range d.work.drop() {
+		d.putJob(j)
+		l.withWorkers--
+	}
+	deadline := time.After(5 * time.Second)
+wait:
+	for l.withWorkers > 0 {
+		select {
+		case j := <-d.done:
+			d.putJob(j)
+			l.withWorkers--
+		case <-deadline:
+			// Left to finish into the abandoned pairs (step skips them).
+			d.log.Warn("rebuilding the region with work still running", "jobs", l.withWorkers)
+			break wait
+		case <-ctx.Done():
+			return
+		}
+	}
+	d.retire()
+	for {
+		a, err := l.a.Rebuild()
+		if err == nil {
+			l.use(a)
+			d.lost.Store(false)
+			d.rebuilds.Add(1)
+			l.last = time.Time{}
+			if d.onRebuild != nil {
+				d.onRebuild(a.Generation())
+			}
+			d.limited.Log(slog.LevelWarn, "region formatted again", "generation", a.Generation(), "was", old)
+			return
+		}
+		d.limited.Log(slog.LevelError, "region lost and not yet rebuilt", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -346,11 +510,12 @@ func (d *Dispatcher) putJob(j *job) {
 
 // drain waits (bounded) for work in the hands of workers so that no
 // completion is written after the region is marked stopped.
-func (d *Dispatcher) drain(a *ring.Agent, touched []bool) {
+func (l *shmLoop) drain() {
+	d := l.d
 	deadline := time.After(5 * time.Second)
 	for {
 		inflight := uint64(0)
-		for _, q := range a.QueuePairs() {
+		for _, q := range l.qps {
 			inflight += q.InFlight()
 		}
 		if inflight == 0 {
@@ -358,8 +523,10 @@ func (d *Dispatcher) drain(a *ring.Agent, touched []bool) {
 		}
 		select {
 		case j := <-d.done:
-			j.q.Complete(&j.resp)
-			j.q.Publish()
+			if j.agent == l.a {
+				j.q.Complete(&j.resp)
+				j.q.Publish()
+			}
 			d.putJob(j)
 		case <-deadline:
 			d.log.Warn("stopping with work in flight", "descriptors", inflight)
@@ -372,19 +539,64 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 	for _, q := range a.Housekeep(now) {
 		st, why := q.State()
 		pid, _ := q.Holder()
-		d.log.Info("queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
+		d.limited.Log(slog.LevelInfo, "queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
 	}
 	snaps := make([]api.QueuePair, 0, len(a.QueuePairs()))
+	var repairs ringRepairs
 	for _, q := range a.QueuePairs() {
 		st, why := q.State()
 		pid, start := q.Holder()
 		faults, fences := q.Counters()
+		n, showed := q.Repairs()
+		repairs.states += n
 		snaps = append(snaps, api.QueuePair{Index: q.Index(), State: st.String(), PID: pid, StartTicks: start,
-			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences})
+			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences, Repairs: n, RegionShowed: showed})
 	}
+	repairs.header = a.HeaderRepairs()
 	d.mu.Lock()
 	d.snaps = snaps
+	d.repairs = repairs
 	d.mu.Unlock()
+}
+
+// ringRepairs counts what housekeeping found differing from the agent's
+// view of the region and wrote again.
+type ringRepairs struct{ header, states uint64 }
+
+// retire folds the counters of a region's agent side that is being
+// replaced (a rebuild) into the dispatcher's totals, so they never go back.
+func (d *Dispatcher) retire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, q := range d.snaps {
+		d.retired.faults += q.Faults
+		d.retired.fences += q.Fences
+	}
+	d.retired.header += d.repairs.header
+	d.retired.states += d.repairs.states
+	d.repairs = ringRepairs{}
+	for i := range d.snaps {
+		d.snaps[i].Faults, d.snaps[i].Fences, d.snaps[i].Repairs = 0, 0, 0
+	}
+}
+
+// LoneWaitMax returns the longest a request waited for a worker while it
+// was its queue pair's only work: what fair sharing bounds to one slice of
+// another pair's work (plus the scheduling of the machine).
+func (d *Dispatcher) LoneWaitMax() time.Duration { return d.work.loneWait() }
+
+// RingCounters returns, over every region this dispatcher served (rebuilds
+// included): faults, fences, header repairs, state-word repairs, and how
+// often the region was rebuilt.
+func (d *Dispatcher) RingCounters() (faults, fences, headerRepairs, stateRepairs, rebuilds uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	faults, fences = d.retired.faults, d.retired.fences
+	for _, q := range d.snaps {
+		faults += q.Faults
+		fences += q.Fences
+	}
+	return faults, fences, d.retired.header + d.repairs.header, d.retired.states + d.repairs.states, d.rebuilds.Load()
 }
 
 // QueuePairs returns the last housekeeping snapshot of the queue pairs.

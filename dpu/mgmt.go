@@ -18,7 +18,10 @@ import (
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(a), a.disp.latency)
+		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hec_worker_lone_wait_max_seconds",
+			Help: "The longest a request waited for a worker while it was its queue pair's only work (fair sharing bounds it to one slice of another pair's work)."},
+			func() float64 { return a.disp.LoneWaitMax().Seconds() }))
 	mux := a.mux
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +85,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 type collector struct {
 	a *Agent
 
-	ops, errs, qps, faults, fences, gen, services, retries *prometheus.Desc
+	ops, errs, qps, faults, fences, gen, services, retries, repairs, rebuilds *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
@@ -96,11 +99,13 @@ func newCollector(a *Agent) *collector {
 		gen:      prometheus.NewDesc("hec_agent_generation", "The generation the agent formatted the region with.", nil, nil),
 		services: prometheus.NewDesc("hec_service_served", "1 when a configured service is served, 0 when it is not (disabled, failed, or stopped serving).", []string{"service"}, nil),
 		retries:  prometheus.NewDesc("hec_accept_retries_total", "Accept errors retried with back-off (descriptors exhausted, aborted connections), by listener.", []string{"listener"}, nil),
+		repairs:  prometheus.NewDesc("hec_region_repairs_total", "Words of the region found differing from the agent's view and written again, by what (header, state).", []string{"what"}, nil),
+		rebuilds: prometheus.NewDesc("hec_region_rebuilds_total", "Times the region was lost (its file cut short, an access faulted) and formatted again.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.retries} {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.retries, c.repairs, c.rebuilds} {
 		ch <- d
 	}
 }
@@ -113,15 +118,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(o.Errors), o.Op)
 	}
 	states := map[string]float64{"free": 0, "active": 0, "faulted": 0, "fenced": 0}
-	var faults, fences uint64
 	for _, q := range c.a.disp.QueuePairs() {
 		states[q.State]++
-		faults += q.Faults
-		fences += q.Fences
 	}
 	for s, n := range states {
 		ch <- prometheus.MustNewConstMetric(c.qps, prometheus.GaugeValue, n, s)
 	}
+	faults, fences, header, stateWords, rebuilds := c.a.disp.RingCounters()
+	ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(header), "header")
+	ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(stateWords), "state")
+	ch <- prometheus.MustNewConstMetric(c.rebuilds, prometheus.CounterValue, float64(rebuilds))
 	ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(faults))
 	ch <- prometheus.MustNewConstMetric(c.fences, prometheus.CounterValue, float64(fences))
 	ch <- prometheus.MustNewConstMetric(c.gen, prometheus.GaugeValue, float64(c.a.Generation()))

@@ -11,8 +11,9 @@ import (
 
 var castagnoli = crc32c.Table
 
-// checksumChunk bounds one staged read when the memory is not mapped.
-const checksumChunk = 1 << 20
+// checksumChunk bounds one staged read when the memory is not mapped:
+// one slice (YieldEvery).
+const checksumChunk = YieldEvery
 
 // parallelChecksum is the size from which a mapped span is checksummed by
 // several cores at once (the DPU has many; one CRC stream uses one).
@@ -52,12 +53,27 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 	}
 	crc := uint32(req.Arg0)
 	var scratch []byte
+	touched := 0
 	for _, s := range spans {
 		if b, ok := req.Mem.View(s); ok {
+			// In slices, yielding between them to other pairs' work.
+			piece := YieldEvery
 			if len(b) >= parallelChecksum && cores > 1 {
-				crc = crc32c.UpdateParallel(crc, b, cores)
-			} else {
-				crc = crc32.Update(crc, castagnoli, b)
+				piece = parallelChecksum
+			}
+			for len(b) > 0 {
+				if touched >= YieldEvery {
+					req.Yield()
+					touched = 0
+				}
+				p := b[:min(piece, len(b))]
+				if len(p) >= parallelChecksum {
+					crc = crc32c.UpdateParallel(crc, p, cores)
+				} else {
+					crc = crc32.Update(crc, castagnoli, p)
+				}
+				touched += len(p)
+				b = b[len(p):]
 			}
 			continue
 		}
@@ -66,6 +82,10 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 			scratch = make([]byte, min(int(s.Len), checksumChunk))
 		}
 		for off := uint64(0); off < uint64(s.Len); {
+			if touched >= YieldEvery {
+				req.Yield()
+				touched = 0
+			}
 			n := min(uint64(len(scratch)), uint64(s.Len)-off)
 			if err := req.Mem.ReadAt(scratch[:n], uint64(s.Off)+off); err != nil {
 				resp.Status = wire.StatusBadSpan
@@ -73,6 +93,7 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 			}
 			crc = crc32.Update(crc, castagnoli, scratch[:n])
 			off += n
+			touched += int(n)
 		}
 	}
 	resp.Arg0 = uint64(crc)

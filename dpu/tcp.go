@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 
 	"github.com/hecsys/hec/shared/wire"
@@ -25,7 +26,7 @@ func serveTCP(ctx context.Context, a *Agent, c net.Conn) {
 		req, payload, err := fr.Next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				a.log.Warn("tcp: closing connection", "remote", c.RemoteAddr().String(), "err", err)
+				a.disp.limited.Log(slog.LevelWarn, "tcp: closing connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return
 		}

@@ -67,6 +67,11 @@ type QueuePair struct {
 	InFlight   uint64 `json:"in_flight"`
 	Faults     uint64 `json:"faults"`
 	Fences     uint64 `json:"fences"`
+	// Repairs counts the times the region's state word for this pair
+	// differed from the agent's view (something wrote it) and the agent
+	// wrote it again; RegionShowed is what the region said the last time.
+	Repairs      uint64 `json:"repairs,omitempty"`
+	RegionShowed string `json:"region_showed,omitempty"`
 }
 
 // OpCount is one op's counters; op "rejected" counts descriptors that
