@@ -206,6 +206,10 @@ func (c *Client) Alloc(n int) ([]byte, error) {
 	return c.t.alloc(n)
 }
 
+// WindowSize returns the bytes one op may name: the leased queue pair's
+// window of the region (shared memory), or the agent's largest frame (TCP).
+func (c *Client) WindowSize() int { return c.t.window() }
+
 // Free returns a buffer from Alloc.
 func (c *Client) Free(b []byte) error { return c.t.free(b) }
 

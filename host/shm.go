@@ -30,6 +30,7 @@ type shmTransport struct {
 	slots   []uint16 // free slots
 	seq     uint64
 	broken  error // non-nil while detached: the retryable status
+	lost    bool  // an access to the region faulted: not touched until attached again
 	prefer  int
 	descs   []wire.Desc
 	cq      []wire.Desc
@@ -46,7 +47,19 @@ type shmTransport struct {
 func dialShm(ctx context.Context, path string, o options) (*shmTransport, error) {
 	t := &shmTransport{path: path, o: o, prefer: -1, stop: make(chan struct{})}
 	t.mu.Lock()
-	err := t.attach(ctx)
+	// A header something scribbled on is repaired by the agent within a
+	// housekeeping period: a refusal for that reason is tried again for a
+	// while before Dial gives up.
+	deadline := time.Now().Add(repairWait)
+	var err error
+	for {
+		err = t.guardedAttach(ctx)
+		if err == nil || !errors.Is(err, ring.ErrNotFormatted) && !errors.Is(err, ring.ErrGeometry) && !errors.Is(err, ring.ErrRegionLost) ||
+			ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	t.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -54,6 +67,48 @@ func dialShm(ctx context.Context, path string, o options) (*shmTransport, error)
 	t.wg.Add(1)
 	go t.heartbeat()
 	return t, nil
+}
+
+// repairWait is how long Dial retries a region whose header is not (yet)
+// one a running agent would write: the agent repairs its header at least
+// every half second.
+const repairWait = 1500 * time.Millisecond
+
+// guardedAttach is attach with a fault on the mapping (the region's file
+// cut short) turned into ring.ErrRegionLost. With t.mu held.
+func (t *shmTransport) guardedAttach(ctx context.Context) error {
+	var err error
+	if ferr := t.catch(func() { err = t.attach(ctx) }); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// catch runs fn, which touches the region, with faults on the mapping
+// caught: anyone who may write the region file can truncate it, and an
+// access past its end would kill the application with SIGBUS. What was in
+// flight fails with the retryable StatusRestarted and the next call
+// attaches again (the agent restores and re-formats the region). Buffers
+// from Alloc are the application's to touch: a fault there is not caught.
+// With t.mu held.
+func (t *shmTransport) catch(fn func()) error {
+	r := t.region
+	if r == nil {
+		fn()
+		return nil
+	}
+	err := r.CatchFault(fn)
+	if err != nil {
+		t.lose(err)
+	}
+	return err
+}
+
+// lose detaches without touching the region (it faulted): calls in flight
+// fail with StatusRestarted; the next call re-attaches. With t.mu held.
+func (t *shmTransport) lose(err error) {
+	t.lost = true
+	t.detach(wire.StatusRestarted, err)
 }
 
 func fileIno(path string) (uint64, error) {
@@ -124,8 +179,8 @@ func (t *shmTransport) attach(ctx context.Context) error {
 		t.descs = make([]wire.Desc, n)
 		t.cq = make([]wire.Desc, n)
 	}
-	t.broken = nil
-	t.lastBeat, t.lastBeatAt = h.AgentHeartbeat(), time.Now()
+	t.broken, t.lost = nil, false
+	t.lastBeat, t.lastBeatAt = qp.AgentHeartbeat(), time.Now()
 	return nil
 }
 
@@ -202,7 +257,7 @@ func (t *shmTransport) ensure(ctx context.Context) error {
 	deadline := time.Now().Add(t.o.attachWait)
 	var w ring.Waiter
 	for {
-		err := t.attach(ctx)
+		err := t.guardedAttach(ctx)
 		if err == nil {
 			return nil
 		}
@@ -231,7 +286,7 @@ func (t *shmTransport) detach(status wire.Status, why error) {
 			t.slots = append(t.slots, uint16(i))
 		}
 	}
-	if t.qp != nil && status != wire.StatusFaulted {
+	if t.qp != nil && status != wire.StatusFaulted && !t.lost {
 		t.qp.Release()
 	}
 	t.broken = status
@@ -248,22 +303,14 @@ func (t *shmTransport) submit(ctx context.Context, calls []*Call) error {
 			return err
 		}
 		n := 0
-		for n < len(calls) && n < t.qp.Room() && len(t.slots) > 0 {
-			d, err := t.prepare(calls[n])
-			if errors.Is(err, ring.ErrNoSpace) && n == 0 && t.inflight() > 0 {
-				break // wait for completions to free staging space
-			}
-			if err != nil {
-				if n == 0 {
-					return err
-				}
-				break
-			}
-			t.descs[n] = d
-			n++
+		var err error
+		if ferr := t.catch(func() { n, err = t.fill(calls) }); ferr != nil {
+			return fmt.Errorf("host: submit: %v: %w", ferr, wire.StatusRestarted)
+		}
+		if err != nil {
+			return err
 		}
 		if n > 0 {
-			t.qp.Submit(t.descs[:n])
 			calls = calls[n:]
 			w.Reset()
 			continue
@@ -278,6 +325,30 @@ func (t *shmTransport) submit(ctx context.Context, calls []*Call) error {
 		t.mu.Lock()
 	}
 	return nil
+}
+
+// fill prepares as many of calls as the ring and the window have room for
+// and submits them with one store; it returns how many. With t.mu held.
+func (t *shmTransport) fill(calls []*Call) (int, error) {
+	n := 0
+	for n < len(calls) && n < t.qp.Room() && len(t.slots) > 0 {
+		d, err := t.prepare(calls[n])
+		if errors.Is(err, ring.ErrNoSpace) && n == 0 && t.inflight() > 0 {
+			break // wait for completions to free staging space
+		}
+		if err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		t.descs[n] = d
+		n++
+	}
+	if n > 0 {
+		t.qp.Submit(t.descs[:n])
+	}
+	return n, nil
 }
 
 func (t *shmTransport) inflight() int {
@@ -330,6 +401,10 @@ func (t *shmTransport) reap() {
 	if t.broken != nil || t.qp == nil {
 		return
 	}
+	t.catch(t.reapRing) //nolint:errcheck // a lost region detached the calls
+}
+
+func (t *shmTransport) reapRing() {
 	n, err := t.qp.Poll(t.cq)
 	for _, d := range t.cq[:n] {
 		slot := int(d.Tag & 0xffff)
@@ -382,16 +457,32 @@ func (t *shmTransport) poll() {
 	}
 }
 
+// deepQueue is the number of calls in flight above which a waiter goes
+// from spinning straight to sleeping.
+const deepQueue = 8
+
 func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	var w ring.Waiter
 	// Past the spin and yield phases, sleep on the pair's completion bell:
 	// the agent wakes us when it publishes. Bounded, for agents that
 	// cannot reach this kernel (a VM) and for cancellation.
 	t.mu.Lock()
-	qp := t.qp
+	qp, r := t.qp, t.region
+	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
+	if deep {
+		// Many ops ahead of this one: its completion is rarely within the
+		// spin, and yielding for a millisecond would only burn a core
+		// that the agent (on the same machine) may need. Sleep on the
+		// pair's bell instead; the agent rings it.
+		w.SkipYield()
+	}
 	if qp != nil {
-		w.Sleep = qp.SleepForCompletion
+		w.Sleep = func(d time.Duration) {
+			// A fault here (the region's file cut short) is found and
+			// handled by the next reap.
+			r.CatchFault(func() { qp.SleepForCompletion(d) }) //nolint:errcheck // see above
+		}
 	}
 	for !c.done.Load() {
 		if t.mu.TryLock() {
@@ -422,20 +513,27 @@ func (t *shmTransport) heartbeat() {
 			return
 		case now := <-tick.C:
 			t.mu.Lock()
-			if t.broken == nil && t.qp != nil {
-				t.qp.Beat()
-				if b := t.h.AgentHeartbeat(); b != t.lastBeat {
-					t.lastBeat, t.lastBeatAt = b, now
-				} else if now.Sub(t.lastBeatAt) > t.o.agentTimeout {
-					t.detach(wire.StatusUnavailable, fmt.Errorf("agent heartbeat stopped %v ago", now.Sub(t.lastBeatAt).Round(time.Millisecond)))
-				}
-				if t.broken == nil {
-					if err := t.qp.Check(); err != nil && t.inflight() == 0 {
-						t.fail(err)
-					}
-				}
-			}
+			t.catch(func() { t.tick(now) }) //nolint:errcheck // a lost region detached the calls
 			t.mu.Unlock()
+		}
+	}
+}
+
+// tick beats the lease and watches the agent's heartbeat in the pair's
+// own block. With t.mu held.
+func (t *shmTransport) tick(now time.Time) {
+	if t.broken != nil || t.qp == nil {
+		return
+	}
+	t.qp.Beat()
+	if b := t.qp.AgentHeartbeat(); b != t.lastBeat {
+		t.lastBeat, t.lastBeatAt = b, now
+	} else if now.Sub(t.lastBeatAt) > t.o.agentTimeout {
+		t.detach(wire.StatusUnavailable, fmt.Errorf("agent heartbeat stopped %v ago", now.Sub(t.lastBeatAt).Round(time.Millisecond)))
+	}
+	if t.broken == nil {
+		if err := t.qp.Check(); err != nil && t.inflight() == 0 {
+			t.fail(err)
 		}
 	}
 }
@@ -447,7 +545,9 @@ func (t *shmTransport) close() error {
 		return nil
 	}
 	t.closed = true
-	t.detach(wire.StatusClosed, ErrClosed)
+	if t.catch(func() { t.detach(wire.StatusClosed, ErrClosed) }) != nil {
+		t.broken = wire.StatusClosed
+	}
 	close(t.stop)
 	t.mu.Unlock()
 	t.wg.Wait()
