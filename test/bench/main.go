@@ -81,6 +81,7 @@ var scenarios = []scenario{
 	{"handoff", benchHandoff},
 	{"agent", benchAgent},
 	{"idle", benchIdle},
+	{"hostile", benchHostile},
 	{"vm", benchVM},
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// The hostile scenario (issue 17): what a host that breaks the rules costs
+// the agent and the other hosts.
+//
+//   - A pair whose holder never consumes its completions and publishes one
+//     more descriptor: hecd's CPU over 5 s, against its CPU with the same
+//     client attached and quiet, in the same run.
+//   - A pair flooded with the most costly descriptors the agent accepts (a
+//     scatter-gather list naming wire.MaxTouch bytes: four windows), beside
+//     a well-behaved client running 1 MiB checksums: that client's rate
+//     against its rate alone, and the agent's worst wait for a worker of a
+//     pair's lone request, in slices (dpu.YieldEvery bytes of work). For
+//     reference, the same client beside two threads that only burn CPU.
+
+func init() {
+	children["flood"] = childFlood
+	children["burn"] = childBurn
+}
+
+// childBurn spins two threads until interrupted.
+func childBurn([]string) error {
+	var stop atomic.Bool
+	for range 2 {
+		go func() {
+			for !stop.Load() {
+			}
+		}()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	fmt.Println("ready")
+	<-sig
+	stop.Store(true)
+	fmt.Println(0)
+	return nil
+}
+
+const hostileFor = 5 * time.Second
+
+func benchHostile(ctx context.Context, rep *Report, quick bool) error {
+	dir, hecd, err := scratchHecd("hostile")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	shm := shmPath("hostile")
+	defer os.Remove(shm)
+	addrs, err := loopbackAddrs(2)
+	if err != nil {
+		return err
+	}
+	// Every default of the region (64 MiB, 16 pairs of 256 entries); only
+	// the handoff's transports.
+	cmd := exec.Command(hecd, "--shm", shm, "--state-dir", filepath.Join(dir, "state"), "--tcp", addrs[0], "--mgmt", addrs[1],
+		"--resp", "off", "--udp", "off", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	m := host.NewMgmt(addrs[1])
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hecd not ready and calibrated within 20 s")
+		}
+	}
+	pid := cmd.Process.Pid
+	d := hostileFor
+	if quick {
+		d = 2 * time.Second
+	}
+	const s = "hostile"
+
+	idle, full, err := fullCompletionRing(shm, pid, d)
+	if err != nil {
+		return fmt.Errorf("full completion ring: %w", err)
+	}
+	rep.add(s, "hecd CPU, one client attached and quiet", idle, "% of a core")
+	rep.add(s, "hecd CPU, one client holding its completion ring full with a descriptor pending", full, "% of a core")
+	rep.atMost(s, "hecd CPU with a completion ring held full", full, 2, "%")
+
+	f, err := floodBeside(ctx, shm, d, "flood")
+	if err != nil {
+		return fmt.Errorf("flood: %w", err)
+	}
+	lone, err := metricValue(ctx, addrs[1], "hec_worker_lone_wait_max_seconds")
+	if err != nil {
+		return err
+	}
+	burn, err := floodBeside(ctx, shm, d, "burn")
+	if err != nil {
+		return fmt.Errorf("burn: %w", err)
+	}
+	// A slice is YieldEvery bytes of a long request's work: its time is
+	// taken from a costly descriptor served alone.
+	slice := f.costly.Seconds() * float64(dpu.YieldEvery) / float64(f.touch)
+	rep.add(s, fmt.Sprintf("one costly descriptor alone (CRC of %d MiB through a list)", f.touch>>20), f.costly.Seconds()*1e3, "ms")
+	rep.add(s, fmt.Sprintf("a slice (%d KiB of that work)", dpu.YieldEvery>>10), slice*1e6, "µs")
+	rep.add(s, "1 MiB checksums alone", f.alone, "ops/s")
+	rep.add(s, "1 MiB checksums beside a pair flooding costly descriptors", f.beside, "ops/s")
+	rep.add(s, "1 MiB checksums beside two CPU-burning threads of another process (no agent work: the machine's share)", burn.beside, "ops/s")
+	rep.add(s, "1 MiB checksum latency alone, median", f.aloneP50.Seconds()*1e3, "ms")
+	rep.add(s, "1 MiB checksum latency beside the flood, p50", f.p50.Seconds()*1e3, "ms")
+	rep.add(s, "1 MiB checksum latency beside the flood, p99", f.p99.Seconds()*1e3, "ms")
+	rep.add(s, "client's worst wait beside the flood (latency beyond its median alone)", f.worstWait.Seconds()*1e3, "ms")
+	rep.add(s, "agent's worst wait for a worker of a pair's lone request (hec_worker_lone_wait_max_seconds)", lone*1e3, "ms")
+	rep.add(s, "flood descriptors served meanwhile", float64(f.floods), "descriptors")
+	rep.atLeast(s, "1 MiB checksum rate beside the flood / alone", f.beside/f.alone, 0.4, "×")
+	rep.atMost(s, "agent's worst wait of a lone request beside the flood, in slices", lone/slice, 1, " slice")
+	return nil
+}
+
+// metricValue scrapes one unlabelled metric from hecd's /metrics.
+func metricValue(ctx context.Context, mgmt, name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mgmt+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// fullCompletionRing measures hecd's CPU (% of a core) over d with one
+// leased pair quiet, then with that pair's completion ring full and one
+// more descriptor published, as a client that never polls would leave it.
+func fullCompletionRing(shm string, pid int, d time.Duration) (idle, full float64, err error) {
+	r, err := ring.Map(shm, 0, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	h, err := ring.Attach(r)
+	if err != nil {
+		return 0, 0, err
+	}
+	q, err := h.Lease(context.Background(), -1)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer q.Release()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // keep the lease
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				q.Beat()
+			}
+		}
+	}()
+	cpuOver := func() float64 {
+		c0, t0 := procCPU(pid), time.Now()
+		time.Sleep(d)
+		return 100 * (procCPU(pid) - c0) / time.Since(t0).Seconds()
+	}
+	time.Sleep(time.Second) // the agent's waiter reaches its long sleep
+	idle = cpuOver()
+
+	n := q.Entries()
+	ds := make([]wire.Desc, n)
+	for i := range ds {
+		ds[i] = wire.Desc{Op: wire.OpPing, Tag: uint64(i)}
+	}
+	if got := q.Submit(ds); got != n {
+		return 0, 0, fmt.Errorf("submitted %d of %d", got, n)
+	}
+	time.Sleep(200 * time.Millisecond) // all completed: the completion ring is full
+	// One more, written as a hostile holder would: past Submit's check of
+	// room, straight into the ring, then the tail (the layout's offsets,
+	// read from the header as any client may).
+	mem := r.Bytes()
+	g := h.Geometry()
+	rings := binary.LittleEndian.Uint64(mem[48:])
+	sq := rings + uint64(q.Index())*2*uint64(g.Entries)*wire.DescSize
+	ds[0].Marshal(mem[sq:]) // slot n & (n-1) = 0
+	tail := (*atomic.Uint64)(unsafe.Pointer(&mem[4096+q.Index()*2048+2*128]))
+	tail.Store(uint64(n + 1))
+	time.Sleep(200 * time.Millisecond)
+	full = cpuOver()
+	return idle, full, nil
+}
+
+type floodResult struct {
+	touch              int
+	costly             time.Duration
+	alone, beside      float64 // 1 MiB checksums per second
+	aloneP50, p50, p99 time.Duration
+	worstWait          time.Duration
+	floods             int
+}
+
+// floodBeside runs 1 MiB checksums alone for d, then for d beside a child
+// process: "flood" keeps 64 costly descriptors in flight on another pair;
+// "burn" spins two threads and touches no agent (the reference: what any
+// busy neighbour costs on this machine).
+func floodBeside(ctx context.Context, shm string, d time.Duration, child string) (floodResult, error) {
+	var res floodResult
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		return res, err
+	}
+	defer c.Close()
+	win := c.WindowSize()
+	res.touch = wire.MaxSpans * win
+	sgl, err := c.Alloc(wire.MaxSpans * wire.SpanSize)
+	if err != nil {
+		return res, err
+	}
+	for i := 0; i < wire.MaxSpans; i++ {
+		copy(sgl[i*wire.SpanSize:], wire.AppendSGL(nil, []wire.Span{{Off: 0, Len: uint32(win)}}))
+	}
+	costly := host.Request{Op: wire.OpChecksum, Flags: wire.FlagSGL, In: [][]byte{sgl}}
+	var one []time.Duration
+	for range 9 {
+		t0 := time.Now()
+		if _, err := c.Do(ctx, costly); err != nil {
+			return res, fmt.Errorf("costly descriptor: %w", err)
+		}
+		one = append(one, time.Since(t0))
+	}
+	slices.Sort(one)
+	res.costly = one[len(one)/2]
+
+	buf, err := c.Alloc(1 << 20)
+	if err != nil {
+		return res, err
+	}
+	for i := range buf {
+		buf[i] = byte(i * 31)
+	}
+	want := crc32.Checksum(buf, crc32.MakeTable(crc32.Castagnoli))
+	run := func() ([]time.Duration, float64, error) {
+		var took []time.Duration
+		t0 := time.Now()
+		for time.Since(t0) < d {
+			t1 := time.Now()
+			got, err := c.Checksum(ctx, buf)
+			took = append(took, time.Since(t1))
+			if err != nil || got != want {
+				return nil, 0, fmt.Errorf("1 MiB checksum: %#x, %v", got, err)
+			}
+		}
+		rate := float64(len(took)) / time.Since(t0).Seconds()
+		slices.Sort(took)
+		return took, rate, nil
+	}
+	alone, rate, err := run()
+	if err != nil {
+		return res, err
+	}
+	res.alone, res.aloneP50 = rate, alone[len(alone)/2]
+
+	self, _ := os.Executable()
+	fl := exec.Command(self, "child", child, shm)
+	fl.Stderr = os.Stderr
+	out, err := fl.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := fl.Start(); err != nil {
+		return res, err
+	}
+	br := bufio.NewReader(out)
+	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
+		fl.Process.Kill()
+		fl.Wait()
+		return res, fmt.Errorf("flood child did not start: %q %v", line, err)
+	}
+	time.Sleep(200 * time.Millisecond) // its ring is full
+	beside, rate, err := run()
+	fl.Process.Signal(os.Interrupt)
+	var said strings.Builder
+	io.Copy(&said, br)
+	if werr := fl.Wait(); werr != nil && err == nil {
+		return res, fmt.Errorf("flood child: %v (%s)", werr, strings.TrimSpace(said.String()))
+	}
+	if err != nil {
+		return res, err
+	}
+	fmt.Sscanf(strings.TrimSpace(said.String()), "%d", &res.floods)
+	res.beside = rate
+	res.p50, res.p99 = beside[len(beside)/2], beside[len(beside)*99/100]
+	res.worstWait = max(beside[len(beside)-1]-res.aloneP50, 0)
+	return res, nil
+}
+
+// childFlood keeps 64 of the most costly descriptors the agent accepts in
+// flight until interrupted, then prints how many completed.
+func childFlood(args []string) error {
+	ctx := context.Background()
+	c, err := host.Dial(ctx, "shm://"+args[0])
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	win := c.WindowSize()
+	sgl, err := c.Alloc(wire.MaxSpans * wire.SpanSize)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < wire.MaxSpans; i++ {
+		copy(sgl[i*wire.SpanSize:], wire.AppendSGL(nil, []wire.Span{{Off: 0, Len: uint32(win)}}))
+	}
+	reqs := make([]host.Request, 64)
+	for i := range reqs {
+		reqs[i] = host.Request{Op: wire.OpChecksum, Flags: wire.FlagSGL, In: [][]byte{sgl}}
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt)
+	fmt.Println("ready")
+	done := 0
+	var inflight []*host.Call
+	for {
+		select {
+		case <-stop:
+			fmt.Println(done)
+			return nil
+		default:
+		}
+		if len(inflight) == 0 {
+			if inflight, err = c.GoBatch(ctx, reqs); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Wait(ctx, inflight[0]); err != nil {
+			return err
+		}
+		inflight = inflight[1:]
+		done++
+		if len(inflight) < len(reqs)/2 {
+			more, err := c.GoBatch(ctx, reqs[:len(reqs)-len(inflight)])
+			if err != nil {
+				return err
+			}
+			inflight = append(inflight, more...)
+		}
+	}
+}
