@@ -159,7 +159,7 @@ func TestTruncatedRegionUnderLoad(t *testing.T) {
 // lease or the first op.
 func TestScribbledRegionNextDialWorks(t *testing.T) {
 	cfg := agentConfig(t)
-	startAgent(t, cfg)
+	a := startAgent(t, cfg)
 	s := newScribbler(t, cfg.Agent.Shm)
 	s.store(hdrMagic, 0x1234)
 	s.store(hdrState, 2)
@@ -180,6 +180,16 @@ func TestScribbledRegionNextDialWorks(t *testing.T) {
 		}
 	}
 	t.Logf("dialled and served %v after the scribbles (%s)", time.Since(t0).Round(time.Millisecond), c)
+	// The status says what the region showed where it was repaired.
+	var repaired int
+	for _, q := range a.status(t).QueuePairs {
+		if q.Repairs > 0 && q.RegionShowed != "" {
+			repaired++
+		}
+	}
+	if repaired < cfg.Agent.QueuePairs-1 {
+		t.Fatalf("%d pairs report a repair of their state word, want at least %d", repaired, cfg.Agent.QueuePairs-1)
+	}
 }
 
 // TestFrozenHeaderHeartbeat: another process holds the header's heartbeat
