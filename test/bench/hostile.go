@@ -84,14 +84,8 @@ func benchHostile(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	m := host.NewMgmt(addrs[1])
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("hecd not ready and calibrated within 20 s")
-		}
+	if err := waitCalibrated(ctx, addrs[1]); err != nil {
+		return err
 	}
 	pid := cmd.Process.Pid
 	d := hostileFor

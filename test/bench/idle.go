@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
-
-	"github.com/hecsys/hec/host"
 )
 
 // The idle scenario: the CPU hecd (a process of its own, every default
@@ -43,15 +41,8 @@ func benchIdle(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	m := host.NewMgmt(mgmt)
-	// Ready, and its own background calibration done.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("hecd not ready and calibrated within 20 s")
-		}
+	if err := waitCalibrated(ctx, mgmt); err != nil {
+		return err
 	}
 	pid := cmd.Process.Pid
 	n := 200_000

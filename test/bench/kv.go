@@ -77,15 +77,16 @@ func (s *kvServer) stop() {
 	}
 }
 
-// waitCalibrated waits until the agent behind mgmt port reports its rails.
-func waitCalibrated(ctx context.Context, port int) error {
-	m := host.NewMgmt(fmt.Sprintf("127.0.0.1:%d", port))
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+// waitCalibrated waits until the agent whose management API is at mgmt is
+// ready and reports its rails (its own background calibration done).
+func waitCalibrated(ctx context.Context, mgmt string) error {
+	m := host.NewMgmt(mgmt)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
 			return nil
 		}
 	}
-	return fmt.Errorf("hecd on mgmt port %d did not finish calibrating in 15s", port)
+	return fmt.Errorf("hecd at %s did not finish calibrating in 20s", mgmt)
 }
 
 // redisBench runs redis-benchmark pinned to core 1 and returns requests per
@@ -162,7 +163,7 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 		// The agent calibrates its rail once, in the background, soon after
 		// it starts: let it finish, or it shares the server's core with
 		// what is measured.
-		if err := waitCalibrated(ctx, mport); err != nil {
+		if err := waitCalibrated(ctx, fmt.Sprintf("127.0.0.1:%d", mport)); err != nil {
 			h.stop()
 			return err
 		}

@@ -177,32 +177,15 @@ func TestAgentRestartUnderClients(t *testing.T) {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 3))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b := buf[:rng.IntN(len(buf))]
-				for j := range b {
-					b[j] = byte(rng.Uint32())
-				}
-				got, err := c.Checksum(ctx, b)
-				switch {
-				case err != nil && wire.IsRetryable(err):
-					retryable.Add(1)
-				case err != nil:
-					errs <- err
-					return
-				case got != crc32.Checksum(b, castagnoli):
-					errs <- errors.New("wrong checksum")
-					return
-				case restarted.Load():
+			count := func() {
+				if restarted.Load() {
 					okAfter.Add(1)
-				default:
+				} else {
 					okBefore.Add(1)
 				}
+			}
+			if err := checksumLoop(ctx, c, buf, seed, stop, count, &retryable, 0); err != nil {
+				errs <- err
 			}
 		}(uint64(i))
 	}

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/wire"
@@ -99,6 +102,37 @@ func hammer(ctx context.Context, c *host.Client, stop <-chan struct{}, seed uint
 				return ops, fmt.Errorf("op %d: crc %#x, want %#x (len %d)", ops, r.Arg0, want[i], len(reqs[i].In[0]))
 			}
 			ops++
+		}
+	}
+}
+
+// checksumLoop runs checksums of random lengths of b (refilled with random
+// bytes each time) on c until stop closes, counting each success in ok and
+// each retryable error in retryable (pausing after it, when pause is set).
+// It returns the first other error, or a wrong checksum.
+func checksumLoop(ctx context.Context, c *host.Client, b []byte, seed uint64, stop <-chan struct{}, ok func(), retryable *atomic.Int64, pause time.Duration) error {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		b := b[:rng.IntN(len(b))]
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		got, err := c.Checksum(ctx, b)
+		switch {
+		case err != nil && wire.IsRetryable(err):
+			retryable.Add(1)
+			time.Sleep(pause)
+		case err != nil:
+			return err
+		case got != crc32.Checksum(b, castagnoli):
+			return errors.New("wrong checksum")
+		default:
+			ok()
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash/crc32"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -74,32 +73,9 @@ func TestTruncatedRegionUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 17))
 			b := make([]byte, 32<<10) // Go memory: only the library touches the region
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b := b[:rng.IntN(len(b))]
-				for j := range b {
-					b[j] = byte(rng.Uint32())
-				}
-				got, err := c.Checksum(ctx, b)
-				switch {
-				case err != nil && wire.IsRetryable(err):
-					retryable.Add(1)
-					time.Sleep(time.Millisecond)
-				case err != nil:
-					errs <- err
-					return
-				case got != crc32.Checksum(b, castagnoli):
-					errs <- errors.New("wrong checksum")
-					return
-				default:
-					ok.Add(1)
-				}
+			if err := checksumLoop(ctx, c, b, seed, stop, func() { ok.Add(1) }, &retryable, time.Millisecond); err != nil {
+				errs <- err
 			}
 		}(uint64(i))
 	}
