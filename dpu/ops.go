@@ -19,6 +19,12 @@ const checksumChunk = YieldEvery
 // several cores at once (the DPU has many; one CRC stream uses one).
 const parallelChecksum = 8 << 20
 
+// parallelPiece is how much of a span the cores checksum together between
+// yields: each piece ends in a barrier where the slowest core is waited
+// for, so pieces are larger than a slice (on two cores, 32 MiB is about
+// 3 ms of the pair's work, which it holds every core for).
+const parallelPiece = 32 << 20
+
 // registerAgentOps registers the ops the agent serves itself.
 func registerAgentOps(d *Dispatcher) {
 	// PING completes at once, echoing Arg0: the round trip through the
@@ -59,7 +65,7 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 			// In slices, yielding between them to other pairs' work.
 			piece := YieldEvery
 			if len(b) >= parallelChecksum && cores > 1 {
-				piece = parallelChecksum
+				piece = parallelPiece
 			}
 			for len(b) > 0 {
 				if touched >= YieldEvery {
