@@ -296,11 +296,15 @@ func TestFloodBesideWellBehaved(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond) // the flood's queue is full
+	// For each checksum: its time, and how many flood descriptors
+	// completed meanwhile (a count, which does not depend on how fast
+	// this machine is today).
 	var took []time.Duration
+	var behind []int64
 	for end := time.Now().Add(time.Second); time.Now().Before(end) || len(took) < 21; {
-		t0 := time.Now()
+		t0, f0 := time.Now(), floods.Load()
 		got, err := well.Checksum(ctx, buf)
-		took = append(took, time.Since(t0))
+		took, behind = append(took, time.Since(t0)), append(behind, floods.Load()-f0)
 		if err != nil || got != want {
 			t.Fatalf("checksum %d beside the flood: %#x %v", len(took), got, err)
 		}
@@ -310,18 +314,20 @@ func TestFloodBesideWellBehaved(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(took)
+	slices.Sort(behind)
 	median, worst := took[len(took)/2], took[len(took)-1]
-	t.Logf("slice (one costly descriptor alone) %v; %d flood descriptors done; well-behaved: %d checksums of 1 MiB, median %v (%.1f slices), worst %v (%.1f slices)",
-		slice, floods.Load(), len(took), median, float64(median)/float64(slice), worst, float64(worst)/float64(slice))
+	t.Logf("slice (one costly descriptor alone) %v; %d flood descriptors done; well-behaved: %d checksums of 1 MiB, median %v (%.1f slices), worst %v (%.1f slices); flood descriptors completed during one: median %d, most %d",
+		slice, floods.Load(), len(took), median, float64(median)/float64(slice), worst, float64(worst)/float64(slice), behind[len(behind)/2], behind[len(behind)-1])
 	if floods.Load() < inFlight {
 		t.Fatalf("the flood did not run: %d descriptors", floods.Load())
 	}
-	// Behind a FIFO a checksum waits for about inFlight/workers costly
-	// descriptors (32 on two cores); shared fairly, for a fraction of
-	// one, plus the scheduling of five busy threads (flood, checksums,
-	// poller, two workers) on this machine's cores. The bound sits
-	// between; the worst case is the bench's to report.
-	if limit := 12 * slice; median > limit {
-		t.Fatalf("a 1 MiB checksum took %v (median) beside the flood, more than %v (12 costly descriptors of %v)", median, limit, slice)
+	// Behind a FIFO a checksum waits for the flood descriptors taken
+	// before it: 41 and 43 complete meanwhile (median; the code before
+	// the fair queue, on a 2-core machine). Shared fairly it is served at
+	// the next slice of the running ones: 1–2 here when the machine is
+	// quiet, 5–11 while other tests load it (this client then waits for
+	// a core too). The bound sits between.
+	if m := behind[len(behind)/2]; m > 20 {
+		t.Fatalf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 20", m)
 	}
 }
