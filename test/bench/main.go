@@ -15,21 +15,52 @@ import (
 	"time"
 )
 
-// Row is one measured figure.
+// Row is one measured figure: the median of N repetitions, with their
+// spread (Min–Max) when there were several.
 type Row struct {
 	Scenario string  `json:"scenario"`
 	Metric   string  `json:"metric"`
 	Value    float64 `json:"value"`
 	Unit     string  `json:"unit"`
+	Min      float64 `json:"min,omitempty"`
+	Max      float64 `json:"max,omitempty"`
+	N        int     `json:"n,omitempty"`
 }
 
-// Check compares two figures of the same run against a target.
+// Check compares two figures of the same run against a target: the
+// median of N repetitions of their ratio, with its spread. A check whose
+// spread is wider than its margin (the distance from the median to the
+// bound) is Noisy: reported as such, not silently passed or failed.
 type Check struct {
 	Scenario string  `json:"scenario"`
 	What     string  `json:"what"`
 	Value    float64 `json:"value"`
 	Target   string  `json:"target"`
 	Pass     bool    `json:"pass"`
+	Min      float64 `json:"min,omitempty"`
+	Max      float64 `json:"max,omitempty"`
+	N        int     `json:"n,omitempty"`
+	Noisy    bool    `json:"noisy,omitempty"`
+}
+
+// spread returns the median, minimum and maximum of samples (which it
+// sorts), or ok false when there are none or one is not finite.
+func spread(samples []float64) (med, lo, hi float64, ok bool) {
+	if len(samples) == 0 {
+		return 0, 0, 0, false
+	}
+	for _, v := range samples {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return 0, 0, 0, false
+		}
+	}
+	sort.Float64s(samples)
+	n := len(samples)
+	med = samples[n/2]
+	if n%2 == 0 {
+		med = (samples[n/2-1] + samples[n/2]) / 2
+	}
+	return med, samples[0], samples[n-1], true
 }
 
 // Report is what a run writes.
@@ -50,24 +81,53 @@ func (r *Report) add(scenario, metric string, v float64, unit string) {
 		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not recorded\n", scenario, metric, v)
 		return
 	}
-	r.Rows = append(r.Rows, Row{scenario, metric, v, unit})
+	r.Rows = append(r.Rows, Row{Scenario: scenario, Metric: metric, Value: v, Unit: unit})
+}
+
+// addN records the median of several repetitions of a figure, with their
+// spread.
+func (r *Report) addN(scenario, metric string, samples []float64, unit string) {
+	med, lo, hi, ok := spread(samples)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "bench: %s: %s has no finite samples (%v): not recorded\n", scenario, metric, samples)
+		return
+	}
+	r.Rows = append(r.Rows, Row{Scenario: scenario, Metric: metric, Value: med, Unit: unit, Min: lo, Max: hi, N: len(samples)})
 }
 
 // atMost and atLeast record a check of value against a bound.
 func (r *Report) atMost(scenario, what string, v, bound float64, unit string) {
-	if math.IsInf(v, 0) || math.IsNaN(v) {
-		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not checked\n", scenario, what, v)
-		return
-	}
-	r.Checks = append(r.Checks, Check{scenario, what, v, fmt.Sprintf("≤ %g%s", bound, unit), v <= bound})
+	r.atMostN(scenario, what, []float64{v}, bound, unit)
 }
 
 func (r *Report) atLeast(scenario, what string, v, bound float64, unit string) {
-	if math.IsInf(v, 0) || math.IsNaN(v) {
-		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not checked\n", scenario, what, v)
+	r.atLeastN(scenario, what, []float64{v}, bound, unit)
+}
+
+// atMostN and atLeastN check the median of several repetitions of a ratio
+// against a bound, and flag it noisy when its spread is wider than its
+// margin.
+func (r *Report) atMostN(scenario, what string, samples []float64, bound float64, unit string) {
+	r.check(scenario, what, samples, bound, fmt.Sprintf("≤ %g%s", bound, unit), func(v float64) bool { return v <= bound })
+}
+
+func (r *Report) atLeastN(scenario, what string, samples []float64, bound float64, unit string) {
+	r.check(scenario, what, samples, bound, fmt.Sprintf("≥ %g%s", bound, unit), func(v float64) bool { return v >= bound })
+}
+
+func (r *Report) check(scenario, what string, samples []float64, bound float64, target string, pass func(float64) bool) {
+	n := len(samples)
+	med, lo, hi, ok := spread(samples)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "bench: %s: %s is %v: not checked\n", scenario, what, samples)
 		return
 	}
-	r.Checks = append(r.Checks, Check{scenario, what, v, fmt.Sprintf("≥ %g%s", bound, unit), v >= bound})
+	c := Check{Scenario: scenario, What: what, Value: med, Target: target, Pass: pass(med)}
+	if n > 1 {
+		c.Min, c.Max, c.N = lo, hi, n
+		c.Noisy = hi-lo > math.Abs(med-bound)
+	}
+	r.Checks = append(r.Checks, c)
 }
 
 type scenario struct {
@@ -118,17 +178,27 @@ func main() {
 	rep := &Report{When: time.Now().UTC(), Machine: machine(), Quick: *quick}
 	ctx := context.Background()
 	failed := false
+	var chosen []scenario
 	for _, s := range scenarios {
-		if !re.MatchString(s.name) {
-			continue
+		if re.MatchString(s.name) {
+			chosen = append(chosen, s)
 		}
+	}
+	for i, s := range chosen {
 		rep.ran = append(rep.ran, s.name)
-		fmt.Fprintf(os.Stderr, "bench: %s ...\n", s.name)
-		if err := s.run(ctx, rep, *quick); err != nil {
+		t0 := time.Now()
+		progress(s.name, "scenario %d of %d", i+1, len(chosen))
+		err := s.run(ctx, rep, *quick)
+		if stderrIsTerminal {
+			fmt.Fprintln(os.Stderr)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.name, err)
 			failed = true
 		}
+		fmt.Fprintf(os.Stderr, "bench: %s took %v\n", s.name, time.Since(t0).Round(time.Second))
 	}
+	fmt.Fprintf(os.Stderr, "bench: %d scenarios in %v\n", len(chosen), time.Since(started).Round(time.Second))
 	if err := write(*out, rep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -194,21 +264,32 @@ func markdown(rep *Report) string {
 	if rep.Quick {
 		b.WriteString(" (quick run)")
 	}
-	b.WriteString("\n\n| scenario | metric | value | unit |\n|---|---|---:|---|\n")
+	b.WriteString("\n\nA value with a spread is the median of n repetitions (min–max). A check is noisy when its spread is wider than its margin (median to target).\n")
+	b.WriteString("\n| scenario | metric | value | spread | unit |\n|---|---|---:|---|---|\n")
 	rows := append([]Row(nil), rep.Rows...)
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Scenario < rows[j].Scenario })
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Scenario, r.Metric, num(r.Value), r.Unit)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Scenario, r.Metric, num(r.Value), spreadText(r.Min, r.Max, r.N), r.Unit)
 	}
-	b.WriteString("\n| scenario | check | value | target | |\n|---|---|---:|---|---|\n")
+	b.WriteString("\n| scenario | check | value | spread | target | |\n|---|---|---:|---|---|---|\n")
 	for _, c := range rep.Checks {
 		mark := "met"
 		if !c.Pass {
 			mark = "**missed**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", c.Scenario, c.What, num(c.Value), c.Target, mark)
+		if c.Noisy {
+			mark = "noisy (" + strings.Trim(mark, "*") + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.Scenario, c.What, num(c.Value), spreadText(c.Min, c.Max, c.N), c.Target, mark)
 	}
 	return b.String()
+}
+
+func spreadText(lo, hi float64, n int) string {
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf("%s–%s (n=%d)", num(lo), num(hi), n)
 }
 
 func num(v float64) string {
@@ -224,3 +305,23 @@ func num(v float64) string {
 	}
 	return fmt.Sprintf("%.3g", v)
 }
+
+// progress says what a scenario is doing now: one line per step on a pipe,
+// a line rewritten in place on a terminal, with the time since the run
+// began.
+func progress(scenario, format string, args ...any) {
+	line := fmt.Sprintf("bench: %s: %s [%s]", scenario, fmt.Sprintf(format, args...), time.Since(started).Round(time.Second))
+	if stderrIsTerminal {
+		fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+		return
+	}
+	fmt.Fprintln(os.Stderr, line)
+}
+
+var (
+	started          = time.Now()
+	stderrIsTerminal = func() bool {
+		st, err := os.Stderr.Stat()
+		return err == nil && st.Mode()&os.ModeCharDevice != 0
+	}()
+)
