@@ -206,3 +206,118 @@ func (m *ChecksumModel) Checksum(ctx context.Context, b []byte) (uint32, rail.Pl
 	}
 	return crc, plan, nil
 }
+
+// Decision says how a one-shot multi-rail operation (ChecksumAuto) ran and
+// why: the plan the calibrated model proposed, what was done instead or
+// as well, and what that was predicted to take.
+type Decision struct {
+	Plan      rail.Plan     // the model's split of the whole buffer
+	Choice    string        // "split", or the single rail that did the work (after a trial, the rest of it)
+	Reason    string        // one sentence
+	Predicted time.Duration // the time predicted for what was done
+	Trial     int64         // bytes split as a trial before the choice (0: none)
+	TrialTook time.Duration // the trial's time
+}
+
+// autoMinGain is the least gain over the best single rail, by the model,
+// for which a one-shot operation splits at all: below it the model's own
+// error (a calibration of a few hundred ms, rails that disturb each other
+// when they run at once) can turn the split into a loss.
+const autoMinGain = 0.10
+
+// ChecksumAuto computes the CRC-32C of b once, with rails calibrated for
+// this very buffer (CalibrateChecksum(ctx, b): the same placement, mapped
+// or staged, and the same chunking), and never by a split the model cannot
+// stand behind. With no split the model prefers, or one that gains less
+// than autoMinGain, the best single rail does it all. Otherwise, for a
+// buffer of 32 MiB or more, the first eighth (at most 32 MiB) is split as
+// a trial, in the shape the rest would run: when it did not beat the best
+// single rail's prediction for it by 5 %, the rail that was fastest in the
+// trial does the rest; when it did, the rest is split with each rail's rate
+// as the trial measured it. The answer equals a single-rail checksum whatever is chosen.
+func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) (uint32, Decision, error) {
+	n := int64(len(b))
+	plan := rail.Split(rails, n, 4096)
+	d := Decision{Plan: plan}
+	byName := map[string]rail.Rail{}
+	for _, r := range rails {
+		byName[r.Name] = r
+	}
+	single := func(name, reason string, from int64, pred time.Duration) (uint32, Decision, error) {
+		d.Choice, d.Reason, d.Predicted = name, reason, pred
+		crc, err := c.checksumOn(ctx, name, b[from:])
+		return crc, d, err
+	}
+	if len(plan.Shares) < 2 {
+		return single(plan.BestOne, fmt.Sprintf("the model puts all of it on %s", plan.BestOne), 0, plan.BestTime)
+	}
+	gain := 1 - plan.Predicted.Seconds()/plan.BestTime.Seconds()
+	if gain < autoMinGain {
+		return single(plan.BestOne, fmt.Sprintf("a split would gain %.0f%% over %s alone by the model, less than the %.0f%% its error can take away",
+			100*gain, plan.BestOne, 100*autoMinGain), 0, plan.BestTime)
+	}
+	if n < 32<<20 {
+		crc, p, _, err := c.checksumSplit(ctx, b, rails)
+		d.Plan, d.Choice, d.Predicted = p, "split", p.Predicted
+		d.Reason = fmt.Sprintf("the model gains %.0f%% over %s alone", 100*gain, plan.BestOne)
+		return crc, d, err
+	}
+	trial := min(n/8, 32<<20) / 4096 * 4096
+	t0 := time.Now()
+	head, tp, took, err := c.checksumSplit(ctx, b[:trial], rails)
+	d.Trial, d.TrialTook = trial, time.Since(t0)
+	if err != nil {
+		return 0, d, err
+	}
+	// The trial's own rates: each share's bytes over its time (net of the
+	// rail's fixed cost), measured in the shape the rest would run.
+	measured := make([]rail.Rail, 0, len(rails))
+	for _, r := range rails {
+		for i, s := range tp.Shares {
+			if s.Rail == r.Name && took[i] > r.Alpha && s.Bytes > 0 {
+				r.Rate = float64(s.Bytes) / (took[i] - r.Alpha).Seconds()
+			}
+		}
+		measured = append(measured, r)
+	}
+	bestTrial := byName[plan.BestOne].Time(trial)
+	rest := b[trial:]
+	var tail uint32
+	if d.TrialTook.Seconds() > 0.95*bestTrial.Seconds() {
+		// The split did not beat the best single rail: the rest goes to
+		// the rail that was fastest in the trial.
+		fastest := measured[0]
+		for _, r := range measured[1:] {
+			if r.Time(int64(len(rest))) < fastest.Time(int64(len(rest))) {
+				fastest = r
+			}
+		}
+		d.Choice, d.Predicted = fastest.Name, d.TrialTook+fastest.Time(int64(len(rest)))
+		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v, %s alone was predicted %v: %s, the faster rail in the trial, does the rest",
+			trial>>20, d.TrialTook.Round(time.Microsecond), plan.BestOne, bestTrial.Round(time.Microsecond), fastest.Name)
+		if tail, err = c.checksumOn(ctx, fastest.Name, rest); err != nil {
+			return 0, d, err
+		}
+	} else {
+		var p rail.Plan
+		tail, p, _, err = c.checksumSplit(ctx, rest, measured)
+		if err != nil {
+			return 0, d, err
+		}
+		d.Choice, d.Predicted = "split", d.TrialTook+p.Predicted
+		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v against %v for %s alone: the rest is split by the rates it measured",
+			trial>>20, d.TrialTook.Round(time.Microsecond), bestTrial.Round(time.Microsecond), plan.BestOne)
+	}
+	return crc32c.Combine(head, tail, int64(len(rest))), d, nil
+}
+
+// checksumOn computes the CRC-32C of b on one rail.
+func (c *Client) checksumOn(ctx context.Context, name string, b []byte) (uint32, error) {
+	switch name {
+	case RailHost:
+		return crc32c.Checksum(b), nil
+	case RailDPU:
+		return c.Checksum(ctx, b)
+	}
+	return 0, fmt.Errorf("host: checksum on rail %q: %w", name, wire.StatusUnsupported)
+}

@@ -133,7 +133,7 @@ func (a *app) checksumRails(ctx context.Context, path string) error {
 		return err
 	}
 	t0 := time.Now()
-	crc, plan, err := cl.ChecksumSplit(ctx, data, rails)
+	crc, d, err := cl.ChecksumAuto(ctx, data, rails)
 	took := time.Since(t0)
 	if err != nil {
 		return err
@@ -142,8 +142,9 @@ func (a *app) checksumRails(ctx context.Context, path string) error {
 	for _, r := range rails {
 		fmt.Fprintf(out, "  %-5s %-10s alpha %-10v %.2f GB/s\n", r.Name, r.Kind, r.Alpha.Round(time.Nanosecond), r.Rate/1e9)
 	}
-	fmt.Fprintf(out, "plan: %s", plan.Explain())
-	fmt.Fprintf(out, "%08x  %s  (%d bytes, split across rails in %v; predicted %v)\n", crc, path, len(data), took.Round(time.Microsecond), plan.Predicted.Round(time.Microsecond))
+	fmt.Fprintf(out, "plan: %s", d.Plan.Explain())
+	fmt.Fprintf(out, "chose %s: %s\n", d.Choice, d.Reason)
+	fmt.Fprintf(out, "%08x  %s  (%d bytes in %v on %s; predicted %v)\n", crc, path, len(data), took.Round(time.Microsecond), d.Choice, d.Predicted.Round(time.Microsecond))
 	if want := crc32c.Checksum(data); want != crc {
 		return fmt.Errorf("MISMATCH: single-rail crc32c %08x", want)
 	}
