@@ -439,3 +439,45 @@ func TestChecksumSplitEqualsSingleRail(t *testing.T) {
 	}
 	t.Logf("learned rails: %+v; agent share %.2f → %.2f", m.Rails(), first, last)
 }
+
+// TestChecksumAutoDecides: the one-shot multi-rail checksum splits only
+// when the model stands behind it, tries the split on a prefix first, and
+// whatever it chooses gives the single-rail answer.
+func TestChecksumAutoDecides(t *testing.T) {
+	a := startAgent(t, agentConfig(t))
+	c := dial(t, "shm://"+a.cfg.Agent.Shm)
+	ctx := context.Background()
+	b := make([]byte, 40<<20+12345) // Go memory: the agent's share is staged
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	want := crc32.Checksum(b, castagnoli)
+	for _, tc := range []struct {
+		name   string
+		rails  []rail.Rail
+		choice string
+		trial  bool
+	}{
+		// The agent barely helps: no split, no trial.
+		{"small gain", []rail.Rail{{Name: host.RailHost, Rate: 1e9}, {Name: host.RailDPU, Rate: 5e7}}, host.RailHost, false},
+		// The model claims an agent no agent can be: the trial shows it,
+		// and the rail that was faster in it (this process) does the rest.
+		{"claims the trial refutes", []rail.Rail{{Name: host.RailHost, Rate: 1e10}, {Name: host.RailDPU, Rate: 2e10}}, host.RailHost, true},
+		// The model is pessimistic about both: the trial beats its
+		// prediction, and the rest is split by the measured rates.
+		{"trial beats the model", []rail.Rail{{Name: host.RailHost, Rate: 1e7}, {Name: host.RailDPU, Rate: 1e7}}, "split", true},
+	} {
+		got, d, err := c.ChecksumAuto(ctx, b, tc.rails)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got != want {
+			t.Fatalf("%s: %#x want %#x (%s: %s)", tc.name, got, want, d.Choice, d.Reason)
+		}
+		if d.Choice != tc.choice || (d.Trial > 0) != tc.trial || d.Reason == "" {
+			t.Fatalf("%s: chose %q (trial %d bytes): %s; want %q, trial %v", tc.name, d.Choice, d.Trial, d.Reason, tc.choice, tc.trial)
+		}
+		t.Logf("%s: %s: %s", tc.name, d.Choice, d.Reason)
+	}
+}
