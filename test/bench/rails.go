@@ -131,6 +131,27 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 		}
 		dpuOnly[i] = time.Since(t0)
 	}
+	// One-shot: what `hecctl checksum --rails auto` does, a first call
+	// with rails calibrated just before it and nothing learned.
+	var oneShot, oneShotPred []time.Duration
+	splits := 0
+	for i := 0; i < 3; i++ {
+		cal, err := c.CalibrateChecksum(ctx, buf)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		got, d, err := c.ChecksumAuto(ctx, buf, cal)
+		oneShot = append(oneShot, time.Since(t0))
+		if err != nil || got != want {
+			return fmt.Errorf("one-shot checksum %08x, %v; want %08x", got, err, want)
+		}
+		oneShotPred = append(oneShotPred, d.Predicted)
+		if d.Choice == "split" {
+			splits++
+		}
+		progress(s, "one-shot %d: %v on %s (predicted %v): %s", i+1, oneShot[i].Round(time.Microsecond), d.Choice, d.Predicted.Round(time.Microsecond), d.Reason)
+	}
 	rails, err := c.CalibrateChecksum(ctx, buf)
 	if err != nil {
 		return err
@@ -170,6 +191,14 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 	rep.add(s, "256 MiB checksum: host rail alone (median)", ms(median(hostOnly)), "ms")
 	rep.add(s, "256 MiB checksum: dpu rail alone, bf2 profile (median)", ms(median(dpuOnly)), "ms")
 	rep.add(s, "256 MiB checksum: host CPU-seconds per split checksum", hostCPU.Seconds()/float64(runs), "s")
+	var ratios []float64
+	for _, d := range oneShot {
+		ratios = append(ratios, d.Seconds()/bestOne.Seconds())
+	}
+	rep.add(s, "256 MiB one-shot (calibrate, then ChecksumAuto): predicted (median of 3)", ms(median(oneShotPred)), "ms")
+	rep.add(s, "256 MiB one-shot: achieved (median of 3)", ms(median(oneShot)), "ms")
+	rep.add(s, "256 MiB one-shot: runs that split (the others ran one rail)", float64(splits), "of 3")
+	rep.atMostN(s, "one-shot / best single rail (256 MiB, bf2)", ratios, 1.05, "×")
 	rep.atMost(s, "achieved / predicted − 1 (256 MiB split)", abs(got.Seconds()/pred.Seconds()-1), 0.10, "")
 	if len(plan.Shares) > 1 {
 		rep.atMost(s, "split / best single rail (256 MiB, the model says splitting pays)", got.Seconds()/bestOne.Seconds(), 1.0, "×")
