@@ -71,7 +71,8 @@ type Report struct {
 	Rows    []Row     `json:"rows"`
 	Checks  []Check   `json:"checks"`
 
-	ran []string // scenarios attempted in this run
+	ran      []string // scenarios attempted in this run
+	pictures string   // markdown embedding the figures drawn beside results.md
 }
 
 func (r *Report) add(scenario, metric string, v float64, unit string) {
@@ -255,6 +256,11 @@ func write(dir string, rep *Report) error {
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
+	pictures, err := drawFigures(dir, rep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err) // the figures are an extra: the report is still written
+	}
+	rep.pictures = pictures
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(markdown(rep)), 0o644)
 }
 
@@ -282,6 +288,7 @@ func markdown(rep *Report) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.Scenario, c.What, num(c.Value), spreadText(c.Min, c.Max, c.N), c.Target, mark)
 	}
+	b.WriteString(rep.pictures)
 	return b.String()
 }
 
