@@ -96,23 +96,18 @@ type Dispatcher struct {
 	onRebuild func(gen uint32)
 	rebuilds  atomic.Uint64
 
-	mu      sync.Mutex
-	snaps   []api.QueuePair
-	repairs ringRepairs
-	retired struct {
-		faults, fences uint64
-		ringRepairs
-	}
+	mu            sync.Mutex
+	snaps         []api.QueuePair
+	headerRepairs uint64
 }
 
 type job struct {
-	q      *ring.AgentQP
-	agent  *ring.Agent // q's
-	region *ring.Region
-	e      *handlerEntry
-	req    Request
-	resp   wire.Desc
-	t0     time.Time
+	q     *ring.AgentQP
+	agent *ring.Agent // q's
+	e     *handlerEntry
+	req   Request
+	resp  wire.Desc
+	t0    time.Time
 
 	queued time.Time     // workQueue: when pushed
 	lone   bool          // nothing else of its pair queued or running then
@@ -223,12 +218,7 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 				if j == nil {
 					return
 				}
-				self := j.q.Index()
-				d.runJob(ctx, j, func() {
-					if nj := d.work.preempt(self); nj != nil {
-						d.runJob(ctx, nj, nil)
-					}
-				})
+				d.runJob(ctx, j, func() { d.yield(ctx) })
 				// Workers are as many as Go's Ps: under a flood they would
 				// hold every P until the runtime preempts them (10 ms), and
 				// the poller that takes other pairs' work would wait for one.
@@ -238,14 +228,23 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// yield is Request.Yield on a worker: it serves, before the job goes on,
+// the job of a pair that has nothing running (workQueue.preempt).
+func (d *Dispatcher) yield(ctx context.Context) {
+	if nj := d.work.preempt(); nj != nil {
+		d.runJob(ctx, nj, nil)
+	}
+}
+
 // runJob serves one job on a worker and hands it to the poller; yield is
 // what the handler's Request.Yield does (nil inside a job served in
 // another's yield: one level only). A job whose accesses to the region
 // fault (its file was truncated) completes with StatusUnavailable and
 // marks the region lost for the poller.
 func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func()) {
+	region := j.agent.Region()
 	j.req.yield = yield
-	if err := j.region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
+	if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
 		j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 		d.lost.Store(true)
 	}
@@ -253,7 +252,6 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func()) {
 	d.finish(j.e, &j.resp, j.t0)
 	d.waits.Observe(j.waited.Seconds())
 	d.work.done(j.q.Index())
-	region := j.region
 	d.done <- j // the poller's from here on
 	if r := d.ring; r != nil {
 		region.CatchFault(r) //nolint:errcheck // a lost region is the poller's to find
@@ -403,7 +401,7 @@ completions:
 				continue
 			}
 			j := d.jobs.Get().(*job)
-			*j = job{q: q, agent: l.a, region: l.a.Region(), e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
+			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
 			d.work.push(j)
 			l.withWorkers++
 		}
@@ -463,7 +461,6 @@ wait:
 			return
 		}
 	}
-	d.retire()
 	for {
 		a, err := l.a.Rebuild()
 		if err == nil {
@@ -542,42 +539,18 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 		d.limited.Log(slog.LevelInfo, "queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
 	}
 	snaps := make([]api.QueuePair, 0, len(a.QueuePairs()))
-	var repairs ringRepairs
 	for _, q := range a.QueuePairs() {
 		st, why := q.State()
 		pid, start := q.Holder()
 		faults, fences := q.Counters()
 		n, showed := q.Repairs()
-		repairs.states += n
 		snaps = append(snaps, api.QueuePair{Index: q.Index(), State: st.String(), PID: pid, StartTicks: start,
 			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences, Repairs: n, RegionShowed: showed})
 	}
-	repairs.header = a.HeaderRepairs()
 	d.mu.Lock()
 	d.snaps = snaps
-	d.repairs = repairs
+	d.headerRepairs = a.HeaderRepairs()
 	d.mu.Unlock()
-}
-
-// ringRepairs counts what housekeeping found differing from the agent's
-// view of the region and wrote again.
-type ringRepairs struct{ header, states uint64 }
-
-// retire folds the counters of a region's agent side that is being
-// replaced (a rebuild) into the dispatcher's totals, so they never go back.
-func (d *Dispatcher) retire() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, q := range d.snaps {
-		d.retired.faults += q.Faults
-		d.retired.fences += q.Fences
-	}
-	d.retired.header += d.repairs.header
-	d.retired.states += d.repairs.states
-	d.repairs = ringRepairs{}
-	for i := range d.snaps {
-		d.snaps[i].Faults, d.snaps[i].Fences, d.snaps[i].Repairs = 0, 0, 0
-	}
 }
 
 // LoneWaitMax returns the longest a request waited for a worker while it
@@ -585,18 +558,18 @@ func (d *Dispatcher) retire() {
 // another pair's work (plus the scheduling of the machine).
 func (d *Dispatcher) LoneWaitMax() time.Duration { return d.work.loneWait() }
 
-// RingCounters returns, over every region this dispatcher served (rebuilds
-// included): faults, fences, header repairs, state-word repairs, and how
-// often the region was rebuilt.
+// RingCounters returns, over the agent's life (rebuilt regions included):
+// faults, fences, header repairs, state-word repairs, and how often the
+// region was rebuilt.
 func (d *Dispatcher) RingCounters() (faults, fences, headerRepairs, stateRepairs, rebuilds uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	faults, fences = d.retired.faults, d.retired.fences
 	for _, q := range d.snaps {
 		faults += q.Faults
 		fences += q.Fences
+		stateRepairs += q.Repairs
 	}
-	return faults, fences, d.retired.header + d.repairs.header, d.retired.states + d.repairs.states, d.rebuilds.Load()
+	return faults, fences, d.headerRepairs, stateRepairs, d.rebuilds.Load()
 }
 
 // QueuePairs returns the last housekeeping snapshot of the queue pairs.

@@ -74,6 +74,13 @@ func (q *workQueue) pop() *job {
 	if q.closed {
 		return nil
 	}
+	return q.take(q.fairest())
+}
+
+// fairest returns the index in q.waiting of the pair whose job goes next:
+// the fewest jobs running, then the least recently served. With q.mu held
+// and q.waiting not empty.
+func (q *workQueue) fairest() int {
 	best := 0
 	for i, p := range q.waiting[1:] {
 		b := q.waiting[best]
@@ -81,37 +88,27 @@ func (q *workQueue) pop() *job {
 			best = i + 1
 		}
 	}
-	return q.take(best)
+	return best
 }
 
-// preempt is called by a worker between slices of a long job of pair
-// self: it returns the job of a pair that has nothing running and waits
-// for a worker while none is idle (the least recently served such pair),
-// for the worker to serve before it goes on; nil when there is none.
-func (q *workQueue) preempt(self int) *job {
+// preempt is called by a worker between slices of a long job: while no
+// worker is idle, it returns the job of the fairest waiting pair if that
+// pair has nothing running, for the worker to serve before it goes on;
+// nil otherwise.
+func (q *workQueue) preempt() *job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.idle > 0 || q.closed {
+	if q.idle > 0 || q.closed || len(q.waiting) == 0 {
 		return nil
 	}
-	best := -1
-	for i, p := range q.waiting {
-		if p.running != 0 || p == q.pairs[self] {
-			continue
-		}
-		if best < 0 || p.lastStart < q.waiting[best].lastStart {
-			best = i
-		}
+	if best := q.fairest(); q.waiting[best].running == 0 {
+		return q.take(best)
 	}
-	if best < 0 {
-		return nil
-	}
-	return q.take(best)
+	return nil
 }
 
 // take starts the head job of q.waiting[i]. With q.mu held.
-func (q *workQueue) take(i int) *job {
-	best := i
+func (q *workQueue) take(best int) *job {
 	p := q.waiting[best]
 	j := p.jobs[p.head]
 	p.jobs[p.head] = nil

@@ -165,7 +165,8 @@ func (a *Agent) Lost() bool { return a.r.shrunk() }
 
 // Rebuild abandons this agent's pairs (their completions are no longer
 // written), restores the region file's size, and formats the region again
-// with the next generation. Hosts see the generation change and attach
+// with the next generation; the new agent side keeps the counters (faults,
+// fences, repairs). Hosts see the generation change and attach
 // again. Work still in the hands of workers must have finished (or been
 // dropped) before: the new agent's pairs share the windows.
 func (a *Agent) Rebuild() (*Agent, error) {
@@ -177,7 +178,17 @@ func (a *Agent) Rebuild() (*Agent, error) {
 	}
 	cfg := a.cfg
 	cfg.MinGeneration = a.gen + 1
-	return Format(a.r, cfg)
+	b, err := Format(a.r, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The counters go on from where they were: they count over the
+	// agent's life, not one region's.
+	b.headerRepairs = a.headerRepairs
+	for i, q := range a.qps {
+		b.qps[i].faults, b.qps[i].fences, b.qps[i].repairs = q.faults, q.fences, q.repairs
+	}
+	return b, nil
 }
 
 // Region returns the mapping the agent formatted.
@@ -212,7 +223,7 @@ func (a *Agent) Housekeep(now time.Time) (changed []*AgentQP) {
 		if w, want := q.w(qState), q.stateWord(); w != want {
 			q.regionShowed = fmt.Sprintf("state word %#x (%s, generation %d)", w, stateState(w), stateGen(w))
 			q.repairs++
-			q.set(qState, want)
+			q.publishState()
 		}
 		q.set(qAgentBeat, a.beat)
 	}
