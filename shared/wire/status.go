@@ -31,6 +31,7 @@ const (
 	StatusFaulted     Status = 10 // the queue pair is faulted and must be reset
 	StatusClosed      Status = 11 // the client was closed
 	StatusReadOnly    Status = 12 // the store refuses writes after a failed disk write, until the agent restarts
+	StatusDenied      Status = 13 // the agent wants the operator's token, or another one (host side: the agent closes the connection)
 
 	StatusBusy        Status = RetryableBit | 1 // resources exhausted for now
 	StatusRestarted   Status = RetryableBit | 2 // the agent restarted; re-attach and retry
@@ -54,6 +55,7 @@ var statusNames = map[Status]string{
 	StatusFaulted:     "queue pair faulted",
 	StatusClosed:      "closed",
 	StatusReadOnly:    "writes refused after a failed disk write",
+	StatusDenied:      "not authenticated",
 	StatusBusy:        "busy",
 	StatusRestarted:   "agent restarted",
 	StatusUnavailable: "unavailable",
