@@ -2,8 +2,10 @@ package dpu
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,7 +39,9 @@ type Agent struct {
 	services []Service
 	envs     []*Env // one per service, same order
 	shared   Shared
-	mux      *http.ServeMux
+	mux      *Mux
+	guard    *mgmtGuard
+	mgmtTLS  *tls.Config // nil: plain HTTP
 	registry *prometheus.Registry
 
 	started  time.Time
@@ -123,6 +127,9 @@ func (a *Agent) Status() api.Status {
 	a.mu.Lock()
 	st.Platform, st.Profile = a.platform, a.profile
 	a.mu.Unlock()
+	st.Access = api.Access{Token: a.shared.Token != "", TokenFile: a.cfg.Agent.TokenFile,
+		MgmtTLS: a.mgmtTLS != nil, MgmtClientCerts: a.mgmtTLS != nil && a.mgmtTLS.ClientCAs != nil,
+		MgmtOpen: a.cfg.Agent.mgmtOpen(), Insecure: a.shared.insecureListeners()}
 	if a.cfg.Agent.Shm != Off {
 		st.Region = a.cfg.Agent.Shm
 		st.RegionSize, _ = a.geometry.Size()
@@ -250,6 +257,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := a.credentials(); err != nil {
+		return err
+	}
 
 	// The core's listeners, then every service's resources.
 	env := &Env{Log: a.log, StateDir: c.StateDir, Shared: &a.shared, Version: Version, name: "tcp"}
@@ -269,7 +279,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cleanup = append(cleanup, func() { mgmtLn.Close() })
 		a.shared.SetAddr("mgmt", mgmtLn.Addr().String())
 	}
-	a.mux = http.NewServeMux()
+	a.mux = newMux()
 	a.registry = prometheus.NewRegistry()
 	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	cleanup = append(cleanup, stopServices)
@@ -338,9 +348,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var hs *http.Server
 	if mgmtLn != nil {
-		hs = &http.Server{Handler: a.mgmtHandler(), ReadHeaderTimeout: 5 * time.Second}
+		hs = &http.Server{Handler: a.mgmtHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: log.New(limitedWriter{a.disp.limited, "mgmt: connection error"}, "", 0)}
 		a.addCore(api.Service{Name: "mgmt", Addr: mgmtLn.Addr().String(), Served: true})
 		transports.Add(1)
+		if a.mgmtTLS != nil {
+			hs.TLSConfig = a.mgmtTLS
+			mgmtLn = tls.NewListener(mgmtLn, a.mgmtTLS)
+		}
 		go func() { defer transports.Done(); hs.Serve(mgmtLn) }()
 	}
 	a.ready.Store(true)

@@ -71,6 +71,25 @@ type AgentConfig struct {
 	// DPUProfile makes an emulated agent behave like a DPU's Arm side:
 	// "bf2", "bf3" or "none" (default). See package profile.
 	DPUProfile string `toml:"dpu_profile"`
+	// TokenFile holds the operator's bearer token; created with a fresh
+	// one when missing. With a token the management API, the TCP handoff
+	// and (unless it has its own password) RESP require it. Default none.
+	TokenFile string `toml:"token_file"`
+	// MgmtOpen lists read-only management routes served without the
+	// token: "healthz" (/healthz, /readyz) and "metrics" (/metrics),
+	// comma-separated. Default none.
+	MgmtOpen string `toml:"mgmt_open"`
+	// MgmtCert and MgmtKey (PEM files) make the management API serve
+	// HTTPS with this certificate. MgmtClientCA (PEM) then admits clients
+	// whose certificate it signed, as the token does (mutual TLS); a
+	// certificate from another CA fails the TLS handshake.
+	MgmtCert     string `toml:"mgmt_cert"`
+	MgmtKey      string `toml:"mgmt_key"`
+	MgmtClientCA string `toml:"mgmt_client_ca"`
+	// Insecure lets a listener bound beyond loopback (management, TCP
+	// handoff, RESP) serve without credentials. Logged at every start
+	// and reported in /v1/status.
+	Insecure bool `toml:"insecure"`
 	// TestHooks serves POST /v1/debug/fatal, which kills the agent with a
 	// Go fatal error (tests of the supervisor). Never set it in
 	// production.
@@ -127,6 +146,17 @@ func (c *AgentConfig) validate() error {
 	if _, err := profile.Parse(c.DPUProfile); err != nil {
 		return fmt.Errorf("--dpu-profile: %v: %w", err, ErrConfig)
 	}
+	if (c.MgmtCert == "") != (c.MgmtKey == "") {
+		return fmt.Errorf("--mgmt-cert and --mgmt-key go together: %w", ErrConfig)
+	}
+	if c.MgmtClientCA != "" && c.MgmtCert == "" {
+		return fmt.Errorf("--mgmt-client-ca needs --mgmt-cert and --mgmt-key (mutual TLS is TLS first): %w", ErrConfig)
+	}
+	for _, name := range c.mgmtOpen() {
+		if openRoutes[name] == nil {
+			return fmt.Errorf("--mgmt-open %q: want healthz or metrics (comma-separated): %w", name, ErrConfig)
+		}
+	}
 	if c.LeaseTimeout.Duration < 0 {
 		return fmt.Errorf("--lease-timeout %v: negative: %w", c.LeaseTimeout, ErrConfig)
 	}
@@ -148,6 +178,12 @@ func (c *AgentConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", c.Workers, "handler worker goroutines (0: GOMAXPROCS)")
 	fs.IntVar(&c.MaxFrame, "max-frame", c.MaxFrame, "largest TCP frame payload in bytes")
 	fs.StringVar(&c.DPUProfile, "dpu-profile", c.DPUProfile, "behave like a DPU's Arm side: bf2, bf3 or none (own cores, CPU quota, no AVX)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "the operator's bearer token (created when missing): required by mgmt, the TCP handoff and RESP")
+	fs.StringVar(&c.MgmtOpen, "mgmt-open", c.MgmtOpen, "read-only mgmt routes served without the token: healthz, metrics (comma-separated)")
+	fs.StringVar(&c.MgmtCert, "mgmt-cert", c.MgmtCert, "serve the management API over HTTPS with this certificate (PEM)")
+	fs.StringVar(&c.MgmtKey, "mgmt-key", c.MgmtKey, "the private key of --mgmt-cert (PEM)")
+	fs.StringVar(&c.MgmtClientCA, "mgmt-client-ca", c.MgmtClientCA, "admit management clients with a certificate this CA signed (PEM; mutual TLS)")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "let listeners bound beyond loopback serve without credentials")
 	fs.BoolVar(&c.TestHooks, "test-hooks", c.TestHooks, "serve POST /v1/debug/fatal (tests of the supervisor only)")
 }
 
@@ -349,4 +385,15 @@ func checkAddr(flag, addr string) error {
 		return fmt.Errorf("--%s %q: %v: %w", flag, addr, err, ErrConfig)
 	}
 	return nil
+}
+
+// mgmtOpen returns the names in MgmtOpen.
+func (c *AgentConfig) mgmtOpen() []string {
+	var out []string
+	for _, f := range strings.Split(c.MgmtOpen, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package dpu
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,4 +78,17 @@ func (l *limitedLog) Log(level slog.Level, msg string, args ...any) {
 		args = append(args, "suppressed_before", suppressed)
 	}
 	l.log.Log(context.Background(), level, msg, args...)
+}
+
+// limitedWriter is an io.Writer for a log.Logger (http.Server's ErrorLog:
+// failed TLS handshakes, bad requests) that writes each line through the
+// rate limit, as kind.
+type limitedWriter struct {
+	l    *limitedLog
+	kind string
+}
+
+func (w limitedWriter) Write(p []byte) (int, error) {
+	w.l.Log(slog.LevelWarn, w.kind, "err", strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -18,7 +18,7 @@ import (
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed,
+		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed, a.guard.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hec_worker_lone_wait_max_seconds",
 			Help: "The longest a request waited for a worker while it was its queue pair's only work (fair sharing bounds it to one slice of another pair's work)."},
 			func() float64 { return a.disp.LoneWaitMax().Seconds() }))
@@ -59,7 +59,7 @@ func (a *Agent) mgmtHandler() http.Handler {
 			fatal()
 		})
 	}
-	return mux
+	return a.guard.wrap(mux)
 }
 
 // fatal ends the process with a Go fatal error ("sync: unlock of unlocked

@@ -228,7 +228,7 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 // servePeers adds the peer endpoints to mux: GET /v1/peers, and POST
 // /v1/peers/test?peer=ID&pings=N&bytes=B, the round trips and bulk
 // transfer behind hecctl cluster ping.
-func servePeers(mux *http.ServeMux, s *peerService) {
+func servePeers(mux *Mux, s *peerService) {
 	mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, r *http.Request) {
 		if s.node == nil {
 			http.Error(w, "the peer layer is not served (hecd --peer ADDR)", http.StatusNotFound)

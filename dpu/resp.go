@@ -17,7 +17,10 @@ type RESPConfig struct {
 	// Addr is where RESP clients connect. Default 127.0.0.1:6380; "off"
 	// disables it.
 	Addr string `toml:"addr"`
-	// Password, when set, makes clients AUTH first.
+	// Password, when set, makes clients AUTH first (AUTH PASS, or AUTH
+	// default PASS). Default: the operator's token (--token-file) when
+	// one is configured, else none — refused beyond loopback without
+	// --insecure.
 	Password string `toml:"password"`
 }
 
@@ -44,6 +47,12 @@ func (s *respService) Name() string { return "resp" }
 func (s *respService) Open(_ context.Context, env *Env) error {
 	if s.cfg.Addr == Off {
 		return nil
+	}
+	if s.cfg.Password == "" {
+		s.cfg.Password = env.Shared.Token // the default user's password: the operator's token
+	}
+	if err := env.Shared.checkExposed(env.Log, "--resp", s.cfg.Addr, s.cfg.Password != ""); err != nil {
+		return err
 	}
 	ln, err := env.Listen("resp", s.cfg.Addr)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,7 +53,7 @@ type StatusFiller interface {
 type Env struct {
 	Log        *slog.Logger
 	Dispatcher *Dispatcher           // register handoff ops in Open
-	Mux        *http.ServeMux        // register management routes in Open
+	Mux        *Mux                  // register management routes in Open
 	Metrics    prometheus.Registerer // register collectors in Open
 	StateDir   string
 	Shared     *Shared
@@ -161,8 +160,15 @@ type Shared struct {
 	// off).
 	Peer *peer.Node
 
-	mu    sync.Mutex
-	addrs map[string]string
+	// Token is the operator's bearer token ("" when none is configured);
+	// Insecure, the operator's leave to serve beyond loopback without
+	// credentials. Both are set before any service opens.
+	Token    string
+	Insecure bool
+
+	mu       sync.Mutex
+	addrs    map[string]string
+	insecure []string // listeners served beyond loopback without credentials
 
 	written atomic.Pointer[func(key []byte)]
 	seenGET atomic.Pointer[func(key []byte)]

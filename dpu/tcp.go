@@ -6,9 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/hecsys/hec/shared/wire"
 )
+
+// authTimeout bounds a TCP connection's handshake, so a client that
+// sends nothing does not hold a goroutine.
+const authTimeout = 5 * time.Second
 
 // serveTCP serves the handoff over one stream connection: the same
 // descriptors as the region's rings, with the payload inline (the fallback
@@ -20,6 +25,14 @@ import (
 func serveTCP(ctx context.Context, a *Agent, c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+	}
+	if token := a.shared.Token; token != "" {
+		c.SetDeadline(time.Now().Add(authTimeout))
+		if err := wire.AuthAgent(c, []byte(token)); err != nil {
+			a.disp.limited.Log(slog.LevelWarn, "tcp: connection refused: no proof of the token", "remote", c.RemoteAddr().String(), "err", err)
+			return
+		}
+		c.SetDeadline(time.Time{})
 	}
 	fr := wire.NewFrameReader(c, a.cfg.Agent.MaxFrame)
 	for {

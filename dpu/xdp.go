@@ -425,7 +425,7 @@ func (x *xdp) status(talkers int) (api.XDPStatus, error) {
 	return st, nil
 }
 
-func serveXDP(mux *http.ServeMux, s *xdpService) {
+func serveXDP(mux *Mux, s *xdpService) {
 	off := func(w http.ResponseWriter) *xdp {
 		x := s.x.Load()
 		if x == nil {

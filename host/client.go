@@ -107,6 +107,7 @@ func (c *Call) Done() bool { return c.done.Load() }
 type Option func(*options)
 
 type options struct {
+	token        string
 	chunk        int
 	attachWait   time.Duration
 	agentTimeout time.Duration
@@ -116,6 +117,11 @@ type options struct {
 // WithChunk sets the size of the pieces large buffers are split into
 // (default 4 MiB).
 func WithChunk(n int) Option { return func(o *options) { o.chunk = n } }
+
+// WithToken sets the operator's token, which an agent that has one asks
+// for on the TCP handoff (the shared-memory handoff is governed by the
+// region file's permissions instead).
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithAgentTimeout sets how long the agent may show no sign of life before
 // ops in flight fail with wire.StatusUnavailable (default 2s).

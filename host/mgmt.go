@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hecsys/hec/shared/api"
@@ -32,7 +36,22 @@ type Mgmt struct {
 	Addr string
 	// HTTP is the client used (default http.DefaultClient).
 	HTTP *http.Client
+	// Token is the operator's bearer token, sent with every request
+	// ("" sends none: an agent with a token then answers only the routes
+	// it serves openly).
+	Token string
+	// TLS, when set, makes the API HTTPS with this client configuration
+	// (the agent's CA in RootCAs; a client certificate for mutual TLS).
+	// Ignored when HTTP is set: that client's transport is used.
+	TLS *tls.Config
+
+	mu      sync.Mutex
+	tlsHTTP *http.Client
 }
+
+// ErrDenied wraps an answer of 401 or 429: the agent wants the operator's
+// token, another one, or fewer failed attempts from this address.
+var ErrDenied = errors.New("host: not authenticated")
 
 // NewMgmt returns a client of the management API at addr ("" is the
 // local agent's default).
@@ -47,7 +66,47 @@ func (m *Mgmt) client() *http.Client {
 	if m.HTTP != nil {
 		return m.HTTP
 	}
+	if m.TLS != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.tlsHTTP == nil {
+			m.tlsHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: m.TLS}}
+		}
+		return m.tlsHTTP
+	}
 	return http.DefaultClient
+}
+
+func (m *Mgmt) url(path string) string {
+	if m.TLS != nil {
+		return "https://" + m.Addr + path
+	}
+	return "http://" + m.Addr + path
+}
+
+// ClientTLS is the TLS configuration of a client of an agent whose
+// certificate caFile's CA signed (PEM; "" trusts the system's roots),
+// presenting certFile and keyFile when given (mutual TLS).
+func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA %s: no PEM certificate in it", caFile)
+		}
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // Do sends a request to path; an answer other than 2xx is an error wrapping
@@ -61,7 +120,7 @@ func (m *Mgmt) Do(ctx context.Context, method, path string, body any) (*http.Res
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+m.Addr+path, rd)
+	req, err := m.request(ctx, method, path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +134,24 @@ func (m *Mgmt) Do(ctx context.Context, method, path string, body any) (*http.Res
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
+			return nil, fmt.Errorf("%s %s: %s: %s: %w: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrDenied, ErrRefused)
+		}
 		return nil, fmt.Errorf("%s %s: %s: %s: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrRefused)
 	}
 	return resp, nil
+}
+
+// request is a request to path, with the token.
+func (m *Mgmt) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, m.url(path), body)
+	if err != nil {
+		return nil, err
+	}
+	if m.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+m.Token)
+	}
+	return req, nil
 }
 
 func (m *Mgmt) getJSON(ctx context.Context, path string, v any) error {
@@ -149,7 +223,7 @@ func (m *Mgmt) Peers(ctx context.Context) ([]api.PeerStatus, error) {
 func (m *Mgmt) TestPeer(ctx context.Context, peer uint32, pings int, bytes int64) (api.LinkTest, error) {
 	var r api.LinkTest
 	path := fmt.Sprintf("/v1/peers/test?peer=%d&pings=%d&bytes=%d", peer, pings, bytes)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.Addr+path, nil)
+	req, err := m.request(ctx, http.MethodPost, path, nil)
 	if err != nil {
 		return r, err
 	}

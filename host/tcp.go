@@ -3,8 +3,10 @@ package host
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -47,10 +49,54 @@ func (t *tcpTransport) dial(ctx context.Context) error {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	if err := t.authenticate(ctx, c); err != nil {
+		c.Close()
+		return err
+	}
 	t.conn = c
 	go t.read(c)
 	return nil
 }
+
+// authenticate proves the token to an agent (its challenge comes first
+// on the connection) and checks the agent's proof. Without a token there
+// is nothing to do: an agent that wants one sends its challenge, which
+// the reader recognises (sniffer) and reports.
+func (t *tcpTransport) authenticate(ctx context.Context, c net.Conn) error {
+	if t.o.token == "" {
+		return nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	defer c.SetDeadline(time.Time{})
+	if err := wire.AuthHost(c, []byte(t.o.token)); err != nil {
+		return fmt.Errorf("connect %s: %v: %w", t.addr, err, wire.StatusDenied)
+	}
+	return nil
+}
+
+// sniffer keeps the first bytes read from a connection, so a reader that
+// fails can tell an agent's challenge (it wants a token) from a broken
+// stream.
+type sniffer struct {
+	r     io.Reader
+	first [len(wire.AuthMagic)]byte
+	n     int
+}
+
+func (s *sniffer) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if s.n < len(s.first) {
+		s.n += copy(s.first[s.n:], p[:n])
+	}
+	return n, err
+}
+
+// challenged reports whether the stream began with an agent's challenge.
+func (s *sniffer) challenged() bool { return s.n == len(s.first) && s.first == wire.AuthMagic }
 
 func (t *tcpTransport) String() string { return "tcp://" + t.addr }
 func (t *tcpTransport) window() int    { return maxTCPOp }
@@ -106,7 +152,8 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 // call still pending fails with StatusUnavailable (retryable), and the next
 // submit dials again.
 func (t *tcpTransport) read(c net.Conn) {
-	fr := wire.NewFrameReader(c, maxTCPOp)
+	sn := &sniffer{r: c}
+	fr := wire.NewFrameReader(sn, maxTCPOp)
 	for {
 		d, payload, err := fr.Next()
 		if err != nil {
@@ -116,6 +163,10 @@ func (t *tcpTransport) read(c net.Conn) {
 			}
 			t.wmu.Unlock()
 			c.Close()
+			if t.o.token == "" && sn.challenged() {
+				t.failAll(fmt.Errorf("host: the agent at %s requires the operator's token (host.WithToken; hecctl reads --token-file or HEC_TOKEN): %w", t.addr, wire.StatusDenied))
+				return
+			}
 			t.failAll(fmt.Errorf("host: connection to %s: %v: %w", t.addr, err, wire.StatusUnavailable))
 			return
 		}

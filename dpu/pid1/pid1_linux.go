@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -86,7 +88,11 @@ func Run(log *slog.Logger) error {
 		log.Error("state disk: running without persistent state", "err", err)
 		stateDir = "/run/hec"
 	}
-	args = append(args, "--state-dir", stateDir)
+	// The operator's token: on the state disk, so it outlives reboots;
+	// the agent makes it on first boot (the QEMU harness puts its own
+	// there before), and refuses the network without it.
+	tokenFile := filepath.Join(stateDir, "token")
+	args = append(args, "--state-dir", stateDir, "--token-file", tokenFile)
 	if path, err := findIvshmem(); err != nil {
 		log.Error("no ivshmem region: the shared-memory handoff is off", "err", err)
 		args = append(args, "--shm", "off")
@@ -98,7 +104,7 @@ func Run(log *slog.Logger) error {
 	log.Info("init done", "took", time.Since(start).Round(time.Millisecond))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	s := &supervisor{log: log, args: args, children: children}
+	s := &supervisor{log: log, args: args, children: children, tokenFile: tokenFile}
 	s.run(ctx)
 	stop()
 	log.Info("powering off")
@@ -109,9 +115,10 @@ func Run(log *slog.Logger) error {
 }
 
 type supervisor struct {
-	log      *slog.Logger
-	args     []string
-	children *children
+	log       *slog.Logger
+	args      []string
+	children  *children
+	tokenFile string // the agent's: its /healthz wants the token too
 }
 
 // run keeps the agent running until ctx ends, then stops it.
@@ -197,7 +204,7 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 			}
 			return 0, true
 		case <-tick.C:
-			err := probe(client)
+			err := probe(client, s.tokenFile)
 			switch {
 			case err == nil:
 				healthy, failing = true, time.Time{}
@@ -213,8 +220,15 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 	}
 }
 
-func probe(c *http.Client) error {
-	resp, err := c.Get("http://127.0.0.1:" + strconv.Itoa(api.PortMgmt) + "/healthz")
+func probe(c *http.Client, tokenFile string) error {
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(api.PortMgmt)+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(tokenFile); err == nil { // made by the agent on first boot
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,24 @@ type Status struct {
 	// NodeID and Peers: the peer layer, when served.
 	NodeID uint32       `json:"node_id,omitempty"`
 	Peers  []PeerStatus `json:"peers,omitempty"`
+	// Access is who may talk to the agent.
+	Access Access `json:"access"`
+}
+
+// Access is how the agent admits clients: Token when the operator's
+// bearer token is required (management API, TCP handoff, RESP without a
+// password of its own), kept in TokenFile; MgmtOpen, the read-only
+// management routes served without it; Insecure, the listeners served
+// beyond loopback without credentials because the operator said so.
+type Access struct {
+	Token     bool   `json:"token"`
+	TokenFile string `json:"token_file,omitempty"`
+	// MgmtTLS: the management API serves HTTPS; MgmtClientCerts: a
+	// client certificate from its CA admits, as the token does.
+	MgmtTLS         bool     `json:"mgmt_tls,omitempty"`
+	MgmtClientCerts bool     `json:"mgmt_client_certs,omitempty"`
+	MgmtOpen        []string `json:"mgmt_open,omitempty"`
+	Insecure        []string `json:"insecure,omitempty"`
 }
 
 // Service is one configured service or transport: where it listens and

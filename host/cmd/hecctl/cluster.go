@@ -119,7 +119,7 @@ func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
 	var nodes []clusterNode
 	for _, n := range st.Nodes {
 		cn := clusterNode{Node: n, Agent: n.Agent(), Mgmt: n.Mgmt()}
-		m := &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(st.Switch)}
+		m := &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(st.Switch), Token: n.Token()}
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if s, err := m.Status(sctx); err == nil {
 			cn.Peers = s.Peers

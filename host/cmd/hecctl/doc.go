@@ -45,6 +45,10 @@
 //
 //	--agent          the agent: shm:///dev/shm/NAME, tcp://HOST:PORT, a path or HOST:PORT ($HEC_AGENT; default shm:///dev/shm/hec0)
 //	--mgmt           its management API, HOST:PORT ($HEC_MGMT; default from --agent, else 127.0.0.1:7600)
+//	--mgmt-ca        the management API is HTTPS, its certificate signed by this CA (PEM)
+//	--mgmt-cert      client certificate for the management API (PEM; mutual TLS; implies HTTPS)
+//	--mgmt-key       the private key of --mgmt-cert (PEM)
 //	-o, --output     output format: text or json
+//	--token-file     the operator's token for the agent ($HEC_TOKEN_FILE, or the token itself in $HEC_TOKEN; default the VM's or cluster's, for agents hecctl started)
 //	-v, --verbose    on failure, print the whole error chain
 package main

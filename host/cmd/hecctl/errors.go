@@ -7,6 +7,7 @@ import (
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // explain turns an error into an exit code and one line: what was tried,
@@ -20,6 +21,14 @@ func explain(err error, a *app) (int, string) {
 		code, line = exitUsage, firstLine(err)+" (see hecctl --help)"
 	case errors.As(err, &ue):
 		code, line = exitUsage, ue.Error()+" (see hecctl --help)"
+	case errors.Is(err, host.ErrDenied) || errors.Is(err, wire.StatusDenied):
+		code = exitRefused
+		line = strings.TrimSuffix(strings.TrimSuffix(firstLine(err), ": "+host.ErrRefused.Error()), ": "+host.ErrDenied.Error())
+		if a.tok == "" {
+			line += " (no token given: --token-file FILE, $HEC_TOKEN_FILE or $HEC_TOKEN)"
+		} else {
+			line += " (the token given was refused)"
+		}
 	case errors.As(err, &un):
 		code = exitUnreachable
 		line = fmt.Sprintf("no agent at %s (%s): %s", strings.TrimPrefix(un.target, "shm://"), rootCause(un.err), hintFor(un.target))

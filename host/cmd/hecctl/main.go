@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,13 +29,19 @@ const (
 type app struct {
 	agentFlag string // --agent, or $HEC_AGENT
 	mgmtFlag  string // --mgmt, or $HEC_MGMT
-	output    string // -o: text or json
-	verbose   bool   // -v: the whole error chain
-	out       io.Writer
+	tokenFlag string // --token-file, or $HEC_TOKEN_FILE
+	// --mgmt-ca, --mgmt-cert, --mgmt-key: the management API over HTTPS
+	// (mutual TLS with a certificate).
+	caFlag, certFlag, keyFlag string
+	output                    string // -o: text or json
+	verbose                   bool   // -v: the whole error chain
+	out                       io.Writer
 
 	// Resolved by target() from the flags, the environment and the
 	// records of VMs and clusters.
 	agent, mgmt string
+	tok         string      // the operator's token for them ("" none)
+	tls         *tls.Config // the management API's TLS (nil: plain HTTP)
 }
 
 func main() {
@@ -98,6 +105,10 @@ Exit codes: 0 done, 1 the operation failed, 2 a usage error,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.agentFlag, "agent", os.Getenv("HEC_AGENT"), "the agent: shm:///dev/shm/NAME, tcp://HOST:PORT, a path or HOST:PORT ($HEC_AGENT; default shm:///dev/shm/hec0)")
 	pf.StringVar(&a.mgmtFlag, "mgmt", os.Getenv("HEC_MGMT"), "its management API, HOST:PORT ($HEC_MGMT; default from --agent, else 127.0.0.1:7600)")
+	pf.StringVar(&a.tokenFlag, "token-file", os.Getenv("HEC_TOKEN_FILE"), "the operator's token for the agent ($HEC_TOKEN_FILE, or the token itself in $HEC_TOKEN; default the VM's or cluster's, for agents hecctl started)")
+	pf.StringVar(&a.caFlag, "mgmt-ca", "", "the management API is HTTPS, its certificate signed by this CA (PEM)")
+	pf.StringVar(&a.certFlag, "mgmt-cert", "", "client certificate for the management API (PEM; mutual TLS; implies HTTPS)")
+	pf.StringVar(&a.keyFlag, "mgmt-key", "", "the private key of --mgmt-cert (PEM)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "on failure, print the whole error chain")
 	root.AddCommand(statusCmd(a), pingCmd(a), checksumCmd(a), railsCmd(a), metricsCmd(a), kvCmd(a), inspectCmd(a),

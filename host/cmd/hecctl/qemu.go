@@ -96,7 +96,9 @@ func qemuCmd(a *app) *cobra.Command {
 
 // printVM says where a VM's services are.
 func printVM(out io.Writer, vm *qemu.VM) {
-	fmt.Fprintf(out, "  hecctl:     --agent %s   (or --agent tcp://%s; the management address follows)\n", vm.Agent, vm.TCP)
-	fmt.Fprintf(out, "  management: http://%s\n  RESP:       %s (redis-cli -h %s -p %s)\n  UDP GET:    %s\n  state:      %s\n",
-		vm.Mgmt, vm.RESP, hostOf(vm.RESP), portOf(vm.RESP), vm.UDP, vm.StateDir)
+	fmt.Fprintf(out, "  hecctl:     --agent %s   (or --agent tcp://%s; the management address and the token follow)\n", vm.Agent, vm.TCP)
+	fmt.Fprintf(out, "  token:      %s (the operator's; management, TCP handoff and RESP require it)\n", vm.TokenFile)
+	fmt.Fprintf(out, "  management: http://%s (curl -H \"Authorization: Bearer $(cat %s)\" ...)\n", vm.Mgmt, vm.TokenFile)
+	fmt.Fprintf(out, "  RESP:       %s (REDISCLI_AUTH=$(cat %s) redis-cli -h %s -p %s)\n  UDP GET:    %s\n  state:      %s\n",
+		vm.RESP, vm.TokenFile, hostOf(vm.RESP), portOf(vm.RESP), vm.UDP, vm.StateDir)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,16 @@ func (a *app) resolve() error {
 		return usageError{fmt.Errorf("--mgmt %q: want HOST:PORT", mgmt)}
 	}
 	a.agent, a.mgmt = agent, mgmt
+	tok, err := a.token()
+	if err != nil {
+		return err
+	}
+	a.tok = tok
+	if a.caFlag != "" || a.certFlag != "" || a.keyFlag != "" {
+		if a.tls, err = host.ClientTLS(a.caFlag, a.certFlag, a.keyFlag); err != nil {
+			return usageError{fmt.Errorf("--mgmt-ca, --mgmt-cert, --mgmt-key: %w", err)}
+		}
+	}
 	return nil
 }
 
@@ -64,19 +75,45 @@ func parseTarget(s string) (string, error) {
 
 // records are the agents hecctl knows of: VMs it booted, nodes of test
 // clusters.
-type record struct{ agent, tcp, mgmt string }
+type record struct{ agent, tcp, mgmt, tokenFile string }
 
 func records() []record {
 	var out []record
 	for _, vm := range qemu.List() {
-		out = append(out, record{agent: vm.Agent, tcp: "tcp://" + vm.TCP, mgmt: vm.Mgmt})
+		out = append(out, record{agent: vm.Agent, tcp: "tcp://" + vm.TCP, mgmt: vm.Mgmt, tokenFile: vm.TokenFile})
 	}
 	for _, st := range cluster.List() {
 		for _, n := range st.Nodes {
-			out = append(out, record{agent: n.Agent(), tcp: "tcp://" + n.TCP(), mgmt: n.Mgmt()})
+			out = append(out, record{agent: n.Agent(), tcp: "tcp://" + n.TCP(), mgmt: n.Mgmt(), tokenFile: st.Token})
 		}
 	}
 	return out
+}
+
+// token is the operator's token for the resolved agent: --token-file
+// (or $HEC_TOKEN_FILE), $HEC_TOKEN, else the record of the VM or cluster
+// node hecctl started there; "" when none applies.
+func (a *app) token() (string, error) {
+	file := a.tokenFlag
+	if file == "" {
+		if t := strings.TrimSpace(os.Getenv("HEC_TOKEN")); t != "" {
+			return t, nil
+		}
+		for _, r := range records() {
+			if r.mgmt == a.mgmt || r.agent == a.agent || r.tcp == a.agent {
+				file = r.tokenFile
+				break
+			}
+		}
+		if file == "" {
+			return "", nil
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--token-file: %w", err)}
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func mgmtFor(agent string) string {
@@ -118,14 +155,19 @@ func tcpTarget(t string) (string, string, bool) {
 	return h, p, err == nil
 }
 
-// client is the management API client of the resolved agent.
-func (a *app) client() *host.Mgmt { return host.NewMgmt(a.mgmt) }
+// client is the management API client of the resolved agent, with its
+// token.
+func (a *app) client() *host.Mgmt {
+	m := host.NewMgmt(a.mgmt)
+	m.Token, m.TLS = a.tok, a.tls
+	return m
+}
 
 // dial attaches to the resolved agent's handoff.
 func (a *app) dial(ctx context.Context) (*host.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := host.Dial(dctx, a.agent)
+	c, err := host.Dial(dctx, a.agent, host.WithToken(a.tok))
 	if err != nil {
 		return nil, unreachable{target: a.agent, err: err}
 	}
