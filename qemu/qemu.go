@@ -2,6 +2,8 @@ package qemu
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -50,6 +53,10 @@ type Options struct {
 	HTTP                *http.Client
 	// Progress, when set, is told each stage of the boot, a line each.
 	Progress io.Writer
+	// Token is the operator's token the agent is to hold (a test
+	// cluster's, shared by its nodes). Default: the VM's own, made on
+	// its first boot and kept in StateDir/token.
+	Token string
 }
 
 func (o Options) withDefaults() Options {
@@ -102,6 +109,7 @@ type VM struct {
 	Shm       string        `json:"shm"`
 	StateDir  string        `json:"state_dir"`
 	Console   string        `json:"console"`
+	TokenFile string        `json:"token_file"`   // the operator's token the agent holds
 	BootTime  time.Duration `json:"boot_time_ns"` // QEMU start to /readyz
 	StartedAt time.Time     `json:"started_at"`
 }
@@ -146,6 +154,10 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	}
 	disk := filepath.Join(o.StateDir, "disk.img")
 	if err := ensureDisk(ctx, disk, o.DiskSize); err != nil {
+		return nil, err
+	}
+	tokenFile := filepath.Join(o.StateDir, "token")
+	if err := ensureToken(ctx, disk, tokenFile, o.Token); err != nil {
 		return nil, err
 	}
 	if err := ensureShm(o.Shm, o.ShmSize); err != nil {
@@ -195,7 +207,7 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	}
 	vm := &VM{Name: o.Name, PID: cmd.Process.Pid, Agent: "shm://" + o.Shm, Mgmt: fmt.Sprintf("127.0.0.1:%d", o.MgmtPort),
 		TCP: fmt.Sprintf("127.0.0.1:%d", o.TCPPort), RESP: fmt.Sprintf("127.0.0.1:%d", o.RESPPort),
-		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, StartedAt: start}
+		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, TokenFile: tokenFile, StartedAt: start}
 	client := &http.Client{Timeout: time.Second}
 	if o.Tap != "" {
 		ip, _, _ := strings.Cut(o.GuestIP, "/")
@@ -214,7 +226,7 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "qemu: started (pid %d), console %s\n", vm.PID, console)
 	}
-	if err := waitReady(ctx, client, vm.Mgmt, o.ReadyTimeout, exited, stages(console, o.Progress)); err != nil {
+	if err := waitReady(ctx, client, vm.Mgmt, vm.Token(), o.ReadyTimeout, exited, stages(console, o.Progress)); err != nil {
 		cmd.Process.Kill()
 		<-exited
 		tail, _ := os.ReadFile(console)
@@ -257,11 +269,18 @@ func stages(console string, w io.Writer) func() {
 	}
 }
 
-func waitReady(ctx context.Context, client *http.Client, mgmt string, timeout time.Duration, exited <-chan error, progress func()) error {
+func waitReady(ctx context.Context, client *http.Client, mgmt, token string, timeout time.Duration, exited <-chan error, progress func()) error {
 	deadline := time.Now().Add(timeout)
+	req, err := http.NewRequest(http.MethodGet, "http://"+mgmt+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	for {
 		progress()
-		if resp, err := client.Get("http://" + mgmt + "/readyz"); err == nil {
+		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -305,6 +324,60 @@ func ensureDisk(ctx context.Context, path string, size int64) error {
 		return fmt.Errorf("format state disk: %v: %s", err, out)
 	}
 	return os.Rename(tmp, path)
+}
+
+// ensureToken makes the state disk at disk hold the operator's token the
+// harness keeps in file: the one given, else the harness's copy, else the
+// one the agent made on an earlier boot (read off the disk), else a new
+// one. The agent (as process 1, --token-file on its state disk) reads it
+// from there; a DPU without this harness makes its own on first boot.
+func ensureToken(ctx context.Context, disk, file, token string) error {
+	debugfs, err := exec.LookPath("debugfs")
+	if err != nil {
+		return fmt.Errorf("debugfs not found (apt-get install e2fsprogs): %w", err)
+	}
+	if token == "" {
+		if b, err := os.ReadFile(file); err == nil {
+			token = strings.TrimSpace(string(b))
+		}
+	}
+	if token == "" {
+		out, _ := exec.CommandContext(ctx, debugfs, "-R", "cat /token", disk).Output()
+		if t := strings.TrimSpace(string(out)); len(t) >= 16 && !strings.ContainsAny(t, " \n") {
+			token = t
+		}
+	}
+	if token == "" {
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return err
+		}
+		token = hex.EncodeToString(raw[:])
+	}
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("token: %w", err)
+	}
+	os.Chmod(file, 0o600)
+	exec.CommandContext(ctx, debugfs, "-w", "-R", "rm /token", disk).Run() // absent on a new disk
+	if out, err := exec.CommandContext(ctx, debugfs, "-w", "-R", "write "+file+" /token", disk).CombinedOutput(); err != nil {
+		return fmt.Errorf("put the token on the state disk: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Client is a client of the VM's management API, with its token.
+func (vm *VM) Client() *host.Mgmt { return &host.Mgmt{Addr: vm.Mgmt, Token: vm.Token()} }
+
+// Token is the operator's token the VM's agent holds ("" if unknown).
+func (vm *VM) Token() string {
+	if vm.TokenFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(vm.TokenFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func ensureShm(path string, size int64) error {
@@ -424,10 +497,9 @@ func (vm *VM) Down(ctx context.Context, timeout time.Duration) error {
 	if !vm.alive() {
 		return nil
 	}
-	client := &http.Client{Timeout: 2 * time.Second}
-	if resp, err := client.Post("http://"+vm.Mgmt+"/v1/poweroff", "text/plain", nil); err == nil {
-		resp.Body.Close()
-	}
+	m := vm.Client()
+	m.HTTP = &http.Client{Timeout: 2 * time.Second}
+	m.PowerOff(ctx) // with the VM's token; on failure, the kill below
 	deadline := time.Now().Add(timeout)
 	for vm.alive() {
 		if time.Now().After(deadline) || ctx.Err() != nil {

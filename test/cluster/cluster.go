@@ -60,6 +60,9 @@ type Node struct {
 	PID   int    `json:"pid"`  // its agent, or its VM's QEMU
 	Rate  string `json:"rate,omitempty"`
 	VM    bool   `json:"vm,omitempty"` // an arm64 VM on the bridge; NS is then the switch's
+	// TokenFile holds the operator's token its agent requires (the
+	// cluster's: every node has the same).
+	TokenFile string `json:"token_file,omitempty"`
 }
 
 // Mgmt is the node agent's management address (reachable inside the
@@ -80,11 +83,21 @@ func (n Node) TCP() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.Po
 
 // Env is the environment that makes hecctl (and host.Dial users reading
 // it) reach the node's agent with no flags.
-func (n Node) Env() []string { return []string{"HEC_AGENT=" + n.Agent(), "HEC_MGMT=" + n.Mgmt()} }
+func (n Node) Env() []string {
+	return []string{"HEC_AGENT=" + n.Agent(), "HEC_MGMT=" + n.Mgmt(), "HEC_TOKEN_FILE=" + n.TokenFile}
+}
+
+// Token is the operator's token the node's agent requires.
+func (n Node) Token() string {
+	b, _ := os.ReadFile(n.TokenFile)
+	return strings.TrimSpace(string(b))
+}
 
 // Client is a client of the node's management API, connecting from
 // inside its namespace.
-func (n Node) Client() *host.Mgmt { return &host.Mgmt{Addr: n.Mgmt(), HTTP: Client(n.NS)} }
+func (n Node) Client() *host.Mgmt {
+	return &host.Mgmt{Addr: n.Mgmt(), HTTP: Client(n.NS), Token: n.Token()}
+}
 
 // Peer is the node agent's peer address.
 func (n Node) Peer() string { return net.JoinHostPort(n.Addr, strconv.Itoa(api.PortPeer)) }
@@ -99,6 +112,7 @@ type State struct {
 	Etcd       string   `json:"etcd,omitempty"`
 	EtcdPID    int      `json:"etcd_pid,omitempty"`
 	Key        string   `json:"cluster_key_file"`
+	Token      string   `json:"token_file"` // the operator's token, every node's
 	XDP        string   `json:"xdp,omitempty"`
 	AgentArgs  []string `json:"agent_args,omitempty"`
 	Nodes      []Node   `json:"nodes"`
@@ -176,7 +190,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return nil, err
 	}
 	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs,
-		Key: filepath.Join(o.StateDir, "cluster.key")}
+		Key: filepath.Join(o.StateDir, "cluster.key"), Token: filepath.Join(o.StateDir, "token")}
 	defer func() {
 		if err != nil {
 			Down(o.Name, o.StateDir, o.Log)
@@ -185,6 +199,11 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	var key [32]byte
 	rand.Read(key[:])
 	if err := os.WriteFile(st.Key, []byte(hex.EncodeToString(key[:])), 0o600); err != nil {
+		return nil, err
+	}
+	var token [32]byte
+	rand.Read(token[:])
+	if err := os.WriteFile(st.Token, []byte(hex.EncodeToString(token[:])+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	// The switch: a namespace holding the bridge.
@@ -346,7 +365,8 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := []string{hecd,
+	n.TokenFile = st.Token
+	args := []string{hecd, "--token-file", st.Token,
 		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(16 << 20),
 		"--tcp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortTCP)), "--mgmt", n.Mgmt(),
 		"--resp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRESP)), "--udp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortUDP)),
@@ -377,7 +397,12 @@ func startVM(ctx context.Context, st *State, n *Node, bundle, members string, lo
 	} else {
 		args += " hec.peers=" + members
 	}
-	vm, err := qemu.Up(ctx, qemu.Options{Name: fmt.Sprintf("hec-%s-%d", st.Name, n.Index), Bundle: bundle,
+	n.TokenFile = st.Token
+	token, err := os.ReadFile(st.Token)
+	if err != nil {
+		return err
+	}
+	vm, err := qemu.Up(ctx, qemu.Options{Name: fmt.Sprintf("hec-%s-%d", st.Name, n.Index), Bundle: bundle, Token: strings.TrimSpace(string(token)),
 		StateDir: filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index)), Shm: fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index),
 		ShmSize: 16 << 20, MemoryMB: 512, CPUs: 1, NetNS: st.Switch, Tap: "v" + strconv.Itoa(n.Index), GuestIP: n.Addr + "/24",
 		KernelArgs: args, HTTP: clientTimeout(st.Switch, time.Second), ReadyTimeout: 90 * time.Second})

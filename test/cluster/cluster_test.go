@@ -3,11 +3,9 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,15 +54,13 @@ func TestEightNodesUpAndDown(t *testing.T) {
 	}
 	t.Cleanup(func() { Down(name, dir, nil) })
 	// Each node pings the next (a ring), and 1 sends to 2 and to 8.
-	hc := Client(st.Nodes[0].NS)
+	m := st.Nodes[0].Client()
 	for _, to := range []int{2, 8} {
-		resp, err := hc.Post("http://"+st.Nodes[0].Mgmt()+"/v1/peers/test?peer="+itoa(to)+"&pings=10&bytes=16777216", "", nil)
+		lt, err := m.TestPeer(context.Background(), uint32(to), 10, 16<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r PairResult
-		json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
+		r := PairResult{From: 1, To: to, LinkTest: lt}
 		if r.Error != "" || r.GBPerSec <= 0 {
 			t.Fatalf("1 → %d: %+v", to, r)
 		}
@@ -129,18 +125,13 @@ func TestClusterEtcdMembership(t *testing.T) {
 	}
 	t.Cleanup(func() { Down(name, dir, nil) })
 	members := func() map[int]bool {
-		resp, err := Client(st.Nodes[0].NS).Get("http://" + st.Nodes[0].Mgmt() + "/v1/peers")
+		ps, err := st.Nodes[0].Client().Peers(context.Background())
 		if err != nil {
 			return nil
 		}
-		defer resp.Body.Close()
-		var ps []struct {
-			ID int `json:"id"`
-		}
-		json.NewDecoder(resp.Body).Decode(&ps)
 		m := map[int]bool{}
 		for _, p := range ps {
-			m[p.ID] = true
+			m[int(p.ID)] = true
 		}
 		return m
 	}
@@ -150,5 +141,3 @@ func TestClusterEtcdMembership(t *testing.T) {
 	testutil.WaitFor(t, 15*time.Second, "member set", func() bool { return !members()[3] })
 	t.Logf("node 3 killed: gone from node 1's member set after %v", time.Since(t0).Round(100*time.Millisecond))
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +64,7 @@ func xdpCluster(t *testing.T, name, mode string, args ...string) *cluster.State 
 // mgmtFromSwitch is a client of node n's management API from the
 // switch's namespace (not node 1's, which the allow-list tests deny).
 func mgmtFromSwitch(st *cluster.State, n int) *host.Mgmt {
-	return &host.Mgmt{Addr: st.Nodes[n].Mgmt(), HTTP: cluster.Client(st.Switch)}
+	return st.Nodes[n].Client()
 }
 
 func xdpStatus(t *testing.T, st *cluster.State, n int) api.XDPStatus {
@@ -156,7 +157,7 @@ func (g *udpGetter) getInBackground(key string, gap time.Duration) (stop func())
 
 func respIn(t *testing.T, st *cluster.State, n int) *redis.Client {
 	ns := st.Nodes[0].NS
-	rc := redis.NewClient(&redis.Options{Addr: st.Nodes[n].Addr + ":6380", Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	rc := redis.NewClient(&redis.Options{Addr: st.Nodes[n].Addr + ":6380", Password: st.Nodes[n].Token(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return cluster.DialIn(ctx, ns, network, addr)
 	}})
 	t.Cleanup(func() { rc.Close() })
@@ -207,7 +208,7 @@ func TestXDPOnVeth(t *testing.T) {
 			if classOf(after, "resp").Packets == 0 || classOf(after, "mgmt").Packets == 0 {
 				t.Errorf("resp or mgmt traffic not counted: %+v", after.Classes)
 			}
-			mresp, err := cluster.Client(st.Switch).Get("http://" + st.Nodes[1].Mgmt() + "/metrics")
+			mresp, err := st.Nodes[1].Client().Do(context.Background(), http.MethodGet, "/metrics", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,8 +285,10 @@ func inspectPcap(t *testing.T, st *cluster.State, g *udpGetter) {
 	bin := testutil.Hecctl(t)
 	stop := g.getInBackground("hot", 2*time.Millisecond)
 	pcap := filepath.Join(t.TempDir(), "x.pcap")
-	out, err := exec.Command("ip", "netns", "exec", st.Switch, bin, "inspect", "--mgmt", st.Nodes[1].Mgmt(),
-		"--pcap", pcap, "--seconds", "1", "--snap", "128").CombinedOutput()
+	inspect := exec.Command("ip", "netns", "exec", st.Switch, bin, "inspect", "--mgmt", st.Nodes[1].Mgmt(),
+		"--pcap", pcap, "--seconds", "1", "--snap", "128")
+	inspect.Env = append(os.Environ(), "HEC_TOKEN_FILE="+st.Token) // the cluster's state is in the test's own directory
+	out, err := inspect.CombinedOutput()
 	stop()
 	if err != nil {
 		t.Fatalf("hecctl inspect --pcap: %v\n%s", err, out)

@@ -2,11 +2,15 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
@@ -76,6 +80,19 @@ func TestTwoVMsFromAnyDirectory(t *testing.T) {
 		if _, err := hecctl(t.TempDir(), "ping", "--agent", vm.Agent, "--n", "20"); err != nil {
 			t.Fatalf("ping --agent %s: %v", vm.Agent, err)
 		}
+		// Over the network the agent asks for the token, which hecctl
+		// takes from the VM's record; others are refused.
+		if _, err := hecctl(t.TempDir(), "ping", "--agent", "tcp://"+vm.TCP, "--n", "20"); err != nil {
+			t.Fatalf("ping --agent tcp://%s: %v", vm.TCP, err)
+		}
+		if resp, err := http.Post("http://"+vm.Mgmt+"/v1/poweroff", "text/plain", nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("POST /v1/poweroff without the token: %v %v, want 401", resp, err)
+		}
+		rc := redis.NewClient(&redis.Options{Addr: vm.RESP, MaxRetries: -1})
+		if err := rc.Set(context.Background(), "a", "b", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Fatalf("RESP SET without AUTH: %v, want NOAUTH", err)
+		}
+		rc.Close()
 	}
 	for _, vm := range vms {
 		if _, err := hecctl(t.TempDir(), "qemu", "down", "--name", vm.Name); err != nil {
@@ -83,6 +100,11 @@ func TestTwoVMsFromAnyDirectory(t *testing.T) {
 		}
 		if vm.Running() {
 			t.Errorf("VM %s still runs after qemu down returned", vm.Name)
+		}
+		// Down powered it off through the API (with the token), not by
+		// killing QEMU.
+		if console, _ := os.ReadFile(vm.Console); !strings.Contains(string(console), "powering off") {
+			t.Errorf("VM %s: qemu down did not power it off cleanly:\n%s", vm.Name, console)
 		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
 )
 
@@ -69,7 +68,7 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := redis.NewClient(&redis.Options{Addr: vm.RESP, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+				c := redis.NewClient(&redis.Options{Addr: vm.RESP, Password: vm.Token(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 				defer c.Close()
 				for seq := uint64(cut)<<32 | 1; ; {
 					select {
@@ -110,7 +109,7 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 				}
 			}()
 		}
-		m := host.NewMgmt(vm.Mgmt)
+		m := vm.Client()
 		start := time.Now()
 		for {
 			n, ok, err := m.Metric(ctx, "hec_kv_checkpoints_total")
@@ -130,7 +129,7 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 		if vm, err = qemu.Up(ctx, o); err != nil {
 			t.Fatalf("boot after cut %d: %v", cut, err)
 		}
-		c := redis.NewClient(&redis.Options{Addr: vm.RESP})
+		c := redis.NewClient(&redis.Options{Addr: vm.RESP, Password: vm.Token()})
 		lostNow, ackedCut := 0, 0
 		for w := range cutWriters {
 			ackedCut += ackedNow[w]

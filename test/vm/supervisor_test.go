@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -23,7 +22,7 @@ func TestAgentDiesPID1Survives(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := generation(t, vm)
-	m := host.NewMgmt(vm.Mgmt)
+	m := vm.Client()
 	st, err := m.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +31,11 @@ func TestAgentDiesPID1Survives(t *testing.T) {
 	if pid == 1 {
 		t.Fatal("the agent runs as process 1: it should be process 1's child")
 	}
-	resp, err := http.Post("http://"+vm.Mgmt+"/v1/debug/fatal", "text/plain", nil)
-	if err == nil {
+	// Unauthenticated, the hook is refused; with the token it kills.
+	if resp, err := http.Post("http://"+vm.Mgmt+"/v1/debug/fatal", "text/plain", nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /v1/debug/fatal without the token: %v %v, want 401", resp, err)
+	}
+	if resp, err := m.Do(ctx, http.MethodPost, "/v1/debug/fatal", nil); err == nil {
 		resp.Body.Close()
 	}
 	// Process 1 restarts it: a new process, a new generation, served.

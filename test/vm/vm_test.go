@@ -106,7 +106,7 @@ func dial(t *testing.T, vm *qemu.VM) *host.Client {
 
 func generation(t *testing.T, vm *qemu.VM) uint32 {
 	t.Helper()
-	g, ok, err := host.NewMgmt(vm.Mgmt).Metric(context.Background(), "hec_agent_generation")
+	g, ok, err := vm.Client().Metric(context.Background(), "hec_agent_generation")
 	if err != nil || !ok {
 		t.Fatalf("no hec_agent_generation in /metrics: %v", err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -22,7 +21,7 @@ func TestVMXDP(t *testing.T) {
 	vm, _ := boot(t, "xdp")
 	status := func() api.XDPStatus {
 		t.Helper()
-		s, err := host.NewMgmt(vm.Mgmt).XDP(context.Background(), 10)
+		s, err := vm.Client().XDP(context.Background(), 10)
 		if err != nil {
 			b, _ := os.ReadFile(vm.Console)
 			t.Fatalf("/v1/xdp: %v\nconsole:\n%s", err, b)
@@ -34,7 +33,7 @@ func TestVMXDP(t *testing.T) {
 	if s.Arch != "arm64" || s.JITedBytes == 0 {
 		t.Fatalf("want the program JIT-compiled on arm64: %s, %d bytes", s.Arch, s.JITedBytes)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: vm.RESP})
+	rc := redis.NewClient(&redis.Options{Addr: vm.RESP, Password: vm.Token()})
 	defer rc.Close()
 	ctx := context.Background()
 	if err := rc.Set(ctx, "vmhot", "from the arm64 agent", 0).Err(); err != nil {
