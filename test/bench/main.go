@@ -143,6 +143,7 @@ var scenarios = []scenario{
 	{"agent", benchAgent},
 	{"idle", benchIdle},
 	{"hostile", benchHostile},
+	{"access", benchAccess},
 	{"vm", benchVM},
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},

@@ -92,7 +92,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 			if err := memcachedSet(ctx, st.Nodes[0].NS, srv.Addr+":11212", "hot", value); err != nil {
 				return r, err
 			}
-		} else if err := respSet(ctx, st.Nodes[0].NS, net.JoinHostPort(srv.Addr, strconv.Itoa(api.PortRESP)), "hot", value); err != nil {
+		} else if err := respSet(ctx, st.Nodes[0].NS, net.JoinHostPort(srv.Addr, strconv.Itoa(api.PortRESP)), srv.Token(), "hot", value); err != nil {
 			return r, err
 		}
 		// The serving node ends at its veth: its NAPI runs in a thread
@@ -132,7 +132,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 		if _, err := udpLoad(st.Nodes[0].NS, to, rate, 0.6, nil); err != nil {
 			return r, err
 		}
-		before := xdpAnswered(st.Switch, srv.Mgmt())
+		before := xdpAnswered(st.Switch, srv.Mgmt(), srv.Token())
 		cpu0 := runTime(pid)
 		for _, p := range napi {
 			cpu0 += runTime(p)
@@ -146,7 +146,7 @@ func benchXDP(ctx context.Context, rep *Report, quick bool) error {
 			cpu1 += runTime(p)
 		}
 		r.cpu, r.replies = cpu1-cpu0, float64(replies)
-		r.answered = xdpAnswered(st.Switch, srv.Mgmt()) - before
+		r.answered = xdpAnswered(st.Switch, srv.Mgmt(), srv.Token()) - before
 		return r, nil
 	}
 	paths := []struct {
@@ -426,8 +426,8 @@ func udpLoad(ns, to string, rate int, secs float64, want []byte) (int, error) {
 }
 
 // xdpAnswered reads the UDP GETs answered in XDP from the agent.
-func xdpAnswered(switchNS, mgmt string) float64 {
-	st, err := (&host.Mgmt{Addr: mgmt, HTTP: cluster.Client(switchNS)}).XDP(context.Background(), 0)
+func xdpAnswered(switchNS, mgmt, token string) float64 {
+	st, err := (&host.Mgmt{Addr: mgmt, HTTP: cluster.Client(switchNS), Token: token}).XDP(context.Background(), 0)
 	if err != nil {
 		return 0
 	}
@@ -435,12 +435,16 @@ func xdpAnswered(switchNS, mgmt string) float64 {
 	return float64(c.Answered)
 }
 
-func respSet(ctx context.Context, ns, addr, key, value string) error {
+func respSet(ctx context.Context, ns, addr, token, key, value string) error {
 	c, err := cluster.DialIn(ctx, ns, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	fmt.Fprintf(c, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(token), token)
+	if err := expectLine(c, "+OK"); err != nil {
+		return fmt.Errorf("AUTH: %w", err)
+	}
 	fmt.Fprintf(c, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(key), key, len(value), value)
 	return expectLine(c, "+OK")
 }
