@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -365,9 +364,6 @@ func ensureToken(ctx context.Context, disk, file, token string) error {
 	return nil
 }
 
-// Client is a client of the VM's management API, with its token.
-func (vm *VM) Client() *host.Mgmt { return &host.Mgmt{Addr: vm.Mgmt, Token: vm.Token()} }
-
 // Token is the operator's token the VM's agent holds ("" if unknown).
 func (vm *VM) Token() string {
 	if vm.TokenFile == "" {
@@ -497,9 +493,13 @@ func (vm *VM) Down(ctx context.Context, timeout time.Duration) error {
 	if !vm.alive() {
 		return nil
 	}
-	m := vm.Client()
-	m.HTTP = &http.Client{Timeout: 2 * time.Second}
-	m.PowerOff(ctx) // with the VM's token; on failure, the kill below
+	// With the VM's token; on failure, the kill below.
+	if req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+vm.Mgmt+"/v1/poweroff", nil); err == nil {
+		req.Header.Set("Authorization", "Bearer "+vm.Token())
+		if resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
 	deadline := time.Now().Add(timeout)
 	for vm.alive() {
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -109,7 +109,7 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 				}
 			}()
 		}
-		m := vm.Client()
+		m := mgmtOf(vm)
 		start := time.Now()
 		for {
 			n, ok, err := m.Metric(ctx, "hec_kv_checkpoints_total")

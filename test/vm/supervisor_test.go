@@ -22,7 +22,7 @@ func TestAgentDiesPID1Survives(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := generation(t, vm)
-	m := vm.Client()
+	m := mgmtOf(vm)
 	st, err := m.Status(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -83,6 +83,9 @@ func boot(t *testing.T, name string, kernelArgs ...string) (*qemu.VM, qemu.Optio
 	return vm, o
 }
 
+// mgmtOf is a client of the VM's management API, with its token.
+func mgmtOf(vm *qemu.VM) *host.Mgmt { return &host.Mgmt{Addr: vm.Mgmt, Token: vm.Token()} }
+
 // freePort hands out host ports derived from the pid, so parallel runs keep
 // apart; Up checks that they are free.
 func freePort(t *testing.T) int {
@@ -106,7 +109,7 @@ func dial(t *testing.T, vm *qemu.VM) *host.Client {
 
 func generation(t *testing.T, vm *qemu.VM) uint32 {
 	t.Helper()
-	g, ok, err := vm.Client().Metric(context.Background(), "hec_agent_generation")
+	g, ok, err := mgmtOf(vm).Metric(context.Background(), "hec_agent_generation")
 	if err != nil || !ok {
 		t.Fatalf("no hec_agent_generation in /metrics: %v", err)
 	}

@@ -21,7 +21,7 @@ func TestVMXDP(t *testing.T) {
 	vm, _ := boot(t, "xdp")
 	status := func() api.XDPStatus {
 		t.Helper()
-		s, err := vm.Client().XDP(context.Background(), 10)
+		s, err := mgmtOf(vm).XDP(context.Background(), 10)
 		if err != nil {
 			b, _ := os.ReadFile(vm.Console)
 			t.Fatalf("/v1/xdp: %v\nconsole:\n%s", err, b)
