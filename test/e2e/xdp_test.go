@@ -64,7 +64,7 @@ func xdpCluster(t *testing.T, name, mode string, args ...string) *cluster.State 
 // mgmtFromSwitch is a client of node n's management API from the
 // switch's namespace (not node 1's, which the allow-list tests deny).
 func mgmtFromSwitch(st *cluster.State, n int) *host.Mgmt {
-	return st.Nodes[n].Client()
+	return &host.Mgmt{Addr: st.Nodes[n].Mgmt(), HTTP: cluster.Client(st.Switch), Token: st.Nodes[n].Token()}
 }
 
 func xdpStatus(t *testing.T, st *cluster.State, n int) api.XDPStatus {
@@ -208,7 +208,7 @@ func TestXDPOnVeth(t *testing.T) {
 			if classOf(after, "resp").Packets == 0 || classOf(after, "mgmt").Packets == 0 {
 				t.Errorf("resp or mgmt traffic not counted: %+v", after.Classes)
 			}
-			mresp, err := st.Nodes[1].Client().Do(context.Background(), http.MethodGet, "/metrics", nil)
+			mresp, err := mgmtFromSwitch(st, 1).Do(context.Background(), http.MethodGet, "/metrics", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
