@@ -443,3 +443,34 @@ func TestMgmtMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRegionFileIsTheAgents: a region file made beforehand with a wide
+// mode is the agent's, 0600, once it serves it.
+func TestRegionFileIsTheAgents(t *testing.T) {
+	shm := filepath.Join(t.TempDir(), "region")
+	if err := os.WriteFile(shm, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(shm, 0o666)
+	a, err := New(Config{Agent: AgentConfig{Shm: shm, RegionSize: 1 << 20, QueuePairs: 1, TCP: Off, Mgmt: Off, StateDir: t.TempDir()},
+		RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("region file mode %v, want 0600", fi.Mode().Perm())
+	}
+}

@@ -252,6 +252,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case statErr == nil && !c.MapExisting:
 			a.log.Warn("the region was left by an agent that is gone: formatting it anew", "region", c.Shm)
 		}
+		if !c.MapExisting {
+			// Only the agent's user (and root) may attach: the region's
+			// mode and owner are its access control.
+			if err := ownRegion(regionLock); err != nil {
+				return fmt.Errorf("--shm %s: %w", c.Shm, err)
+			}
+		}
 	}
 	gen, err := a.nextGeneration()
 	if err != nil {
