@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hecsys/hec/shared/api"
 )
 
 func statusCmd(a *app) *cobra.Command {
@@ -31,6 +33,7 @@ func statusCmd(a *app) *cobra.Command {
 				fmt.Fprintf(out, "region   %s, %d MiB, window %d KiB per queue pair\n", st.Region, st.RegionSize>>20, st.WindowSize>>10)
 			}
 			fmt.Fprintf(out, "state    %s\n", st.StateDir)
+			fmt.Fprintf(out, "access   %s\n", accessLine(st.Access))
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "\nSERVICE\tADDRESS\tSERVED\tNOTE")
 			for _, s := range st.Services {
@@ -81,4 +84,29 @@ func metricsCmd(a *app) *cobra.Command {
 			return s.Err()
 		},
 	}, useAgent|useMgmt)
+}
+
+// accessLine says who may talk to the agent, in a line.
+func accessLine(ac api.Access) string {
+	var parts []string
+	switch {
+	case ac.Token && ac.MgmtClientCerts:
+		parts = append(parts, "token ("+ac.TokenFile+") or a client certificate")
+	case ac.Token:
+		parts = append(parts, "token ("+ac.TokenFile+")")
+	case ac.MgmtClientCerts:
+		parts = append(parts, "a client certificate (management)")
+	default:
+		parts = append(parts, "no credentials (listeners on loopback)")
+	}
+	if ac.MgmtTLS {
+		parts = append(parts, "management over HTTPS")
+	}
+	if len(ac.MgmtOpen) > 0 {
+		parts = append(parts, "open without it: "+strings.Join(ac.MgmtOpen, ", "))
+	}
+	if len(ac.Insecure) > 0 {
+		parts = append(parts, "INSECURE beyond loopback: "+strings.Join(ac.Insecure, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
