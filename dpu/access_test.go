@@ -41,7 +41,13 @@ func startAgent(t *testing.T, ac AgentConfig) *Agent {
 	if ac.StateDir == "" {
 		ac.StateDir = t.TempDir()
 	}
-	a, err := New(Config{Agent: ac, RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}}, slog.New(slog.DiscardHandler))
+	return runAgent(t, Config{Agent: ac, RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}})
+}
+
+// runAgent runs an agent on cfg until the test ends, once it is ready.
+func runAgent(t *testing.T, cfg Config) *Agent {
+	t.Helper()
+	a, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,19 +219,7 @@ func TestExposedListenersNeedCredentials(t *testing.T) {
 				t.Fatalf("started without credentials: %v", err)
 			}
 			c.ac.Insecure = true
-			a, err = New(Config{Agent: c.ac, RESP: RESPConfig{Addr: c.resp}, UDP: UDPConfig{Addr: Off}}, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- a.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			select {
-			case <-a.Ready():
-			case err := <-done:
-				t.Fatal(err)
-			}
+			a = runAgent(t, Config{Agent: c.ac, RESP: RESPConfig{Addr: c.resp}, UDP: UDPConfig{Addr: Off}})
 			if got := a.Status().Access.Insecure; !slices.Equal(got, []string{c.name}) {
 				t.Fatalf("status lists %v as insecure", got)
 			}
@@ -452,20 +446,8 @@ func TestRegionFileIsTheAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(shm, 0o666)
-	a, err := New(Config{Agent: AgentConfig{Shm: shm, RegionSize: 1 << 20, QueuePairs: 1, TCP: Off, Mgmt: Off, StateDir: t.TempDir()},
-		RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatal(err)
-	}
+	runAgent(t, Config{Agent: AgentConfig{Shm: shm, RegionSize: 1 << 20, QueuePairs: 1, TCP: Off, Mgmt: Off, StateDir: t.TempDir()},
+		RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}})
 	fi, err := os.Stat(shm)
 	if err != nil {
 		t.Fatal(err)

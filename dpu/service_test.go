@@ -1,8 +1,6 @@
 package dpu
 
 import (
-	"context"
-	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -23,16 +21,8 @@ func (broken) Accept() (net.Conn, error) {
 // TestListenerStoppedForGood: a service whose listener fails for good is
 // reported stopped, with why, and the agent is not ready.
 func TestListenerStoppedForGood(t *testing.T) {
-	a, err := New(Config{Agent: AgentConfig{Shm: Off, TCP: Off, Mgmt: Off, StateDir: t.TempDir()},
-		RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	<-a.Ready()
+	a := runAgent(t, Config{Agent: AgentConfig{Shm: Off, TCP: Off, Mgmt: Off, StateDir: t.TempDir()},
+		RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}})
 	if err := a.isReady(); err != nil {
 		t.Fatalf("not ready at start: %v", err)
 	}
