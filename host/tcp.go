@@ -164,7 +164,7 @@ func (t *tcpTransport) read(c net.Conn) {
 			t.wmu.Unlock()
 			c.Close()
 			if t.o.token == "" && sn.challenged() {
-				t.failAll(fmt.Errorf("host: the agent at %s requires the operator's token (host.WithToken; hecctl reads --token-file or HEC_TOKEN): %w", t.addr, wire.StatusDenied))
+				t.failAll(fmt.Errorf("host: the agent at %s requires the operator's token (host.WithToken): %w", t.addr, wire.StatusDenied))
 				return
 			}
 			t.failAll(fmt.Errorf("host: connection to %s: %v: %w", t.addr, err, wire.StatusUnavailable))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // The TCP handoff's authentication, when the agent has an operator token.
@@ -79,6 +80,9 @@ func AuthAgent(rw io.ReadWriter, token []byte) error {
 func AuthHost(rw io.ReadWriter, token []byte) error {
 	var challenge [AuthChallengeSize]byte
 	if _, err := io.ReadFull(rw, challenge[:]); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: no challenge from the agent in time: an agent without a token asks for none (then give none): %v", ErrAuth, err)
+		}
 		return fmt.Errorf("wire: read the agent's challenge: %w", err)
 	}
 	if !bytes.Equal(challenge[:len(AuthMagic)], AuthMagic[:]) {

@@ -23,10 +23,17 @@ func explain(err error, a *app) (int, string) {
 		code, line = exitUsage, ue.Error()+" (see hecctl --help)"
 	case errors.Is(err, host.ErrDenied) || errors.Is(err, wire.StatusDenied):
 		code = exitRefused
-		line = strings.TrimSuffix(strings.TrimSuffix(firstLine(err), ": "+host.ErrRefused.Error()), ": "+host.ErrDenied.Error())
-		if a.tok == "" {
+		line = firstLine(err)
+		if errors.As(err, &un) {
+			line = "the agent at " + strings.TrimPrefix(un.target, "tcp://") + " refused the connection: " + firstLine(un.err)
+		}
+		for _, suffix := range []string{host.ErrRefused.Error(), host.ErrDenied.Error(), wire.StatusDenied.Error()} {
+			line = strings.TrimSuffix(line, ": "+suffix)
+		}
+		switch {
+		case a.tok == "":
 			line += " (no token given: --token-file FILE, $HEC_TOKEN_FILE or $HEC_TOKEN)"
-		} else {
+		case !strings.Contains(line, "no challenge"):
 			line += " (the token given was refused)"
 		}
 	case errors.As(err, &un):
