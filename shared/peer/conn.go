@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,9 @@ import (
 var (
 	ErrAuth   = errors.New("peer: authentication failed") // wrong cluster key; a forged, damaged, replayed or reordered frame
 	ErrClosed = errors.New("peer: closed")
+	// ErrNotSent: Send wrote none of the frame (its deadline passed
+	// first); the connection stays good.
+	ErrNotSent = errors.New("peer: frame not sent")
 )
 
 const nonceSize = 16
@@ -31,6 +35,7 @@ type Conn struct {
 	local, remote  uint32
 	br             *bufio.Reader
 	wmu            sync.Mutex
+	sending        atomic.Int32 // Sends under way or waiting for wmu
 	sendSeq        uint64
 	recvSeq        uint64
 	sendMAC        cipher.AEAD
@@ -45,6 +50,9 @@ type Conn struct {
 	rhead      [prefixSize + HeaderSize]byte
 	sealed     [HeaderSize + TagSize]byte
 }
+
+// Sending reports whether a frame is being written or waits to be.
+func (c *Conn) Sending() bool { return c.sending.Load() > 0 }
 
 // Local and Remote are the node ids at either end.
 func (c *Conn) Local() uint32  { return c.local }
@@ -149,11 +157,16 @@ const prefixSize = 4
 
 // Send writes one frame: h's Type, Flags, Epoch and Comm, with payload.
 // Sender, Length and Seq are filled in. It blocks while the peer does not
-// read (back-pressure) until deadline (zero: none).
+// read (back-pressure) until deadline (zero: none). An error wrapping
+// ErrNotSent means none of the frame was written and the connection is
+// still good; after any other error it is not (part of a frame may be on
+// the wire).
 func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	if len(payload) > MaxPayload {
 		return fmt.Errorf("peer: payload of %d bytes: at most %d per frame", len(payload), MaxPayload)
 	}
+	c.sending.Add(1)
+	defer c.sending.Add(-1)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.sendSeq++
@@ -166,8 +179,15 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
 	c.nc.SetWriteDeadline(deadline)
-	_, err := c.wbufs.WriteTo(c.nc)
+	n, err := c.wbufs.WriteTo(c.nc)
 	c.wvec[1] = nil // do not keep the caller's buffer
+	if err != nil && n == 0 {
+		// None of it went out (the peer reads slowly and the deadline
+		// came first): the stream is intact and the next frame takes
+		// this one's sequence number.
+		c.sendSeq--
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
 	return err
 }
 

@@ -416,6 +416,12 @@ func (n *Node) Send(ctx context.Context, to uint32, h Header, payload []byte) er
 	}
 	dl, _ := ctx.Deadline()
 	if err := c.Send(h, payload, dl); err != nil {
+		if errors.Is(err, ErrNotSent) {
+			// The connection is intact (a heartbeat that waited behind
+			// a transfer's frames, say): closing it would lose the
+			// frames others have in flight on it.
+			return fmt.Errorf("peer: send to node %d: %w", to, err)
+		}
 		p.mu.Lock()
 		if p.out == c {
 			p.out = nil
@@ -496,11 +502,12 @@ func (n *Node) watch(ctx context.Context) {
 		for _, p := range peers {
 			p.mu.Lock()
 			connected, dead := p.out != nil, p.dead != ""
+			busy := connected && p.out.Sending() // frames on their way say as much as a heartbeat
 			p.mu.Unlock()
 			// Heartbeats to peers we send to, and to peers that talk to us
 			// (one may be waiting on us while we only receive).
 			heard := now.Sub(time.Unix(0, p.lastHeard.Load())) < n.cfg.Deadline
-			if (connected || heard) && !dead && now.Sub(time.Unix(0, p.lastSent.Load())) > n.cfg.Deadline/4 {
+			if (connected || heard) && !dead && !busy && now.Sub(time.Unix(0, p.lastSent.Load())) > n.cfg.Deadline/4 {
 				hctx, cancel := context.WithTimeout(ctx, n.cfg.Deadline/4)
 				n.Send(hctx, p.ID, Header{Type: TypeHeartbeat}, nil)
 				cancel()

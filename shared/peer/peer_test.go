@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -408,4 +409,41 @@ func cluster(t *testing.T, k int, deadline time.Duration) []*Node {
 		n.SetPeers(members)
 	}
 	return nodes
+}
+
+// stallConn is a connection whose writes time out, writing nothing,
+// while stalled: a socket the peer has stopped draining.
+type stallConn struct {
+	net.Conn
+	stalled atomic.Bool
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	if c.stalled.Load() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	return c.Conn.Write(p)
+}
+
+// TestSendPastItsDeadlineKeepsConn: a frame none of which could be
+// written by its deadline (a heartbeat while the peer is slow to read) is
+// not sent, says so with ErrNotSent, and leaves the connection good: the
+// next frame arrives, in sequence. (It used to count the frame as sent, so
+// the next one failed its tag as out of sequence — and the node closed
+// the connection under a transfer, whose frames were lost.)
+func TestSendPastItsDeadlineKeepsConn(t *testing.T) {
+	d, l := connPair(t)
+	sc := &stallConn{Conn: d.nc}
+	d.nc = sc
+	sc.stalled.Store(true)
+	err := d.Send(Header{Type: TypeHeartbeat}, nil, time.Now().Add(20*time.Millisecond))
+	if !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a heartbeat into a stalled socket: %v, want ErrNotSent", err)
+	}
+	sc.stalled.Store(false)
+	go d.Send(Header{Type: TypeData, Comm: 2}, []byte("after"), time.Time{})
+	h, p, err := l.Recv()
+	if err != nil || h.Comm != 2 || string(p) != "after" {
+		t.Fatalf("the frame after one not sent: %+v %q %v", h, p, err)
+	}
 }
