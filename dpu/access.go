@@ -1,12 +1,10 @@
 package dpu
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // Access. The operator's credential is one bearer token, kept in a file
@@ -92,11 +92,9 @@ func (m *Mux) Patterns() []string {
 func loadToken(path string) (token string, created bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		var raw [32]byte
-		if _, err := rand.Read(raw[:]); err != nil {
+		if token, err = wire.NewToken(); err != nil {
 			return "", false, fmt.Errorf("--token-file %s: %w", path, err)
 		}
-		token = hex.EncodeToString(raw[:])
 		if err := writeFileSync(path, []byte(token+"\n"), 0o600); err != nil {
 			return "", false, fmt.Errorf("--token-file %s: %w", path, err)
 		}
@@ -166,7 +164,6 @@ type mgmtGuard struct {
 	sum     [sha256.Size]byte // of the token
 	token   bool              // a token admits
 	certs   bool              // a verified client certificate admits
-	enabled bool              // either: else everything is open
 	open    map[string]bool   // patterns served without the token
 	log     *limitedLog
 	refused *prometheus.CounterVec
@@ -183,8 +180,10 @@ type failBucket struct {
 	logged time.Time
 }
 
-func newMgmtGuard(token string, open []string, log *limitedLog) *mgmtGuard {
-	g := &mgmtGuard{token: token != "", enabled: token != "", open: map[string]bool{}, log: log, sources: map[string]*failBucket{}, now: time.Now,
+// newMgmtGuard checks for token ("" none) and, with certs, admits a
+// verified client certificate; with neither, everything is open.
+func newMgmtGuard(token string, certs bool, open []string, log *limitedLog) *mgmtGuard {
+	g := &mgmtGuard{token: token != "", certs: certs, open: map[string]bool{}, log: log, sources: map[string]*failBucket{}, now: time.Now,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hec_mgmt_refused_total",
 			Help: "Management requests refused, by reason (missing or wrong token; limited: the source failed too often).",
@@ -201,9 +200,12 @@ func newMgmtGuard(token string, open []string, log *limitedLog) *mgmtGuard {
 	return g
 }
 
+// enabled reports whether any credential is asked for.
+func (g *mgmtGuard) enabled() bool { return g.token || g.certs }
+
 // wrap returns mux behind the check.
 func (g *mgmtGuard) wrap(mux *Mux) http.Handler {
-	if !g.enabled {
+	if !g.enabled() {
 		return mux
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -231,41 +233,52 @@ func (g *mgmtGuard) wrap(mux *Mux) http.Handler {
 
 var errLimited = errors.New("too many failed attempts from this address: one more per second")
 
-// check returns why r may not be served (nil: it may).
+// check returns why r may not be served (nil: it may). A source out of
+// failed attempts is refused before its token is looked at.
 func (g *mgmtGuard) check(r *http.Request) error {
 	src := r.RemoteAddr
 	if h, _, err := net.SplitHostPort(src); err == nil {
 		src = h
 	}
+	reason := "missing"
+	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && g.token && strings.EqualFold(scheme, "Bearer") {
+		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		reason = "wrong"
+		if subtle.ConstantTimeCompare(sum[:], g.sum[:]) == 1 {
+			reason = ""
+		}
+	}
 	now := g.now()
 	g.mu.Lock()
 	b := g.bucket(src, now)
-	if b.left < 1 {
-		g.mu.Unlock()
-		g.refuse("limited", src, now)
+	switch {
+	case b.left < 1:
+		reason = "limited"
+	case reason != "":
+		b.left--
+	}
+	logIt := reason != "" && now.Sub(b.logged) >= refuseLog
+	if logIt {
+		b.logged = now
+	}
+	g.mu.Unlock()
+	if reason == "" {
+		return nil
+	}
+	g.refused.WithLabelValues(reason).Inc()
+	if logIt {
+		g.log.Log(slog.LevelWarn, "mgmt: request refused", "source", src, "reason", reason,
+			"note", "further refusals of this source are counted (hec_mgmt_refused_total), logged again after "+refuseLog.String())
+	}
+	switch {
+	case reason == "limited":
 		return errLimited
+	case reason == "wrong":
+		return errors.New("wrong token")
+	case !g.token:
+		return errors.New("this request needs a client certificate from the agent's client CA")
 	}
-	g.mu.Unlock()
-	reason := "missing"
-	auth := r.Header.Get("Authorization")
-	if scheme, token, ok := strings.Cut(auth, " "); ok && g.token && strings.EqualFold(scheme, "Bearer") {
-		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if subtle.ConstantTimeCompare(sum[:], g.sum[:]) == 1 {
-			return nil
-		}
-		reason = "wrong"
-	}
-	g.mu.Lock()
-	g.bucket(src, now).left--
-	g.mu.Unlock()
-	g.refuse(reason, src, now)
-	if reason == "missing" {
-		if !g.token {
-			return errors.New("this request needs a client certificate from the agent's client CA")
-		}
-		return errors.New("this request needs the operator's token (Authorization: Bearer TOKEN)")
-	}
-	return errors.New("wrong token")
+	return errors.New("this request needs the operator's token (Authorization: Bearer TOKEN)")
 }
 
 // bucket returns src's allowance, refilled to now. With g.mu held.
@@ -300,22 +313,6 @@ func (g *mgmtGuard) forget(now time.Time) {
 	}
 }
 
-// refuse counts a refusal and logs it once per source per refuseLog.
-func (g *mgmtGuard) refuse(reason, src string, now time.Time) {
-	g.refused.WithLabelValues(reason).Inc()
-	g.mu.Lock()
-	b := g.sources[src]
-	first := b != nil && now.Sub(b.logged) >= refuseLog
-	if first {
-		b.logged = now
-	}
-	g.mu.Unlock()
-	if first {
-		g.log.Log(slog.LevelWarn, "mgmt: request refused", "source", src, "reason", reason,
-			"note", "further refusals of this source are counted (hec_mgmt_refused_total), logged again after "+refuseLog.String())
-	}
-}
-
 // credentials loads the operator's token and refuses to serve a core
 // listener beyond loopback without one (unless --insecure).
 func (a *Agent) credentials() error {
@@ -332,17 +329,15 @@ func (a *Agent) credentials() error {
 		a.shared.Token = token
 	}
 	a.shared.Insecure = c.Insecure
-	a.guard = newMgmtGuard(a.shared.Token, c.mgmtOpen(), a.disp.limited)
 	if c.MgmtCert != "" {
 		tc, err := mgmtTLS(c)
 		if err != nil {
 			return err
 		}
 		a.mgmtTLS = tc
-		a.guard.certs = tc.ClientCAs != nil
-		a.guard.enabled = a.guard.enabled || a.guard.certs
 	}
-	if err := a.shared.checkExposed(a.log, "--mgmt", c.Mgmt, a.guard.enabled); err != nil {
+	a.guard = newMgmtGuard(a.shared.Token, a.mgmtTLS != nil && a.mgmtTLS.ClientCAs != nil, c.mgmtOpen(), a.disp.limited)
+	if err := a.shared.checkExposed(a.log, "--mgmt", c.Mgmt, a.guard.enabled()); err != nil {
 		return err
 	}
 	return a.shared.checkExposed(a.log, "--tcp", c.TCP, a.shared.Token != "")

@@ -148,7 +148,7 @@ func TestMgmtRoutesNeedToken(t *testing.T) {
 // failBurst answers, then one per failEvery; the right token is refused
 // too while the address is limited; another address is not held back.
 func TestMgmtFailuresLimited(t *testing.T) {
-	g := newMgmtGuard("the-right-token-0123", nil, newLimitedLog(slog.New(slog.DiscardHandler)))
+	g := newMgmtGuard("the-right-token-0123", false, nil, newLimitedLog(slog.New(slog.DiscardHandler)))
 	now := time.Unix(1000, 0)
 	g.now = func() time.Time { return now }
 	mux := newMux()

@@ -196,11 +196,10 @@ func (a *Agent) nextGeneration() (uint32, error) {
 
 func (a *Agent) storeGeneration(gen uint32) error {
 	path := filepath.Join(a.cfg.Agent.StateDir, "generation")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(uint64(gen), 10)+"\n"), 0o644); err != nil {
+	if err := writeFileSync(path, []byte(strconv.FormatUint(uint64(gen), 10)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("--state-dir %s: store generation: %w", a.cfg.Agent.StateDir, err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // Run serves until ctx ends, then stops cleanly, and returns nil; or it

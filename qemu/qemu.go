@@ -2,8 +2,6 @@ package qemu
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // Options configure a VM. Zero fields take the defaults noted.
@@ -347,11 +346,9 @@ func ensureToken(ctx context.Context, disk, file, token string) error {
 		}
 	}
 	if token == "" {
-		var raw [32]byte
-		if _, err := rand.Read(raw[:]); err != nil {
+		if token, err = wire.NewToken(); err != nil {
 			return err
 		}
-		token = hex.EncodeToString(raw[:])
 	}
 	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
 		return fmt.Errorf("token: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,16 @@ const (
 	AuthChallengeSize = len(AuthMagic) + authNonce
 	AuthResponseSize  = authNonce + sha256.Size
 )
+
+// NewToken returns a fresh operator's token: 32 random bytes as hex (the
+// agent makes one when its token file is missing; harnesses make theirs).
+func NewToken() (string, error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(raw[:]), nil
+}
 
 // ErrAuth is a failed handshake: the other side does not know the token.
 var ErrAuth = errors.New("wire: authentication failed")

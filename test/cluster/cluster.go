@@ -26,6 +26,7 @@ import (
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // Options describe a cluster to make.
@@ -201,9 +202,11 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.WriteFile(st.Key, []byte(hex.EncodeToString(key[:])), 0o600); err != nil {
 		return nil, err
 	}
-	var token [32]byte
-	rand.Read(token[:])
-	if err := os.WriteFile(st.Token, []byte(hex.EncodeToString(token[:])+"\n"), 0o600); err != nil {
+	token, err := wire.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(st.Token, []byte(token+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	// The switch: a namespace holding the bridge.
