@@ -8,8 +8,9 @@ ARM64_BIN := $(BIN)/linux_arm64
 # go-nvml (GPU discovery, cgo builds) declares NVML's deprecated calls;
 # keep their warnings out of every first build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-# Packages whose tests also run as arm64 binaries under qemu-user.
-ARM64_TEST_PKGS := ./shared/...
+# Packages whose tests also run as arm64 binaries under qemu-user (ec/: the
+# NEON kernels).
+ARM64_TEST_PKGS := ./shared/... ./ec/...
 
 .DEFAULT_GOAL := help
 
@@ -34,7 +35,7 @@ run: build ## start the agent in local emulation and tour every service (stops i
 	test/tour
 
 .PHONY: test
-test: test-deps ## vet, then all tests with -race (the QEMU ones included), then shared/ as arm64 binaries under qemu-user
+test: test-deps ## vet, then all tests with -race (the QEMU ones included), then shared/ and ec/ as arm64 binaries under qemu-user
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-arm64
@@ -52,7 +53,7 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@test/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
 
 .PHONY: test-arm64
-test-arm64: ## shared/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
+test-arm64: ## shared/ and ec/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
 	@if test/need qemu-aarch64-static qemu-user-static; then \
 		echo "GOARCH=arm64 go test -exec qemu-aarch64-static $(ARM64_TEST_PKGS)"; \
 		GOARCH=arm64 CGO_ENABLED=0 HEC_TEST_EXEC=qemu-aarch64-static \

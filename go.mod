@@ -8,6 +8,8 @@ require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/google/gopacket v1.1.19
+	github.com/klauspost/cpuid/v2 v2.4.0
+	github.com/klauspost/reedsolomon v1.14.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0

@@ -1,0 +1,5 @@
+//go:build !amd64 && !arm64
+
+package ec
+
+func (o options) path() SIMD { return Generic }
