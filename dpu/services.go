@@ -3,7 +3,7 @@ package dpu
 // Config is the agent's configuration: the core's section and one section
 // per service, each with its defaults, checks and flags beside its
 // service. A TOML file given with --config has an [agent] table and a
-// table per service ([kv], [peer], [resp], [udp], [xdp]).
+// table per service ([kv], [peer], [resp], [udp], [xdp], [ec]).
 type Config struct {
 	Agent AgentConfig `toml:"agent"`
 	KV    KVConfig    `toml:"kv"`
@@ -11,10 +11,11 @@ type Config struct {
 	RESP  RESPConfig  `toml:"resp"`
 	UDP   UDPConfig   `toml:"udp"`
 	XDP   XDPConfig   `toml:"xdp"`
+	EC    ECConfig    `toml:"ec"`
 }
 
 func (c *Config) sections() []section {
-	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP}
+	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP, &c.EC}
 }
 
 // services are the services hecd runs, in the order they start (and the
@@ -22,5 +23,5 @@ func (c *Config) sections() []section {
 // it.
 func (c *Config) services() []Service {
 	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP)}
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile)}
 }

@@ -36,6 +36,17 @@ type Status struct {
 	Peers  []PeerStatus `json:"peers,omitempty"`
 	// Access is who may talk to the agent.
 	Access Access `json:"access"`
+	// EC is the erasure-coding service (nil when not served).
+	EC *ECStatus `json:"ec,omitempty"`
+}
+
+// ECStatus is the agent's erasure coder: the vector path its kernels take
+// (gfni-avx512, avx2, ssse3, neon, sve, generic, …) and the bytes it has
+// coded: data encoded, shards rebuilt.
+type ECStatus struct {
+	SIMD         string `json:"simd"`
+	EncodedBytes uint64 `json:"encoded_bytes"`
+	RebuiltBytes uint64 `json:"rebuilt_bytes"`
 }
 
 // Access is how the agent admits clients: Token when the operator's

@@ -42,6 +42,23 @@ const (
 	OpKVBatch Op = OpKVBase + 5
 	// OpECBase .. OpECBase+0xff are reserved for the ec service.
 	OpECBase Op = 0x0200
+
+	// OpECEncode computes Reed-Solomon parity (Cauchy matrix) in place.
+	// Arg0 = ECShards(k, m). Plain form: Spans[0] holds the k data shards
+	// of w bytes back to back, Spans[1] room for the m parity shards
+	// (m·w bytes). With FlagSGL, Spans[0] names a list of k+m spans of w
+	// bytes each: the data shards, then the parity shards. Completes with
+	// Arg0 = w and, in the plain form, Spans[0] = the parity written.
+	OpECEncode Op = OpECBase + 1
+	// OpECReconstruct rebuilds shards from any k others. Arg0 =
+	// ECShards(k, m). Plain form: Spans[0] holds k present shards of w
+	// bytes back to back, Spans[1] k+r one-byte shard indices (the k
+	// present ones in that order, then the r to rebuild), Spans[2] room
+	// for the r rebuilt shards. With FlagSGL, Spans[0] names a list of
+	// k+r+1 spans: the k present shards, the r to rebuild (w bytes each),
+	// then the index bytes. Completes with Arg0 = w and, in the plain
+	// form, Spans[0] = the shards written.
+	OpECReconstruct Op = OpECBase + 2
 	// OpCollBase .. OpCollBase+0xff are reserved for the coll service.
 	OpCollBase Op = 0x0300
 )
@@ -63,6 +80,18 @@ var opNames = map[Op]string{
 	OpKVDelete: "kv_delete",
 	OpKVScan:   "kv_scan",
 	OpKVBatch:  "kv_batch",
+
+	OpECEncode:      "ec_encode",
+	OpECReconstruct: "ec_reconstruct",
+}
+
+// ECShards packs the shard counts of an EC op into its Arg0.
+func ECShards(k, m int) uint64 { return uint64(k)&0xffff | (uint64(m)&0xffff)<<16 }
+
+// ECShardsOf unpacks ECShards; ok is false when bits beyond the two counts
+// are set. The counts themselves are the service's to check.
+func ECShardsOf(arg uint64) (k, m int, ok bool) {
+	return int(arg & 0xffff), int(arg >> 16 & 0xffff), arg>>32 == 0
 }
 
 func (o Op) String() string {

@@ -1,0 +1,370 @@
+package dpu
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hecsys/hec/dpu/profile"
+	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// ECConfig is the erasure-coding service's section ([ec]).
+type ECConfig struct {
+	// SIMD caps the vector instructions the coder uses: best (default:
+	// what the CPU has; with a DPU profile, ssse3 — 128-bit vectors, as
+	// the Arm cores' NEON), or one of ec.ParseSIMD's names.
+	SIMD string `toml:"simd"`
+}
+
+func (c *ECConfig) withDefaults() error { return nil }
+
+func (c *ECConfig) validate() error {
+	if _, err := ec.ParseSIMD(c.SIMD); err != nil {
+		return fmt.Errorf("--ec-simd: %v: %w", err, ErrConfig)
+	}
+	return nil
+}
+
+func (c *ECConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SIMD, "ec-simd", c.SIMD, "cap the erasure coder's vector instructions: best, avx2, ssse3, generic, … (default best; ssse3 with a DPU profile)")
+}
+
+// maxCoders bounds the coders kept, one per shard shape (k, m) asked for:
+// a host naming every shape cannot grow the agent without end.
+const maxCoders = 64
+
+// ecRound is the data coded between two yields: a round of a large op
+// (column-wise: every shard's next columns) is a slice of the worker.
+const ecRound = YieldEvery
+
+// ecService codes Reed-Solomon (ec.Coder) over the handoff: spans of the
+// caller's window, in place, through the span accessor.
+type ecService struct {
+	cfg     ECConfig
+	profile string
+	opts    []ec.Option
+	path    ec.SIMD
+
+	mu     sync.Mutex
+	coders map[uint64]*ec.Coder
+
+	bytes            *prometheus.CounterVec
+	encoded, rebuilt atomic.Uint64 // for the status
+}
+
+func newECService(cfg ECConfig, dpuProfile string) *ecService {
+	return &ecService{cfg: cfg, profile: dpuProfile, coders: map[uint64]*ec.Coder{}}
+}
+
+func (s *ecService) Name() string { return "ec" }
+
+func (s *ecService) Open(_ context.Context, env *Env) error {
+	simd, _ := ec.ParseSIMD(s.cfg.SIMD)
+	if p, err := profile.Parse(s.profile); err == nil && p.Name != "none" && s.cfg.SIMD == "" {
+		simd = ec.SSSE3 // the Arm cores' 128-bit NEON
+	}
+	s.opts = []ec.Option{ec.WithSIMD(simd), ec.WithConcurrency(env.Dispatcher.workers)}
+	c, err := ec.New(1, 1, s.opts...)
+	if err != nil {
+		return fmt.Errorf("ec: %w", err)
+	}
+	s.path = c.SIMD()
+	s.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hec_ec_bytes_total",
+		Help: "Bytes the agent's erasure coder coded (the DPU rail), by op (encode: data in; reconstruct: shards rebuilt) and transport.",
+	}, []string{"op", "transport"})
+	env.Metrics.MustRegister(s.bytes)
+	env.Dispatcher.Handle(wire.OpECEncode, Handler{InlineMax: 16 << 10, Serve: s.serveEncode})
+	env.Dispatcher.Handle(wire.OpECReconstruct, Handler{InlineMax: 16 << 10, Serve: s.serveReconstruct})
+	return nil
+}
+
+func (s *ecService) Start(context.Context, *Env) error { return nil }
+func (s *ecService) Stop()                             {}
+
+func (s *ecService) Status() api.Service {
+	return api.Service{Name: "ec", Served: true, Note: "reed-solomon, cauchy matrix, " + string(s.path)}
+}
+
+// FillStatus reports the coder's vector path and what it has coded.
+func (s *ecService) FillStatus(st *api.Status) {
+	st.EC = &api.ECStatus{SIMD: string(s.path), EncodedBytes: s.encoded.Load(), RebuiltBytes: s.rebuilt.Load()}
+}
+
+// coder returns the coder of k+m shards, made on first use.
+func (s *ecService) coder(k, m int) (*ec.Coder, error) {
+	key := uint64(k)<<16 | uint64(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.coders[key]; ok {
+		return c, nil
+	}
+	c, err := ec.New(k, m, s.opts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.coders) >= maxCoders {
+		clear(s.coders)
+	}
+	s.coders[key] = c
+	return c, nil
+}
+
+// ecShards are the shard spans of one op: in (read), out (written), each
+// w bytes.
+type ecShards struct {
+	k, m    int
+	w       uint32
+	in, out []wire.Span
+	idx     []int // reconstruct: the shard index of each in, then of each out
+}
+
+// even cuts span s into n spans of equal length; ok is false unless it
+// divides and is not empty.
+func even(s wire.Span, n int) ([]wire.Span, uint32, bool) {
+	if n <= 0 || s.Len == 0 || s.Len%uint32(n) != 0 {
+		return nil, 0, false
+	}
+	w := s.Len / uint32(n)
+	out := make([]wire.Span, n)
+	for i := range out {
+		out[i] = wire.Span{Off: s.Off + uint32(i)*w, Len: w}
+	}
+	return out, w, true
+}
+
+// sgl decodes the request's scatter-gather list: n spans (n < 0: any).
+func sgl(req *Request) ([]wire.Span, wire.Status) {
+	raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
+	if err != nil {
+		return nil, wire.StatusBadSpan
+	}
+	spans, err := wire.DecodeSGL(nil, raw, req.Mem.Len())
+	if err != nil {
+		return nil, statusFor(err)
+	}
+	return spans, wire.StatusOK
+}
+
+// sameLen reports whether every span has length w > 0.
+func sameLen(spans []wire.Span, w uint32) bool {
+	for _, sp := range spans {
+		if sp.Len != w || w == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *ecService) counts(req *Request) (*ec.Coder, wire.Status) {
+	k, m, ok := wire.ECShardsOf(req.Arg0)
+	if !ok || ec.CheckCounts(k, m) != nil {
+		return nil, wire.StatusBadArg
+	}
+	c, err := s.coder(k, m)
+	if err != nil {
+		return nil, wire.StatusBadArg
+	}
+	return c, wire.StatusOK
+}
+
+// encodeShards reads OpECEncode's spans.
+func encodeShards(req *Request, k, m int) (ecShards, wire.Status) {
+	sh := ecShards{k: k, m: m}
+	if req.Flags&wire.FlagSGL != 0 {
+		spans, st := sgl(req)
+		if st != wire.StatusOK {
+			return sh, st
+		}
+		if len(spans) != k+m || !sameLen(spans, spans[0].Len) {
+			return sh, wire.StatusBadArg
+		}
+		sh.in, sh.out, sh.w = spans[:k], spans[k:], spans[0].Len
+		return sh, wire.StatusOK
+	}
+	if req.NSpan != 2 {
+		return sh, wire.StatusBadArg
+	}
+	var ok bool
+	if sh.in, sh.w, ok = even(req.Spans[0], k); !ok || req.Spans[1].Len != uint32(m)*sh.w || uint64(m)*uint64(sh.w) > 1<<32-1 {
+		return sh, wire.StatusBadArg
+	}
+	sh.out, _, _ = even(req.Spans[1], m)
+	return sh, wire.StatusOK
+}
+
+// reconstructShards reads OpECReconstruct's spans and its index bytes (a
+// private copy: the host may rewrite them while the op runs).
+func reconstructShards(req *Request, k, m int) (ecShards, wire.Status) {
+	sh := ecShards{k: k, m: m}
+	var idxSpan wire.Span
+	if req.Flags&wire.FlagSGL != 0 {
+		spans, st := sgl(req)
+		if st != wire.StatusOK {
+			return sh, st
+		}
+		r := len(spans) - k - 1
+		if r < 1 || !sameLen(spans[:k+r], spans[0].Len) {
+			return sh, wire.StatusBadArg
+		}
+		sh.in, sh.out, sh.w, idxSpan = spans[:k], spans[k:k+r], spans[0].Len, spans[k+r]
+	} else {
+		if req.NSpan != 3 {
+			return sh, wire.StatusBadArg
+		}
+		var ok bool
+		if sh.in, sh.w, ok = even(req.Spans[0], k); !ok || req.Spans[2].Len%sh.w != 0 || req.Spans[2].Len == 0 {
+			return sh, wire.StatusBadArg
+		}
+		sh.out, _, _ = even(req.Spans[2], int(req.Spans[2].Len/sh.w))
+		idxSpan = req.Spans[1]
+	}
+	r := len(sh.out)
+	if idxSpan.Len != uint32(k+r) || r > m {
+		return sh, wire.StatusBadArg
+	}
+	raw := make([]byte, idxSpan.Len)
+	if err := req.Mem.ReadAt(raw, uint64(idxSpan.Off)); err != nil {
+		return sh, wire.StatusBadSpan
+	}
+	seen := make([]bool, k+m)
+	for _, b := range raw {
+		i := int(b)
+		if i >= k+m || seen[i] {
+			return sh, wire.StatusBadArg
+		}
+		seen[i] = true
+		sh.idx = append(sh.idx, i)
+	}
+	return sh, wire.StatusOK
+}
+
+// views returns the spans' bytes in place, or nil when any is not mapped.
+func views(mem ring.Accessor, spans []wire.Span) [][]byte {
+	out := make([][]byte, len(spans))
+	for i, sp := range spans {
+		b, ok := mem.View(sp)
+		if !ok {
+			return nil
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// rounds codes the op's columns round by round — in place where the
+// window is mapped, through staged copies where it is not — calling code
+// with each round's in and out columns (out of length 0 and room for w'
+// bytes when fill is false) and yielding between rounds.
+func rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte) error) wire.Status {
+	w := int(sh.w)
+	cw := max(ecRound/sh.k/ec.Align*ec.Align, ec.Align)
+	in, out := views(req.Mem, sh.in), views(req.Mem, sh.out)
+	staged := in == nil || out == nil
+	var scratch []byte
+	if staged {
+		cw = min(cw, w)
+		scratch = make([]byte, (len(sh.in)+len(sh.out))*cw)
+	}
+	ins, outs := make([][]byte, len(sh.in)), make([][]byte, len(sh.out))
+	for c := 0; c < w; c += cw {
+		if c > 0 {
+			req.Yield()
+		}
+		n := min(cw, w-c)
+		for i := range ins {
+			if staged {
+				ins[i] = scratch[i*cw : i*cw+n]
+				if err := req.Mem.ReadAt(ins[i], uint64(sh.in[i].Off)+uint64(c)); err != nil {
+					return wire.StatusBadSpan
+				}
+			} else {
+				ins[i] = in[i][c : c+n : c+n]
+			}
+		}
+		for j := range outs {
+			if staged {
+				outs[j] = scratch[(len(ins)+j)*cw : (len(ins)+j)*cw+n : (len(ins)+j)*cw+n]
+			} else {
+				outs[j] = out[j][c : c+n : c+n]
+			}
+			if outEmpty {
+				outs[j] = outs[j][:0]
+			}
+		}
+		if err := code(ins, outs); err != nil {
+			return wire.StatusBadArg
+		}
+		if staged {
+			for j, o := range outs {
+				if err := req.Mem.WriteAt(o[:n], uint64(sh.out[j].Off)+uint64(c)); err != nil {
+					return wire.StatusBadSpan
+				}
+			}
+		}
+	}
+	return wire.StatusOK
+}
+
+func (s *ecService) serveEncode(ctx context.Context, req *Request, resp *wire.Desc) {
+	c, st := s.counts(req)
+	if st == wire.StatusOK {
+		var sh ecShards
+		if sh, st = encodeShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
+			st = rounds(req, sh, false, func(in, out [][]byte) error { return c.EncodeColumns(ctx, in, out) })
+			if st == wire.StatusOK {
+				s.done(req, resp, sh, "encode", uint64(sh.k)*uint64(sh.w))
+			}
+		}
+	}
+	resp.Status = st
+}
+
+func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire.Desc) {
+	c, st := s.counts(req)
+	if st == wire.StatusOK {
+		var sh ecShards
+		if sh, st = reconstructShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
+			k, n := sh.k, sh.k+sh.m
+			shards := make([][]byte, n)
+			st = rounds(req, sh, true, func(in, out [][]byte) error {
+				clear(shards)
+				for i, b := range in {
+					shards[sh.idx[i]] = b
+				}
+				for j, b := range out {
+					shards[sh.idx[k+j]] = b
+				}
+				return c.ReconstructSome(shards, sh.idx[k:])
+			})
+			if st == wire.StatusOK {
+				s.done(req, resp, sh, "reconstruct", uint64(len(sh.out))*uint64(sh.w))
+			}
+		}
+	}
+	resp.Status = st
+}
+
+// done completes an op: Arg0 = w; the plain form names the bytes written
+// (a stream transport sends them back).
+func (s *ecService) done(req *Request, resp *wire.Desc, sh ecShards, op string, n uint64) {
+	resp.Arg0 = uint64(sh.w)
+	if req.Flags&wire.FlagSGL == 0 {
+		resp.NSpan = 1
+		resp.Spans[0] = req.Spans[req.NSpan-1]
+	}
+	s.bytes.WithLabelValues(op, req.Transport).Add(float64(n))
+	if op == "encode" {
+		s.encoded.Add(n)
+	} else {
+		s.rebuilt.Add(n)
+	}
+}
