@@ -138,6 +138,9 @@ type transport interface {
 	// inWindow reports whether b is handed over without a copy (in the
 	// shared window); such buffers need no chunking.
 	inWindow(b []byte) bool
+	// windowOffset is b's offset in the window, when it lies there (what
+	// a scatter-gather list names).
+	windowOffset(b []byte) (uint32, bool)
 	String() string
 }
 

@@ -222,6 +222,13 @@ func (t *shmTransport) inWindow(b []byte) bool {
 	return ok
 }
 
+func (t *shmTransport) windowOffset(b []byte) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	off, ok := t.offset(b)
+	return uint32(off), ok
+}
+
 func (t *shmTransport) alloc(n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -1,0 +1,718 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// Where erasure coding runs (WithRails).
+const (
+	// RailsHost codes in this process only.
+	RailsHost = "host"
+	// RailsDPU codes on the agent only.
+	RailsDPU = "dpu"
+	// RailsAuto splits each stripe by columns between this process and
+	// the agent so both finish together, by rates calibrated at first use
+	// and refined from every op; a rail that does not pay is dropped.
+	RailsAuto = "auto"
+)
+
+// ErrRails is returned for a rails setting EC cannot use.
+var ErrRails = errors.New("host: bad rails")
+
+// ECOption configures an EC (Client.EC, NewEC).
+type ECOption func(*ecOptions)
+
+type ecOptions struct {
+	rails       string
+	concurrency int
+	model       []rail.Rail
+}
+
+// WithRails sets where coding runs: RailsHost, RailsDPU or RailsAuto
+// (default: RailsAuto with an agent, RailsHost without one).
+func WithRails(r string) ECOption { return func(o *ecOptions) { o.rails = r } }
+
+// WithHostConcurrency sets the goroutines the host rail codes on (default
+// 1: freeing the host's cores is what the offload is for).
+func WithHostConcurrency(n int) ECOption { return func(o *ecOptions) { o.concurrency = n } }
+
+// WithModel starts auto from these rails' models (named RailHost and
+// RailDPU) instead of a calibration; ops refine them as usual.
+func WithModel(rails []rail.Rail) ECOption { return func(o *ecOptions) { o.model = rails } }
+
+// EC is Reed-Solomon coding (package ec: the Cauchy matrix, k data and m
+// parity shards) on this process's cores (the host rail) and on the
+// agent's (the DPU rail), a stripe split between them by columns. It is
+// an ec.ColumnCoder, so ec's streaming and file functions code through
+// it. Shards in the client's window (Alloc, or Buffers) are coded by the
+// agent in place; others are copied into the window (or sent, over TCP).
+// It is safe for concurrent use.
+type EC struct {
+	c     *Client
+	k, m  int
+	rails string
+	local *ec.Coder
+
+	calMu sync.Mutex // one calibration at a time
+	mu    sync.Mutex
+	est   map[string]*rail.Estimator // auto: the rails' models, once calibrated
+	stats ECStats
+}
+
+// ECResult is what one EC op did and cost.
+type ECResult struct {
+	// Plan is the split of the op's columns, in data bytes (k × columns).
+	Plan rail.Plan
+	// Bytes is the data coded: k × the shard length.
+	Bytes int64
+	Took  time.Duration
+	// HostCPU is this process's CPU time (user and system, every thread)
+	// while the op ran: what the op cost the host, the agent's share
+	// excepted.
+	HostCPU time.Duration
+}
+
+// HostCPUPerGB is the host CPU-seconds the op cost per GB (1e9 bytes) of
+// data coded.
+func (r ECResult) HostCPUPerGB() float64 { return perGB(r.HostCPU, r.Bytes) }
+
+func perGB(d time.Duration, n int64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return d.Seconds() / (float64(n) / 1e9)
+}
+
+// ECStats sums an EC's ops.
+type ECStats struct {
+	Ops     int
+	Bytes   int64
+	Took    time.Duration
+	HostCPU time.Duration
+	// RailBytes are the data bytes each rail coded.
+	RailBytes map[string]int64
+}
+
+// HostCPUPerGB is the host CPU-seconds per GB of data over every op.
+func (s ECStats) HostCPUPerGB() float64 { return perGB(s.HostCPU, s.Bytes) }
+
+// EC returns erasure coding of k data and m parity shards through this
+// client's agent and this process.
+func (c *Client) EC(k, m int, opt ...ECOption) (*EC, error) { return NewEC(c, k, m, opt...) }
+
+// NewEC is Client.EC; with a nil client, only RailsHost is possible.
+func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
+	o := ecOptions{rails: RailsAuto, concurrency: 1}
+	if c == nil {
+		o.rails = RailsHost
+	}
+	for _, f := range opt {
+		f(&o)
+	}
+	switch {
+	case o.rails != RailsHost && o.rails != RailsDPU && o.rails != RailsAuto:
+		return nil, fmt.Errorf("%w: %q (want host, dpu or auto)", ErrRails, o.rails)
+	case c == nil && o.rails != RailsHost:
+		return nil, fmt.Errorf("%w: %s needs an agent", ErrRails, o.rails)
+	}
+	local, err := ec.New(k, m, ec.WithConcurrency(o.concurrency))
+	if err != nil {
+		return nil, err
+	}
+	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, stats: ECStats{RailBytes: map[string]int64{}}}
+	if o.model != nil {
+		e.setModel(o.model)
+	}
+	return e, nil
+}
+
+func (e *EC) setModel(rails []rail.Rail) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.est = map[string]*rail.Estimator{}
+	for _, r := range rails {
+		e.est[r.Name] = rail.NewEstimator(r, 0.2)
+	}
+}
+
+// Rails is where the EC codes (RailsHost, RailsDPU or RailsAuto).
+func (e *EC) Rails() string { return e.rails }
+
+// SIMD is the vector path of the host rail's kernels.
+func (e *EC) SIMD() ec.SIMD { return e.local.SIMD() }
+
+// Stats returns the sums over every op so far.
+func (e *EC) Stats() ECStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.RailBytes = make(map[string]int64, len(e.stats.RailBytes))
+	for k, v := range e.stats.RailBytes {
+		s.RailBytes[k] = v
+	}
+	return s
+}
+
+// Encode computes the m parity shards of shards (k+m of one length).
+func (e *EC) Encode(ctx context.Context, shards [][]byte) (ECResult, error) {
+	if len(shards) != e.k+e.m {
+		return ECResult{}, fmt.Errorf("host: ec encode of %d shards with %d+%d: %w", len(shards), e.k, e.m, ec.ErrShardCount)
+	}
+	return e.encode(ctx, shards[:e.k], shards[e.k:])
+}
+
+// EncodeColumns is Encode with data and parity apart (ec.ColumnCoder).
+func (e *EC) EncodeColumns(ctx context.Context, data, parity [][]byte) error {
+	_, err := e.encode(ctx, data, parity)
+	return err
+}
+
+// Reconstruct fills the missing shards (nil or empty; one with room, cap
+// ≥ the shard length, is written in place) from k present ones; with
+// dataOnly, only the data shards.
+func (e *EC) Reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (ECResult, error) {
+	return e.reconstruct(ctx, shards, dataOnly)
+}
+
+// ReconstructColumns is Reconstruct (ec.ColumnCoder).
+func (e *EC) ReconstructColumns(ctx context.Context, shards [][]byte, dataOnly bool) error {
+	_, err := e.reconstruct(ctx, shards, dataOnly)
+	return err
+}
+
+// Buffers hands streaming (ec.WithBuffers) its round buffer in the
+// client's window, so that the agent codes it in place; nil (ordinary
+// memory) when there is no window or no room.
+func (e *EC) Buffers(n int) ([]byte, func()) {
+	if e.c == nil || e.rails == RailsHost || n > e.c.WindowSize()/2 {
+		return nil, nil
+	}
+	b, err := e.c.Alloc(n)
+	if err != nil || !e.c.t.inWindow(b) {
+		return nil, nil
+	}
+	return b, func() { e.c.Free(b) }
+}
+
+// Chunk is the column width a streaming round should have for the k+m
+// shards of a round to fit half the window (at most 1 MiB, at least 4
+// KiB: ec.WithChunk).
+func (e *EC) Chunk() int {
+	c := 1 << 20
+	if e.c != nil && e.rails != RailsHost {
+		c = min(c, e.c.WindowSize()/2/(e.k+e.m))
+	}
+	return max(c/ec.Align*ec.Align, 4096)
+}
+
+// cpuTime is this process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// stripeWidth checks that every shard given has one length w > 0.
+func stripeWidth(groups ...[][]byte) (int, error) {
+	w := -1
+	for _, g := range groups {
+		for _, s := range g {
+			if w < 0 {
+				w = len(s)
+			}
+			if len(s) != w || w == 0 {
+				return 0, fmt.Errorf("host: ec shards of %d and %d bytes: %w", w, len(s), ec.ErrShardSize)
+			}
+		}
+	}
+	return w, nil
+}
+
+// share is one rail's columns of an op.
+type share struct {
+	rail   string
+	c0, c1 int
+}
+
+// split turns the plan of an op over w columns into column ranges.
+func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
+	size := int64(e.k) * int64(w)
+	var plan rail.Plan
+	switch e.rails {
+	case RailsHost, RailsDPU:
+		plan = rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
+	default:
+		rails, err := e.Calibrate(ctx, false)
+		if err != nil {
+			return plan, nil, err
+		}
+		plan = rail.Split(rails, size, int64(e.k)*ec.Align)
+	}
+	var out []share
+	for _, s := range plan.Shares {
+		c0 := int(s.Offset / int64(e.k))
+		out = append(out, share{rail: s.Rail, c0: c0, c1: c0 + int(s.Bytes/int64(e.k))})
+	}
+	if len(out) > 0 {
+		out[len(out)-1].c1 = w // the last share takes the rest
+	}
+	return plan, out, nil
+}
+
+// hostPiece is the data the host rail codes between two looks at the
+// agent's completions.
+const hostPiece = 256 << 10
+
+// run codes an op's shares: the agent's submitted first, then the host's
+// here in pieces (polling the agent's completions between them so each
+// share's time is known), then the agent's awaited. Each share's time
+// refines the model (auto).
+func (e *EC) run(ctx context.Context, plan rail.Plan, shares []share, host func(c0, c1 int) error,
+	dpu func(ctx context.Context, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
+	res := ECResult{Plan: plan, Bytes: plan.Size}
+	cpu0, t0 := cpuTime(), time.Now()
+	took := make([]time.Duration, len(shares))
+	waits := make([]func() error, len(shares))
+	dones := make([]func() bool, len(shares))
+	for i, s := range shares {
+		if s.rail != RailDPU {
+			continue
+		}
+		wait, done, err := dpu(ctx, s.c0, s.c1)
+		if err != nil {
+			for _, w := range waits {
+				if w != nil {
+					w() //nolint:errcheck // already failing
+				}
+			}
+			return res, err
+		}
+		waits[i], dones[i] = wait, done
+	}
+	var hostErr error
+	for i, s := range shares {
+		if s.rail != RailHost {
+			continue
+		}
+		piece := max(hostPiece/e.k/ec.Align*ec.Align, ec.Align)
+		for c := s.c0; c < s.c1 && hostErr == nil; c += piece {
+			hostErr = host(c, min(c+piece, s.c1))
+			if e.c != nil {
+				if p, ok := e.c.t.(interface{ poll() }); ok {
+					p.poll()
+				}
+			}
+			for j, d := range dones {
+				if d != nil && took[j] == 0 && d() {
+					took[j] = time.Since(t0)
+				}
+			}
+		}
+		took[i] = time.Since(t0)
+	}
+	err := hostErr
+	for i, w := range waits {
+		if w == nil {
+			continue
+		}
+		if werr := w(); werr != nil && err == nil {
+			err = werr
+		}
+		if took[i] == 0 {
+			took[i] = time.Since(t0)
+		}
+	}
+	res.Took, res.HostCPU = time.Since(t0), cpuTime()-cpu0
+	if err != nil {
+		return res, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.Ops++
+	e.stats.Bytes += res.Bytes
+	e.stats.Took += res.Took
+	e.stats.HostCPU += res.HostCPU
+	for i, s := range shares {
+		n := int64(s.c1-s.c0) * int64(e.k)
+		e.stats.RailBytes[s.rail] += n
+		if est := e.est[s.rail]; est != nil && len(shares) > 1 {
+			est.Observe(n, took[i])
+		}
+	}
+	return res, nil
+}
+
+func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error) {
+	if len(data) != e.k || len(parity) != e.m {
+		return ECResult{}, fmt.Errorf("host: ec encode of %d data and %d parity shards with %d+%d: %w", len(data), len(parity), e.k, e.m, ec.ErrShardCount)
+	}
+	w, err := stripeWidth(data, parity)
+	if err != nil {
+		return ECResult{}, err
+	}
+	plan, shares, err := e.split(ctx, w)
+	if err != nil {
+		return ECResult{Plan: plan}, err
+	}
+	host := func(c0, c1 int) error {
+		return e.local.EncodeColumns(ctx, columns(data, c0, c1), columns(parity, c0, c1))
+	}
+	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuEncode(ctx, data, parity, c0, c1)
+	}
+	return e.run(ctx, plan, shares, host, dpu)
+}
+
+// columns returns columns c0..c1 of every shard.
+func columns(shards [][]byte, c0, c1 int) [][]byte {
+	out := make([][]byte, len(shards))
+	for i, s := range shards {
+		out[i] = s[c0:c1:c1]
+	}
+	return out
+}
+
+// inWindowSGL returns the scatter-gather list naming spans, when every
+// one lies in the window.
+func (e *EC) inWindowSGL(spans [][]byte) ([]byte, bool) {
+	if len(spans) > wire.MaxSGL {
+		return nil, false
+	}
+	list := make([]wire.Span, len(spans))
+	for i, s := range spans {
+		off, ok := e.c.t.windowOffset(s)
+		if !ok {
+			return nil, false
+		}
+		list[i] = wire.Span{Off: off, Len: uint32(len(s))}
+	}
+	return wire.AppendSGL(nil, list), true
+}
+
+// pieces is how an agent share too large for one op, or not in the
+// window, is sent: column pieces of at most width, up to maxChunksInFl in
+// flight.
+type pieces struct {
+	e     *EC
+	ctx   context.Context
+	calls []*Call
+	after []func(Result) // run on each call's completion, in order
+	bufs  [][]byte       // window buffers to free
+	next  int            // calls before next are finished
+}
+
+func (p *pieces) submit(req Request, after func(Result)) error {
+	if len(p.calls)-p.next >= maxChunksInFl {
+		if err := p.finish(p.next + 1); err != nil {
+			return err
+		}
+	}
+	call, err := p.e.c.Go(p.ctx, req)
+	if err != nil {
+		return err
+	}
+	p.calls, p.after = append(p.calls, call), append(p.after, after)
+	return nil
+}
+
+// finish waits for calls up to n and runs their after functions.
+func (p *pieces) finish(n int) error {
+	for ; p.next < n; p.next++ {
+		r, err := p.e.c.Wait(p.ctx, p.calls[p.next])
+		if err != nil {
+			return err
+		}
+		if f := p.after[p.next]; f != nil {
+			f(r)
+		}
+	}
+	return nil
+}
+
+func (p *pieces) wait() error {
+	err := p.finish(len(p.calls))
+	if err != nil {
+		// Every call must be done before its buffers are freed.
+		for _, c := range p.calls[p.next:] {
+			p.e.c.Wait(p.ctx, c) //nolint:errcheck // already failing
+		}
+	}
+	for _, b := range p.bufs {
+		p.e.c.Free(b)
+	}
+	p.bufs = nil
+	return err
+}
+
+func (p *pieces) done() bool {
+	for _, c := range p.calls {
+		if !c.Done() {
+			return false
+		}
+	}
+	return true
+}
+
+// buffer returns n bytes in the window when there is room (ordinary
+// memory otherwise: TCP, or a full window, where the transport copies).
+func (p *pieces) buffer(n int) []byte {
+	if b, err := p.e.c.Alloc(n); err == nil {
+		if p.e.c.t.inWindow(b) {
+			p.bufs = append(p.bufs, b)
+		}
+		return b
+	}
+	return make([]byte, n)
+}
+
+// pieceWidth is the columns of one plain op of rows shards: a quarter of
+// the window each, so several are in flight.
+func (e *EC) pieceWidth(rows int) int {
+	return max(e.c.WindowSize()/4/rows/ec.Align*ec.Align, ec.Align)
+}
+
+// dpuEncode submits the agent's encode of columns c0..c1: one op naming
+// the shards in place when they are all in the window, else pieces
+// copied into window buffers.
+func (e *EC) dpuEncode(ctx context.Context, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
+	p := &pieces{e: e, ctx: ctx}
+	counts := wire.ECShards(e.k, e.m)
+	if list, ok := e.inWindowSGL(append(columns(data, c0, c1), columns(parity, c0, c1)...)); ok {
+		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, nil); err != nil {
+			return nil, nil, err
+		}
+		return p.wait, p.done, nil
+	}
+	step := e.pieceWidth(e.k + e.m)
+	for c := c0; c < c1; c += step {
+		n := min(step, c1-c)
+		buf := p.buffer((e.k + e.m) * n)
+		for i, d := range data {
+			copy(buf[i*n:], d[c:c+n])
+		}
+		out := buf[e.k*n:]
+		at := c
+		err := p.submit(Request{Op: wire.OpECEncode, Arg0: counts, In: [][]byte{buf[:e.k*n]}, Out: [][]byte{out}}, func(Result) {
+			for j, q := range parity {
+				copy(q[at:at+n], out[j*n:(j+1)*n])
+			}
+		})
+		if err != nil {
+			p.wait() //nolint:errcheck // already failing
+			return nil, nil, err
+		}
+	}
+	return p.wait, p.done, nil
+}
+
+// rebuildPlan picks, for a reconstruct, k present shards (data first) and
+// the shards to rebuild, giving each of those room of w bytes.
+func (e *EC) rebuildPlan(shards [][]byte, dataOnly bool) (present, want []int, w int, err error) {
+	if len(shards) != e.k+e.m {
+		return nil, nil, 0, fmt.Errorf("host: ec reconstruct of %d shards with %d+%d: %w", len(shards), e.k, e.m, ec.ErrShardCount)
+	}
+	var have [][]byte
+	for i, s := range shards {
+		if len(s) != 0 {
+			have = append(have, s)
+			if len(present) < e.k {
+				present = append(present, i)
+			}
+		} else if i < e.k || !dataOnly {
+			want = append(want, i)
+		}
+	}
+	if w, err = stripeWidth(have); err != nil {
+		return nil, nil, 0, err
+	}
+	if len(present) < e.k {
+		return nil, nil, 0, fmt.Errorf("host: ec: %d of %d shards present, %d needed: %w", len(have), e.k+e.m, e.k, ec.ErrTooFewShards)
+	}
+	for _, i := range want {
+		if cap(shards[i]) < w {
+			shards[i] = make([]byte, w)
+		}
+		shards[i] = shards[i][:w]
+	}
+	return present, want, w, nil
+}
+
+func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (ECResult, error) {
+	present, want, w, err := e.rebuildPlan(shards, dataOnly)
+	if err != nil || len(want) == 0 {
+		return ECResult{}, err
+	}
+	plan, shares, err := e.split(ctx, w)
+	if err != nil {
+		return ECResult{Plan: plan}, err
+	}
+	host := func(c0, c1 int) error {
+		sub := make([][]byte, len(shards))
+		for _, i := range present {
+			sub[i] = shards[i][c0:c1:c1]
+		}
+		for _, i := range want {
+			sub[i] = shards[i][c0:c0:c1]
+		}
+		return e.local.ReconstructSome(sub, want)
+	}
+	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuReconstruct(ctx, shards, present, want, c0, c1)
+	}
+	return e.run(ctx, plan, shares, host, dpu)
+}
+
+// dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
+// from present.
+func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
+	p := &pieces{e: e, ctx: ctx}
+	counts := wire.ECShards(e.k, e.m)
+	idx := make([]byte, 0, len(present)+len(want))
+	for _, i := range append(append([]int{}, present...), want...) {
+		idx = append(idx, byte(i))
+	}
+	var spans [][]byte
+	for _, i := range present {
+		spans = append(spans, shards[i][c0:c1:c1])
+	}
+	for _, i := range want {
+		spans = append(spans, shards[i][c0:c1:c1])
+	}
+	if ib, err := e.c.Alloc(len(idx)); err == nil && e.c.t.inWindow(ib) {
+		copy(ib, idx)
+		p.bufs = append(p.bufs, ib)
+		if list, ok := e.inWindowSGL(append(spans, ib)); ok {
+			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, nil); err != nil {
+				p.wait() //nolint:errcheck // already failing
+				return nil, nil, err
+			}
+			return p.wait, p.done, nil
+		}
+	} else if err == nil {
+		e.c.Free(ib)
+	}
+	k, r := len(present), len(want)
+	step := e.pieceWidth(k + r)
+	for c := c0; c < c1; c += step {
+		n := min(step, c1-c)
+		buf := p.buffer((k+r)*n + len(idx))
+		for j, i := range present {
+			copy(buf[j*n:], shards[i][c:c+n])
+		}
+		out := buf[k*n : (k+r)*n]
+		ib := buf[(k+r)*n:]
+		copy(ib, idx)
+		at := c
+		err := p.submit(Request{Op: wire.OpECReconstruct, Arg0: counts, In: [][]byte{buf[:k*n], ib}, Out: [][]byte{out}}, func(Result) {
+			for j, i := range want {
+				copy(shards[i][at:at+n], out[j*n:(j+1)*n])
+			}
+		})
+		if err != nil {
+			p.wait() //nolint:errcheck // already failing
+			return nil, nil, err
+		}
+	}
+	return p.wait, p.done, nil
+}
+
+// Calibrate measures the two rails for this code, now when again is set,
+// else once (the first auto op calls it): the host rail's rate coding a
+// k-shard stripe of 1 MiB shards in this process; the agent's fixed cost
+// from tiny ops and its rate from stripes in the window, each for at
+// least 100 ms. Later ops refine both (a moving average).
+func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
+	e.calMu.Lock()
+	defer e.calMu.Unlock()
+	if rails := e.Model(); rails != nil && !again {
+		return rails, nil
+	}
+	if e.c == nil {
+		return nil, fmt.Errorf("%w: calibrating the dpu rail needs an agent", ErrRails)
+	}
+	const minTime = 100 * time.Millisecond
+	w := max(min(1<<20, e.Chunk()/2)/ec.Align*ec.Align, ec.Align) // beside a streaming round in the window
+	stripe := func(b []byte) ([][]byte, [][]byte) {
+		for i := range b[:e.k*w] {
+			b[i] = byte(i * 7)
+		}
+		return rows(b, e.k, w), rows(b[e.k*w:], e.m, w)
+	}
+	hd, hp := stripe(make([]byte, (e.k+e.m)*w))
+	hostRate, _ := rail.TimeRate(e.k*w, minTime, func(int) error { return e.local.EncodeColumns(ctx, hd, hp) })
+	buf, free := e.Buffers((e.k + e.m) * w)
+	if buf == nil {
+		buf, free = make([]byte, (e.k+e.m)*w), func() {}
+	}
+	defer free()
+	dd, dp := stripe(buf)
+	agentOnce := func(c1 int) error {
+		wait, _, err := e.dpuEncode(ctx, dd, dp, 0, c1)
+		if err == nil {
+			err = wait()
+		}
+		return err
+	}
+	alpha := time.Duration(1<<63 - 1)
+	for range 5 {
+		t0 := time.Now()
+		if err := agentOnce(ec.Align); err != nil {
+			return nil, fmt.Errorf("calibrate the dpu rail: %w", err)
+		}
+		alpha = min(alpha, time.Since(t0))
+	}
+	agentRate, err := rail.TimeRate(e.k*w, minTime, func(int) error { return agentOnce(w) })
+	if err != nil {
+		return nil, fmt.Errorf("calibrate the dpu rail: %w", err)
+	}
+	net := max(time.Duration(float64(e.k*w)/agentRate*float64(time.Second))-alpha, time.Microsecond)
+	rails := []rail.Rail{
+		{Name: RailHost, Kind: rail.HostCPU, Rate: hostRate, Confidence: 0.5},
+		{Name: RailDPU, Kind: rail.DPUCores, Alpha: alpha, Rate: float64(e.k*w) / net.Seconds(), Confidence: 0.5},
+	}
+	e.setModel(rails)
+	return rails, nil
+}
+
+// Model returns the rails' current models (nil before calibration).
+func (e *EC) Model() []rail.Rail {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.est == nil {
+		return nil
+	}
+	var rails []rail.Rail
+	for _, name := range []string{RailHost, RailDPU} {
+		if est := e.est[name]; est != nil {
+			rails = append(rails, est.Rail())
+		}
+	}
+	return rails
+}
+
+// Plan is how an op of shards of w bytes would be split now (calibrating
+// first when auto has not yet).
+func (e *EC) Plan(ctx context.Context, w int) (rail.Plan, error) {
+	plan, _, err := e.split(ctx, w)
+	return plan, err
+}
+
+// rows cuts b into n rows of w bytes.
+func rows(b []byte, n, w int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = b[i*w : (i+1)*w : (i+1)*w]
+	}
+	return out
+}

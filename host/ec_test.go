@@ -1,0 +1,197 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
+)
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// stripe returns k+m shards of w bytes, the data random: in the client's
+// window when inWindow, else ordinary memory.
+func stripe(t *testing.T, c *host.Client, k, m, w int, inWindow bool, seed uint64) [][]byte {
+	t.Helper()
+	var buf []byte
+	if inWindow {
+		var err error
+		if buf, err = c.Alloc((k + m) * w); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Free(buf) })
+	} else {
+		buf = make([]byte, (k+m)*w)
+	}
+	fill(buf[:k*w], seed)
+	clear(buf[k*w:])
+	shards := make([][]byte, k+m)
+	for i := range shards {
+		shards[i] = buf[i*w : (i+1)*w : (i+1)*w]
+	}
+	return shards
+}
+
+// TestECRailsGiveTheLibrarysParity encodes and rebuilds through every
+// rail setting, over shared memory and TCP, with shards in the window and
+// outside it: parity and rebuilt shards equal package ec's in-process.
+func TestECRailsGiveTheLibrarysParity(t *testing.T) {
+	shm, tcp, stop := startAgent()
+	defer stop()
+	ctx := context.Background()
+	even := []rail.Rail{{Name: host.RailHost, Kind: rail.HostCPU, Rate: 1e9}, {Name: host.RailDPU, Kind: rail.DPUCores, Rate: 1e9}}
+	for _, target := range []string{"shm://" + shm, "tcp://" + tcp} {
+		c, err := host.Dial(ctx, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, shape := range []struct{ k, m, w int }{{4, 2, 1000}, {10, 4, 96 << 10}, {6, 3, 64}} {
+			ref, _ := ec.New(shape.k, shape.m)
+			for _, rails := range []string{host.RailsHost, host.RailsDPU, "split"} {
+				for _, inWindow := range []bool{true, false} {
+					name := fmt.Sprintf("%s/%d+%d/w%d/%s/window=%v", target[:3], shape.k, shape.m, shape.w, rails, inWindow)
+					t.Run(name, func(t *testing.T) {
+						opts := []host.ECOption{host.WithRails(rails)}
+						if rails == "split" {
+							opts = []host.ECOption{host.WithRails(host.RailsAuto), host.WithModel(even)}
+						}
+						e, err := c.EC(shape.k, shape.m, opts...)
+						if err != nil {
+							t.Fatal(err)
+						}
+						shards := stripe(t, c, shape.k, shape.m, shape.w, inWindow, uint64(shape.w))
+						want := make([][]byte, len(shards))
+						for i := range shards {
+							want[i] = bytes.Clone(shards[i])
+						}
+						if err := ref.Encode(want); err != nil {
+							t.Fatal(err)
+						}
+						res, err := e.Encode(ctx, shards)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i := range shards {
+							if !bytes.Equal(shards[i], want[i]) {
+								t.Fatalf("shard %d differs from the library's (plan %s)", i, res.Plan.Explain())
+							}
+						}
+						if rails == "split" && len(res.Plan.Shares) != 2 && shape.w > 64 {
+							t.Fatalf("an even model did not split: %s", res.Plan.Explain())
+						}
+						// Lose m shards: the first data shard, then the last ones.
+						lost := []int{0}
+						for i := shape.k + shape.m - 1; len(lost) < shape.m; i-- {
+							lost = append(lost, i)
+						}
+						for _, i := range lost {
+							clear(shards[i])
+							shards[i] = shards[i][:0]
+						}
+						if _, err := e.Reconstruct(ctx, shards, false); err != nil {
+							t.Fatal(err)
+						}
+						for i := range shards {
+							if !bytes.Equal(shards[i], want[i]) {
+								t.Fatalf("rebuilt shard %d differs", i)
+							}
+						}
+						st := e.Stats()
+						if st.Ops != 2 || st.Bytes != 2*int64(shape.k*shape.w) {
+							t.Fatalf("stats %+v", st)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestECRefusesBadShapes(t *testing.T) {
+	shm, _, stop := startAgent()
+	defer stop()
+	ctx := context.Background()
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.EC(200, 57); err == nil {
+		t.Fatal("257 shards accepted")
+	}
+	if _, err := c.EC(4, 2, host.WithRails("gpu")); err == nil {
+		t.Fatal("rails gpu accepted")
+	}
+	if _, err := host.NewEC(nil, 4, 2, host.WithRails(host.RailsDPU)); err == nil {
+		t.Fatal("dpu rail without an agent accepted")
+	}
+	e, _ := c.EC(4, 2, host.WithRails(host.RailsDPU))
+	shards := [][]byte{make([]byte, 10), make([]byte, 10), make([]byte, 10), make([]byte, 11), make([]byte, 10), make([]byte, 10)}
+	if _, err := e.Encode(ctx, shards); err == nil {
+		t.Fatal("shards of different lengths accepted")
+	}
+	shards = [][]byte{nil, nil, nil, make([]byte, 10), make([]byte, 10), make([]byte, 10)}
+	if _, err := e.Reconstruct(ctx, shards, false); err == nil {
+		t.Fatal("3 of 6 present rebuilt")
+	}
+}
+
+// TestECFilesThroughTheAgent encodes a file through the agent (auto:
+// calibrated, then split as the model says) in rounds held in the window,
+// and decodes it with shards lost through the agent alone.
+func TestECFilesThroughTheAgent(t *testing.T) {
+	shm, _, stop := startAgent()
+	defer stop()
+	ctx := context.Background()
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	data := make([]byte, 9<<20+12345)
+	fill(data, 77)
+	in := filepath.Join(dir, "in")
+	os.WriteFile(in, data, 0o644)
+	e, err := c.EC(10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if _, err := ec.EncodeFile(ctx, e, 10, 4, in, filepath.Join(dir, "enc"), ec.WithBuffers(e.Buffers), ec.WithChunk(e.Chunk())); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats()
+	t.Logf("encoded in %v: %d ops, rails %v, model %+v, host cpu %.3f s/GB", time.Since(t0), st.Ops, st.RailBytes, e.Model(), st.HostCPUPerGB())
+	if st.Bytes < int64(len(data)) {
+		t.Fatalf("coded %d bytes of %d", st.Bytes, len(data))
+	}
+	for _, i := range []int{0, 3, 9, 12} {
+		os.Remove(filepath.Join(dir, "enc", ec.ShardName(i)))
+	}
+	d, _ := c.EC(10, 4, host.WithRails(host.RailsDPU))
+	rep, err := ec.DecodeDir(ctx, d, filepath.Join(dir, "enc"), filepath.Join(dir, "out"), ec.WithBuffers(d.Buffers), ec.WithChunk(d.Chunk()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, data) {
+		t.Fatal("decoded file differs")
+	}
+	if fmt.Sprint(rep.Rebuilt) != "[0 3 9]" || d.Stats().RailBytes[host.RailDPU] == 0 {
+		t.Fatalf("rebuilt %v, dpu rail bytes %v", rep.Rebuilt, d.Stats().RailBytes)
+	}
+}
