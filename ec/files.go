@@ -184,9 +184,9 @@ func checkShards(ctx context.Context, dir string, m *Manifest) ([]ShardState, []
 			st := &states[i]
 			f, err := os.Open(filepath.Join(dir, sf.File))
 			if err != nil {
-				st.State, st.Note = "missing", err.Error()
+				st.State = "missing"
 				if !errors.Is(err, fs.ErrNotExist) {
-					st.State = "unreadable"
+					st.State, st.Note = "unreadable", err.Error()
 				}
 				return
 			}

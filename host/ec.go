@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -258,6 +259,20 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
 			return plan, nil, err
 		}
 		plan = rail.Split(rails, size, int64(e.k)*ec.Align)
+		if len(plan.Shares) > 1 {
+			if gain := 1 - plan.Predicted.Seconds()/plan.BestTime.Seconds(); gain < autoMinGain {
+				// The model's error could turn so small a gain into a loss.
+				one := rail.Plan{Size: size, BestOne: plan.BestOne, BestTime: plan.BestTime, Predicted: plan.BestTime,
+					Shares:  []rail.Share{{Rail: plan.BestOne, Bytes: size, Predicted: plan.BestTime}},
+					Dropped: []string{fmt.Sprintf("split: would gain %.0f%% over %s alone by the model, less than the %.0f%% its error can take away", 100*gain, plan.BestOne, 100*autoMinGain)}}
+				for _, r := range rails {
+					if r.Name == plan.BestOne {
+						one.Shares[0].Kind = r.Kind
+					}
+				}
+				plan = one
+			}
+		}
 	}
 	var out []share
 	for _, s := range plan.Shares {
@@ -629,9 +644,10 @@ func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want 
 
 // Calibrate measures the two rails for this code, now when again is set,
 // else once (the first auto op calls it): the host rail's rate coding a
-// k-shard stripe of 1 MiB shards in this process; the agent's fixed cost
-// from tiny ops and its rate from stripes in the window, each for at
-// least 100 ms. Later ops refine both (a moving average).
+// stripe in this process; the agent's from stripes of two widths in the
+// window (a worker takes each: its wake-up is part of the fixed cost),
+// the median time of each, so that the fixed cost and the rate come
+// apart. At least 100 ms each; later ops refine both (a moving average).
 func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 	e.calMu.Lock()
 	defer e.calMu.Unlock()
@@ -657,30 +673,40 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 	}
 	defer free()
 	dd, dp := stripe(buf)
-	agentOnce := func(c1 int) error {
-		wait, _, err := e.dpuEncode(ctx, dd, dp, 0, c1)
-		if err == nil {
-			err = wait()
+	// median time of ops coding c columns, for at least minTime/2.
+	agentTime := func(c int) (time.Duration, error) {
+		var ts []time.Duration
+		for t0 := time.Now(); len(ts) < 5 || time.Since(t0) < minTime/2; {
+			t1 := time.Now()
+			wait, _, err := e.dpuEncode(ctx, dd, dp, 0, c)
+			if err == nil {
+				err = wait()
+			}
+			if err != nil {
+				return 0, fmt.Errorf("calibrate the dpu rail: %w", err)
+			}
+			ts = append(ts, time.Since(t1))
 		}
-		return err
+		slices.Sort(ts)
+		return ts[len(ts)/2], nil
 	}
-	alpha := time.Duration(1<<63 - 1)
-	for range 5 {
-		t0 := time.Now()
-		if err := agentOnce(ec.Align); err != nil {
-			return nil, fmt.Errorf("calibrate the dpu rail: %w", err)
-		}
-		alpha = min(alpha, time.Since(t0))
-	}
-	agentRate, err := rail.TimeRate(e.k*w, minTime, func(int) error { return agentOnce(w) })
+	small := max(w/8/ec.Align*ec.Align, ec.Align)
+	t1, err := agentTime(small)
 	if err != nil {
-		return nil, fmt.Errorf("calibrate the dpu rail: %w", err)
+		return nil, err
 	}
-	net := max(time.Duration(float64(e.k*w)/agentRate*float64(time.Second))-alpha, time.Microsecond)
-	rails := []rail.Rail{
-		{Name: RailHost, Kind: rail.HostCPU, Rate: hostRate, Confidence: 0.5},
-		{Name: RailDPU, Kind: rail.DPUCores, Alpha: alpha, Rate: float64(e.k*w) / net.Seconds(), Confidence: 0.5},
+	t2, err := agentTime(w)
+	if err != nil {
+		return nil, err
 	}
+	dpu := rail.Rail{Name: RailDPU, Kind: rail.DPUCores, Confidence: 0.5}
+	if t2 > t1 && w > small {
+		dpu.Rate = float64(e.k*(w-small)) / (t2 - t1).Seconds()
+		dpu.Alpha = max(t1-time.Duration(float64(e.k*small)/dpu.Rate*float64(time.Second)), 0)
+	} else { // noise hid the difference: all of it rate
+		dpu.Rate = float64(e.k*w) / t2.Seconds()
+	}
+	rails := []rail.Rail{{Name: RailHost, Kind: rail.HostCPU, Rate: hostRate, Confidence: 0.5}, dpu}
 	e.setModel(rails)
 	return rails, nil
 }

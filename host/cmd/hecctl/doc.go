@@ -24,6 +24,11 @@
 //	cluster ping                 round trips and bandwidth between every pair of agents; calibrates the network rails
 //	cluster status               the nodes: how to reach each agent, and its peers
 //	cluster up                   make a cluster and start its agents
+//	ec                           erasure coding of files: encode into shard files, decode from what remains, verify, plan the split
+//	ec decode --in DIR --out FILE rebuild FILE from the valid shards left in DIR (any k of k+m; corrupt ones are found and skipped)
+//	ec encode --in FILE --out DIR code FILE into k data and m parity shard files in DIR, with DIR/manifest.json
+//	ec plan --size N             how a stripe of N bytes would be split between this host and the agent, and why (calibrates both first)
+//	ec verify --in DIR           check every shard in DIR (size, CRC-32C) and that the parity matches the data
 //	inspect                      the agent's XDP counters: per-class rates, drops by reason, top talkers; --pcap FILE writes sampled packets
 //	kv                           the agent's key-value store over the handoff: get, put, del, scan
 //	kv del KEY                   delete KEY
