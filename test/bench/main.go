@@ -148,6 +148,7 @@ var scenarios = []scenario{
 	{"kv", benchKV},
 	{"kv-clients", benchKVClients},
 	{"rails", benchRails},
+	{"ec", benchEC},
 	{"peers", benchPeers},
 	{"xdp", benchXDP},
 }

@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// moduleRoot is the repository root, found from this file's place.
-func moduleRoot() string {
+// ModuleRoot is the repository root, found from this file's place.
+func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
@@ -62,7 +62,7 @@ func Build(pkg string) (string, error) {
 		}
 		b.path = filepath.Join(dir, filepath.Base(pkg))
 		cmd := exec.Command("go", "build", "-o", b.path, pkg)
-		cmd.Dir = moduleRoot()
+		cmd.Dir = ModuleRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}

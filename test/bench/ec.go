@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// The ec scenario (issue: erasure coding across rails): for 10+4 and 8+3
+// at 1, 16 and 64 MiB, the raw library in this process on one goroutine,
+// ISA-L (Debian's libisal, test/bench/isal/ec_bench.c) on one thread, and
+// encoding through hecd pinned to one core (no DPU profile); then, with
+// hecd under --dpu-profile bf2 on its own core and this process on
+// another, the host rail alone, the DPU rail alone and the planner's
+// split, with the host CPU each cost.
+
+var ecShapes = []struct{ k, m int }{{10, 4}, {8, 3}}
+
+var ecSizes = []int{1 << 20, 16 << 20, 64 << 20}
+
+// ecFill fills an object as ec_bench.c does.
+func ecFill(b []byte) {
+	for i := range b {
+		b[i] = byte(i*7 + i/4096)
+	}
+}
+
+// ecStripe lays an object of size bytes out as k+m shards in buf.
+func ecStripe(buf []byte, k, m, size int) [][]byte {
+	s := int(ec.ShardSize(int64(size), k))
+	clear(buf[:s*(k+m)])
+	ecFill(buf[:size])
+	shards := make([][]byte, k+m)
+	for i := range shards {
+		shards[i] = buf[i*s : (i+1)*s : (i+1)*s]
+	}
+	return shards
+}
+
+func parityFNV(parity [][]byte) string {
+	h := fnv.New64a()
+	for _, p := range parity {
+		h.Write(p)
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// timeRuns runs f once to warm up, then until minTime and at least 3 runs
+// have passed, and returns the times.
+func timeRuns(minTime time.Duration, f func() error) ([]time.Duration, error) {
+	if err := f(); err != nil {
+		return nil, err
+	}
+	var ts []time.Duration
+	for t0 := time.Now(); len(ts) < 3 || time.Since(t0) < minTime; {
+		t1 := time.Now()
+		if err := f(); err != nil {
+			return nil, err
+		}
+		ts = append(ts, time.Since(t1))
+	}
+	return ts, nil
+}
+
+// buildISAL compiles the ISA-L peer.
+func buildISAL(dir string) (string, error) {
+	if _, err := os.Stat("/usr/include/isa-l/erasure_code.h"); err != nil {
+		return "", fmt.Errorf("ISA-L headers missing (make bench installs libisal-dev as root): %w", err)
+	}
+	src := filepath.Join(testutil.ModuleRoot(), "test", "bench", "isal", "ec_bench.c")
+	bin := filepath.Join(dir, "ec_bench")
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src, "-lisal").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the ISA-L peer: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+// runISAL runs the peer on one core and returns its median time and
+// parity hash.
+func runISAL(bin string, cpu, k, m, size int, minTime time.Duration) (time.Duration, string, error) {
+	out, err := exec.Command("taskset", "-c", strconv.Itoa(cpu), bin, strconv.Itoa(k), strconv.Itoa(m), strconv.Itoa(size),
+		fmt.Sprint(minTime.Seconds())).Output()
+	if err != nil {
+		return 0, "", fmt.Errorf("ISA-L peer: %w", err)
+	}
+	var runs int
+	var ns int64
+	var h string
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "runs %d median_ns %d fnv1a64 %s", &runs, &ns, &h); err != nil {
+		return 0, "", fmt.Errorf("ISA-L peer said %q: %w", out, err)
+	}
+	return time.Duration(ns), h, nil
+}
+
+// ecAgent starts hecd for the scenario on the last core (args add a DPU
+// profile, which pins it itself) and dials it.
+func ecAgent(ctx context.Context, hecd, dir, tag string, args ...string) (*host.Client, func(), error) {
+	shm := shmPath("ec-" + tag)
+	mgmt := "127.0.0.1:26430"
+	base := []string{"--shm", shm, "--region-size", strconv.Itoa(256 << 20), "--queue-pairs", "2", "--tcp", "off", "--resp", "off",
+		"--udp", "off", "--mgmt", mgmt, "--state-dir", filepath.Join(dir, "state-"+tag), "--log-level", "warn"}
+	last := runtime.NumCPU() - 1
+	var cmd *exec.Cmd
+	if len(args) == 0 {
+		cmd = exec.Command("taskset", append([]string{"-c", strconv.Itoa(last), hecd}, base...)...)
+	} else {
+		cmd = exec.Command(hecd, append(base, args...)...)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop := func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, fmt.Errorf("hecd did not calibrate within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); stop() }, nil
+}
+
+func shapeName(k, m, size int) string { return fmt.Sprintf("%d+%d %d MiB", k, m, size>>20) }
+
+func gbs(size int, d time.Duration) float64 { return float64(size) / d.Seconds() / 1e9 }
+
+func benchEC(ctx context.Context, rep *Report, quick bool) error {
+	const s = "ec"
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("taskset not installed: %w", err)
+	}
+	if runtime.NumCPU() < 2 {
+		return fmt.Errorf("the ec scenario needs two cores (host and agent each on its own)")
+	}
+	minTime, runs, learn := 300*time.Millisecond, 9, 10
+	if quick {
+		minTime, runs, learn = 100*time.Millisecond, 3, 4
+	}
+	dir, hecd, err := scratchHecd("ec")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	isal, err := buildISAL(dir)
+	if err != nil {
+		return err
+	}
+	old, err := pinAll(0) // this process (the host rail, the raw library): the first core
+	if err != nil {
+		return err
+	}
+	defer setAll(old)
+
+	// Part 1: the raw library, ISA-L and the agent, each on one core.
+	c, stop, err := ecAgent(ctx, hecd, dir, "plain")
+	if err != nil {
+		return err
+	}
+	for _, sh := range ecShapes {
+		for _, size := range ecSizes {
+			name := shapeName(sh.k, sh.m, size)
+			S := int(ec.ShardSize(int64(size), sh.k))
+			coder, err := ec.New(sh.k, sh.m)
+			if err != nil {
+				stop()
+				return err
+			}
+			shards := ecStripe(make([]byte, S*(sh.k+sh.m)), sh.k, sh.m, size)
+			buf, err := c.Alloc(S * (sh.k + sh.m))
+			if err != nil {
+				stop()
+				return fmt.Errorf("%s in the window: %w", name, err)
+			}
+			wshards := ecStripe(buf, sh.k, sh.m, size)
+			e, _ := c.EC(sh.k, sh.m, host.WithRails(host.RailsDPU))
+			// The raw library and the agent in turns, a batch of each per
+			// round, so both meet the same moments of a noisy machine.
+			var raw, agent []time.Duration
+			var ratios []float64
+			for round := 0; round < 3; round++ {
+				r, err := timeRuns(minTime/3, func() error { return coder.Encode(shards) })
+				if err != nil {
+					c.Free(buf)
+					stop()
+					return err
+				}
+				a, err := timeRuns(minTime/3, func() error { _, err := e.Encode(ctx, wshards); return err })
+				if err != nil {
+					c.Free(buf)
+					stop()
+					return err
+				}
+				raw, agent = append(raw, median(r)), append(agent, median(a))
+				ratios = append(ratios, median(r).Seconds()/median(a).Seconds())
+			}
+			ours, agentHash := parityFNV(shards[sh.k:]), parityFNV(wshards[sh.k:])
+			c.Free(buf)
+			peer, peerHash, err := runISAL(isal, 0, sh.k, sh.m, size, minTime)
+			if err != nil {
+				stop()
+				return err
+			}
+			rep.add(s, name+": raw library, one goroutine ("+string(coder.SIMD())+")", gbs(size, median(raw)), "GB/s")
+			rep.add(s, name+": ISA-L 2.30, one thread", gbs(size, peer), "GB/s")
+			rep.add(s, name+": through the agent (one core, no profile)", gbs(size, median(agent)), "GB/s")
+			rep.atLeastN(s, name+": through the agent / raw library", ratios, 0.9, "×")
+			rep.add(s, name+": raw library / ISA-L", peer.Seconds()/median(raw).Seconds(), "×")
+			same := 0.0
+			if ours == peerHash && ours == agentHash {
+				same = 1
+			}
+			rep.atLeast(s, name+": parity identical from the library, the agent and ISA-L's Cauchy matrix (1 = yes)", same, 1, "")
+			progress(s, "%s: raw %.1f GB/s, ISA-L %.1f GB/s, agent %.1f GB/s", name, gbs(size, median(raw)), gbs(size, peer), gbs(size, median(agent)))
+		}
+	}
+	stop()
+
+	// Part 2: the split, hecd under the bf2 profile.
+	c, stop, err = ecAgent(ctx, hecd, dir, "bf2", "--dpu-profile", "bf2")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for _, sh := range ecShapes {
+		for _, size := range ecSizes {
+			if err := ecSplit(ctx, rep, c, sh.k, sh.m, size, runs, learn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ecSplit measures one shape on the host rail, the DPU rail and split,
+// the stripe in the window.
+func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs, learn int) error {
+	const s = "ec"
+	name := shapeName(k, m, size) + " bf2"
+	S := int(ec.ShardSize(int64(size), k))
+	buf, err := c.Alloc(S * (k + m))
+	if err != nil {
+		return fmt.Errorf("%s in the window: %w", name, err)
+	}
+	defer c.Free(buf)
+	shards := ecStripe(buf, k, m, size)
+	single := map[string]*host.EC{}
+	for _, r := range []string{host.RailsHost, host.RailsDPU} {
+		if single[r], err = c.EC(k, m, host.WithRails(r)); err != nil {
+			return err
+		}
+	}
+	e, err := c.EC(k, m, host.WithRails(host.RailsAuto))
+	if err != nil {
+		return err
+	}
+	cal, err := e.Calibrate(ctx, true)
+	if err != nil {
+		return err
+	}
+	for range learn { // the model settles on what the ops meet
+		if _, err := e.Encode(ctx, shards); err != nil {
+			return err
+		}
+	}
+	// batch is the median time of ops of e over at least 5 ms (three at
+	// least), and of their predictions, after 5 ms of ops untimed: the
+	// first ops after another rail's batch find the stripe in the other
+	// core's cache, and this core slowed down while it waited, as in a
+	// stream of one rail's ops neither would be.
+	batch := func(e *host.EC) (took, pred time.Duration, dpuShare float64, err error) {
+		for t0 := time.Now(); time.Since(t0) < 5*time.Millisecond; {
+			if _, err := e.Encode(ctx, shards); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		var ts, ps []time.Duration
+		for t0 := time.Now(); len(ts) < 3 || time.Since(t0) < 5*time.Millisecond; {
+			res, err := e.Encode(ctx, shards)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			ts, ps = append(ts, res.Took), append(ps, res.Plan.Predicted)
+			for _, sh := range res.Plan.Shares {
+				if sh.Rail == host.RailDPU {
+					dpuShare += float64(sh.Bytes) / float64(res.Plan.Size)
+				}
+			}
+		}
+		return median(ts), median(ps), dpuShare / float64(len(ts)), nil
+	}
+	// Each rail alone and the split in turns, a batch of each per round:
+	// all three meet the same moments of a noisy machine.
+	before := e.Stats()
+	var hostT, dpuT, took, pred []time.Duration
+	var vsBest, dev []float64
+	var dpuShare float64
+	for range runs {
+		h, _, _, err := batch(single[host.RailsHost])
+		if err != nil {
+			return err
+		}
+		d, _, _, err := batch(single[host.RailsDPU])
+		if err != nil {
+			return err
+		}
+		t, p, share, err := batch(e)
+		if err != nil {
+			return err
+		}
+		hostT, dpuT, took, pred = append(hostT, h), append(dpuT, d), append(took, t), append(pred, p)
+		vsBest = append(vsBest, t.Seconds()/min(h, d).Seconds())
+		dev = append(dev, abs(t.Seconds()/p.Seconds()-1))
+		dpuShare += share / float64(runs)
+	}
+	after := e.Stats()
+	progress(s, "%s: model calibrated %s, then %s", name, models(cal), models(e.Model()))
+	split := (after.HostCPU - before.HostCPU).Seconds() / (float64(after.Bytes-before.Bytes) / 1e9)
+	alone := map[string]time.Duration{host.RailsHost: median(hostT), host.RailsDPU: median(dpuT)}
+	rep.add(s, name+": host rail alone", gbs(size, alone[host.RailsHost]), "GB/s")
+	rep.add(s, name+": dpu rail alone", gbs(size, alone[host.RailsDPU]), "GB/s")
+	rep.add(s, name+": split, achieved (median)", gbs(size, median(took)), "GB/s")
+	rep.add(s, name+": split, the dpu rail's share (mean)", 100*dpuShare, "%")
+	rep.add(s, name+": host CPU-seconds per GB, host rail alone", single[host.RailsHost].Stats().HostCPUPerGB(), "s/GB")
+	rep.add(s, name+": host CPU-seconds per GB, dpu rail alone", single[host.RailsDPU].Stats().HostCPUPerGB(), "s/GB")
+	rep.add(s, name+": host CPU-seconds per GB, split", split, "s/GB")
+	rep.atMostN(s, name+": |auto achieved / planner's prediction − 1|", dev, 0.10, "")
+	if dpuShare > 0 {
+		rep.atMostN(s, name+": auto (split) / best single rail", vsBest, 1.0, "×")
+	} else {
+		// The planner ran it all on the host: the check is what deciding
+		// cost over the host rail alone, within the noise of two runs of
+		// the same work.
+		var vsHost []float64
+		for i := range took {
+			vsHost = append(vsHost, took[i].Seconds()/hostT[i].Seconds())
+		}
+		rep.atMostN(s, name+": auto (the host alone: a split would not pay) / host rail alone", vsHost, 1.05, "×")
+	}
+	progress(s, "%s: host %.1f GB/s, dpu %.1f GB/s, split %.1f GB/s (predicted %.1f), dpu share %.0f%%", name,
+		gbs(size, alone[host.RailsHost]), gbs(size, alone[host.RailsDPU]), gbs(size, median(took)), gbs(size, median(pred)), 100*dpuShare)
+	return nil
+}
+
+func models(rails []rail.Rail) string {
+	var parts []string
+	for _, r := range rails {
+		parts = append(parts, fmt.Sprintf("%s %.2f GB/s + %v", r.Name, r.Rate/1e9, r.Alpha.Round(time.Microsecond)))
+	}
+	return strings.Join(parts, ", ")
+}
