@@ -365,7 +365,7 @@ func (l *shmLoop) use(a *ring.Agent) {
 // every pair, publication, housekeeping when due, and the back-off.
 func (l *shmLoop) step(ctx context.Context, iter int) {
 	d := l.d
-	busy := false
+	busy, pushed := false, false
 	// Completions from workers.
 completions:
 	for {
@@ -404,6 +404,7 @@ completions:
 			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
 			d.work.push(j)
 			l.withWorkers++
+			pushed = true
 		}
 	}
 	for i, t := range l.touched {
@@ -419,6 +420,13 @@ completions:
 			l.last = now
 			l.checkSize = true
 		}
+	}
+	if pushed {
+		// Let a worker start now even when this goroutine holds the only
+		// P free (GOMAXPROCS 1, an agent pinned to one core): otherwise it
+		// waits until the poller's next sleep is noticed by the runtime,
+		// up to milliseconds after it began.
+		runtime.Gosched()
 	}
 	switch {
 	case busy:
