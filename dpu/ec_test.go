@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/shared/ring"
@@ -275,4 +277,28 @@ func FuzzECOps(f *testing.F) {
 			}
 		}
 	})
+}
+
+func BenchmarkECEncodeOp(b *testing.B) {
+	s := openECService(b)
+	for _, size := range []int{1 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			k, m := 10, 4
+			w := uint32(ec.ShardSize(int64(size), k))
+			mem := make([]byte, int(w)*(k+m))
+			if os.Getenv("HEC_EC_BENCH_SHM") != "" {
+				f, _ := os.Create("/dev/shm/hec-ec-bench")
+				defer os.Remove(f.Name())
+				f.Truncate(int64(len(mem)))
+				mem, _ = unix.Mmap(int(f.Fd()), 0, len(mem), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+			}
+			req := Request{Desc: wire.Desc{Op: wire.OpECEncode, Arg0: wire.ECShards(k, m), NSpan: 2,
+				Spans: [4]wire.Span{{Off: 0, Len: uint32(k) * w}, {Off: uint32(k) * w, Len: uint32(m) * w}}}, Mem: ring.NewMappedWindow(mem), Transport: "shm"}
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				var resp wire.Desc
+				s.serveEncode(context.Background(), &req, &resp)
+			}
+		})
+	}
 }
