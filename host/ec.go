@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -66,7 +65,10 @@ type EC struct {
 	calMu sync.Mutex // one calibration at a time
 	mu    sync.Mutex
 	est   map[string]*rail.Estimator // auto: the rails' models, once calibrated
-	stats ECStats
+	// splitCost is a split's achieved time over its model's prediction,
+	// a moving average over the splits so far (1 before any).
+	splitCost float64
+	stats     ECStats
 }
 
 // ECResult is what one EC op did and cost.
@@ -129,7 +131,7 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, stats: ECStats{RailBytes: map[string]int64{}}}
+	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, splitCost: 1, stats: ECStats{RailBytes: map[string]int64{}}}
 	if o.model != nil {
 		e.setModel(o.model)
 	}
@@ -258,13 +260,27 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
 		if err != nil {
 			return plan, nil, err
 		}
+		e.mu.Lock()
+		cost := e.splitCost
+		e.mu.Unlock()
+		if p, ok := singleRail(rails, size, cost); ok {
+			plan = p
+			break
+		}
 		plan = rail.Split(rails, size, int64(e.k)*ec.Align)
 		if len(plan.Shares) > 1 {
+			// The model's split, at the cost splits have had so far:
+			// rails that run at once share the memory they stream
+			// through and slow each other, which no single rail's
+			// model sees.
+			plan.Predicted = time.Duration(float64(plan.Predicted) * cost)
 			if gain := 1 - plan.Predicted.Seconds()/plan.BestTime.Seconds(); gain < autoMinGain {
-				// The model's error could turn so small a gain into a loss.
+				why := fmt.Sprintf("split: would gain %.0f%% over %s alone, less than the %.0f%% the model's error can take away", 100*gain, plan.BestOne, 100*autoMinGain)
+				if cost > 1.05 {
+					why += fmt.Sprintf(" (splits have taken %.2f× their model's time)", cost)
+				}
 				one := rail.Plan{Size: size, BestOne: plan.BestOne, BestTime: plan.BestTime, Predicted: plan.BestTime,
-					Shares:  []rail.Share{{Rail: plan.BestOne, Bytes: size, Predicted: plan.BestTime}},
-					Dropped: []string{fmt.Sprintf("split: would gain %.0f%% over %s alone by the model, less than the %.0f%% its error can take away", 100*gain, plan.BestOne, 100*autoMinGain)}}
+					Shares: []rail.Share{{Rail: plan.BestOne, Bytes: size, Predicted: plan.BestTime}}, Dropped: []string{why}}
 				for _, r := range rails {
 					if r.Name == plan.BestOne {
 						one.Shares[0].Kind = r.Kind
@@ -284,6 +300,42 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
 	}
 	return plan, out, nil
 }
+
+// singleRail is the plan of an op of size bytes on the best rail alone
+// when even the ideal split (every rail finishing together, nothing
+// rounded), at the cost splits have had, would gain less than
+// autoMinGain: the common case of rails far apart, planned without
+// rail.Split's work (an op of a megabyte takes some tens of
+// microseconds).
+func singleRail(rails []rail.Rail, size int64, cost float64) (rail.Plan, bool) {
+	var best rail.Rail
+	var bestT time.Duration
+	var sumR, sumRA float64
+	for _, r := range rails {
+		if r.Rate <= 0 {
+			return rail.Plan{}, false
+		}
+		if t := r.Time(size); bestT == 0 || t < bestT {
+			best, bestT = r, t
+		}
+		sumR += r.Rate
+		sumRA += r.Rate * r.Alpha.Seconds()
+	}
+	if bestT == 0 {
+		return rail.Plan{}, false
+	}
+	ideal := (float64(size) + sumRA) / sumR * cost
+	if 1-ideal/bestT.Seconds() >= autoMinGain {
+		return rail.Plan{}, false
+	}
+	return rail.Plan{Size: size, BestOne: best.Name, BestTime: bestT, Predicted: bestT,
+		Shares:  []rail.Share{{Rail: best.Name, Kind: best.Kind, Bytes: size, Predicted: bestT}},
+		Dropped: []string{noSplit}}, true
+}
+
+// noSplit is why a plan runs on one rail: the planner's numbers are in the
+// plan (BestTime, and the other rails' models).
+var noSplit = fmt.Sprintf("split: even all rails finishing together would gain less than %.0f%% over the best alone", 100*autoMinGain)
 
 // hostPiece is the data the host rail codes between two looks at the
 // agent's completions.
@@ -358,10 +410,16 @@ func (e *EC) run(ctx context.Context, plan rail.Plan, shares []share, host func(
 	e.stats.Bytes += res.Bytes
 	e.stats.Took += res.Took
 	e.stats.HostCPU += res.HostCPU
+	if len(shares) > 1 && plan.Predicted > 0 {
+		// plan.Predicted carries the cost used: what the rails' models
+		// said is plan.Predicted/e.splitCost.
+		model := float64(plan.Predicted) / e.splitCost
+		e.splitCost = min(max(0.8*e.splitCost+0.2*float64(res.Took)/model, 0.5), 20)
+	}
 	for i, s := range shares {
 		n := int64(s.c1-s.c0) * int64(e.k)
 		e.stats.RailBytes[s.rail] += n
-		if est := e.est[s.rail]; est != nil && len(shares) > 1 {
+		if est := e.est[s.rail]; est != nil && e.rails == RailsAuto {
 			est.Observe(n, took[i])
 		}
 	}
@@ -673,10 +731,15 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 	}
 	defer free()
 	dd, dp := stripe(buf)
-	// median time of ops coding c columns, for at least minTime/2.
+	// agentTime is the mean time of ops coding c columns, over at least
+	// minTime/2: a mean, not a median, since an agent under a CPU quota
+	// (a DPU profile, a busy DPU) runs some ops at full speed and holds
+	// others for the rest of a period, and a stream of ops meets both.
+	// The first op, which may wake a sleeping worker, is not counted.
 	agentTime := func(c int) (time.Duration, error) {
-		var ts []time.Duration
-		for t0 := time.Now(); len(ts) < 5 || time.Since(t0) < minTime/2; {
+		var total time.Duration
+		n := 0
+		for t0 := time.Now(); n < 6 || time.Since(t0) < minTime/2; n++ {
 			t1 := time.Now()
 			wait, _, err := e.dpuEncode(ctx, dd, dp, 0, c)
 			if err == nil {
@@ -685,10 +748,11 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 			if err != nil {
 				return 0, fmt.Errorf("calibrate the dpu rail: %w", err)
 			}
-			ts = append(ts, time.Since(t1))
+			if n > 0 {
+				total += time.Since(t1)
+			}
 		}
-		slices.Sort(ts)
-		return ts[len(ts)/2], nil
+		return total / time.Duration(n-1), nil
 	}
 	small := max(w/8/ec.Align*ec.Align, ec.Align)
 	t1, err := agentTime(small)
