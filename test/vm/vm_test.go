@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/qemu"
@@ -205,6 +207,69 @@ func TestVM(t *testing.T) {
 				t.Fatal("the killed client's queue pair was not reclaimed")
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	t.Run("erasure coding through the arm64 agent, decoded here", func(t *testing.T) {
+		st, err := mgmtOf(vm).Status(ctx)
+		if err != nil || st.EC == nil {
+			t.Fatalf("status: %v, ec %+v", err, st.EC)
+		}
+		if p := st.EC.SIMD; p != "neon" && p != "sve" {
+			t.Errorf("the arm64 agent's coder takes the %q path, want neon or sve", p)
+		}
+		t.Logf("arm64 agent's coder: %s", st.EC.SIMD)
+		dir := t.TempDir()
+		data := make([]byte, 6<<20+777)
+		rng := rand.New(rand.NewPCG(9, 9))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		in := filepath.Join(dir, "in")
+		if err := os.WriteFile(in, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := c.EC(10, 4, host.WithRails(host.RailsDPU))
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc := filepath.Join(dir, "enc")
+		if _, err := ec.EncodeFile(ctx, e, 10, 4, in, enc, ec.WithBuffers(e.Buffers), ec.WithChunk(e.Chunk())); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.Stats(); st.RailBytes[host.RailDPU] < int64(len(data)) {
+			t.Fatalf("the agent coded %d bytes of %d", st.RailBytes[host.RailDPU], len(data))
+		}
+		// Checked and decoded on this side, in this process.
+		if rep, err := ec.VerifyDir(ctx, nil, enc); err != nil || !rep.ParityOK {
+			t.Fatalf("the arm64 agent's parity does not verify here: %v %+v", err, rep)
+		}
+		for _, i := range []int{0, 4, 11, 13} {
+			os.Remove(filepath.Join(enc, ec.ShardName(i)))
+		}
+		local, _ := host.NewEC(nil, 10, 4)
+		if _, err := ec.DecodeDir(ctx, local, enc, filepath.Join(dir, "out")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "out")); !bytes.Equal(got, data) {
+			t.Fatal("decoded here, the file differs")
+		}
+		// And the arm64 agent rebuilds lost shards.
+		shards := make([][]byte, 6)
+		for i := range shards {
+			shards[i] = make([]byte, 64<<10)
+			if i < 4 {
+				copy(shards[i], data[i<<16:])
+			}
+		}
+		ref, _ := ec.New(4, 2)
+		if err := ref.Encode(shards); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.Clone(shards[1])
+		shards[1], shards[4] = nil, nil
+		r, _ := c.EC(4, 2, host.WithRails(host.RailsDPU))
+		if _, err := r.Reconstruct(ctx, shards, true); err != nil || !bytes.Equal(shards[1], want) {
+			t.Fatalf("rebuilt by the arm64 agent: %v, equal %v", err, bytes.Equal(shards[1], want))
 		}
 	})
 	t.Run("reboot under a running client and state on the disk", func(t *testing.T) {
