@@ -2,7 +2,7 @@
 // dispatcher that serves the handoff (shared-memory queue pairs and the
 // TCP fallback transport), the management API and its metrics, the
 // lifecycle — and the services it composes (the kv store, its RESP and
-// UDP GET front ends, the peer layer, the XDP fast path).
+// UDP GET front ends, the peer layer, the XDP fast path, erasure coding).
 //
 // # Lifecycle
 //
@@ -34,7 +34,8 @@
 // # Adding a service
 //
 // A service is a type implementing Service, in files of its own in this
-// package (kv.go, resp.go, udp.go, peers.go and xdp.go are the examples):
+// package (kv.go, resp.go, udp.go, peers.go, xdp.go and ec.go are the
+// examples):
 //
 //  1. Its configuration section: a FooConfig struct with a toml tag and a
 //     comment on each field, and its methods withDefaults (every zero
@@ -50,7 +51,7 @@
 //     ready, with the reason in /v1/status) if the listener fails for
 //     good. Stop closes what it opened so its goroutines return; the core
 //     waits for them. Status is its row in /v1/status; a service with
-//     more to report implements StatusFiller.
+//     more to report implements StatusFiller, its type in shared/api.
 //  3. Its op codes, if it serves the handoff: in shared/wire.
 //  4. One line in services.go: its section in Config (and in sections)
 //     and its constructor in services, in start order.
