@@ -248,20 +248,21 @@ type share struct {
 	c0, c1 int
 }
 
-// split turns the plan of an op over w columns into column ranges.
-func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
+// split plans an op over w columns and turns the plan into column ranges;
+// cost is the split cost the prediction was multiplied by (1 for one rail).
+func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, float64, error) {
 	size := int64(e.k) * int64(w)
-	var plan rail.Plan
+	plan, cost := rail.Plan{}, 1.0
 	switch e.rails {
 	case RailsHost, RailsDPU:
 		plan = rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
 	default:
 		rails, err := e.Calibrate(ctx, false)
 		if err != nil {
-			return plan, nil, err
+			return plan, nil, 1, err
 		}
 		e.mu.Lock()
-		cost := e.splitCost
+		cost = e.splitCost
 		e.mu.Unlock()
 		if p, ok := singleRail(rails, size, cost); ok {
 			plan = p
@@ -298,7 +299,7 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, error) {
 	if len(out) > 0 {
 		out[len(out)-1].c1 = w // the last share takes the rest
 	}
-	return plan, out, nil
+	return plan, out, cost, nil
 }
 
 // singleRail is the plan of an op of size bytes on the best rail alone
@@ -345,7 +346,7 @@ const hostPiece = 256 << 10
 // here in pieces (polling the agent's completions between them so each
 // share's time is known), then the agent's awaited. Each share's time
 // refines the model (auto).
-func (e *EC) run(ctx context.Context, plan rail.Plan, shares []share, host func(c0, c1 int) error,
+func (e *EC) run(ctx context.Context, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
 	dpu func(ctx context.Context, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
 	cpu0, t0 := cpuTime(), time.Now()
@@ -411,9 +412,8 @@ func (e *EC) run(ctx context.Context, plan rail.Plan, shares []share, host func(
 	e.stats.Took += res.Took
 	e.stats.HostCPU += res.HostCPU
 	if len(shares) > 1 && plan.Predicted > 0 {
-		// plan.Predicted carries the cost used: what the rails' models
-		// said is plan.Predicted/e.splitCost.
-		model := float64(plan.Predicted) / e.splitCost
+		// plan.Predicted is the models' time times the cost used.
+		model := float64(plan.Predicted) / cost
 		e.splitCost = min(max(0.8*e.splitCost+0.2*float64(res.Took)/model, 0.5), 20)
 	}
 	for i, s := range shares {
@@ -434,7 +434,7 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	if err != nil {
 		return ECResult{}, err
 	}
-	plan, shares, err := e.split(ctx, w)
+	plan, shares, cost, err := e.split(ctx, w)
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
@@ -444,7 +444,7 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
 		return e.dpuEncode(ctx, data, parity, c0, c1)
 	}
-	return e.run(ctx, plan, shares, host, dpu)
+	return e.run(ctx, plan, shares, cost, host, dpu)
 }
 
 // columns returns columns c0..c1 of every shard.
@@ -516,9 +516,13 @@ func (p *pieces) finish(n int) error {
 func (p *pieces) wait() error {
 	err := p.finish(len(p.calls))
 	if err != nil {
-		// Every call must be done before its buffers are freed.
+		// Every call must be done before its window buffers are freed and
+		// the caller's shards handed back: wait past the caller's
+		// deadline (the transport fails the calls of an agent that stops
+		// answering, so this ends).
+		bg := context.WithoutCancel(p.ctx)
 		for _, c := range p.calls[p.next:] {
-			p.e.c.Wait(p.ctx, c) //nolint:errcheck // already failing
+			p.e.c.Wait(bg, c) //nolint:errcheck // already failing
 		}
 	}
 	for _, b := range p.bufs {
@@ -626,7 +630,7 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 	if err != nil || len(want) == 0 {
 		return ECResult{}, err
 	}
-	plan, shares, err := e.split(ctx, w)
+	plan, shares, cost, err := e.split(ctx, w)
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
@@ -643,7 +647,7 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
 		return e.dpuReconstruct(ctx, shards, present, want, c0, c1)
 	}
-	return e.run(ctx, plan, shares, host, dpu)
+	return e.run(ctx, plan, shares, cost, host, dpu)
 }
 
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
@@ -794,7 +798,7 @@ func (e *EC) Model() []rail.Rail {
 // Plan is how an op of shards of w bytes would be split now (calibrating
 // first when auto has not yet).
 func (e *EC) Plan(ctx context.Context, w int) (rail.Plan, error) {
-	plan, _, err := e.split(ctx, w)
+	plan, _, _, err := e.split(ctx, w)
 	return plan, err
 }
 
