@@ -57,6 +57,10 @@ type Call struct {
 	err  error
 	done atomic.Bool
 	ch   chan struct{} // closed on completion when set (the TCP transport waits on it)
+	// long: the op is expected to take a millisecond or more, so a
+	// waiter sleeps on the completion bell after its spin instead of
+	// yielding the core for a millisecond first (set before Wait).
+	long bool
 
 	tag    uint64
 	staged []uint64 // window offsets to free on completion (shm)

@@ -485,7 +485,13 @@ type pieces struct {
 	next  int            // calls before next are finished
 }
 
-func (p *pieces) submit(req Request, after func(Result)) error {
+// longOp is the data from which an EC op is expected to take a
+// millisecond or more on the agent: its waiter sleeps on the completion
+// bell instead of burning the host's core in a yield loop, since freeing
+// that core is what the offload is for.
+const longOp = 1 << 20
+
+func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 	if len(p.calls)-p.next >= maxChunksInFl {
 		if err := p.finish(p.next + 1); err != nil {
 			return err
@@ -495,6 +501,7 @@ func (p *pieces) submit(req Request, after func(Result)) error {
 	if err != nil {
 		return err
 	}
+	call.long = bytes >= longOp
 	p.calls, p.after = append(p.calls, call), append(p.after, after)
 	return nil
 }
@@ -566,7 +573,7 @@ func (e *EC) dpuEncode(ctx context.Context, data, parity [][]byte, c0, c1 int) (
 	p := &pieces{e: e, ctx: ctx}
 	counts := wire.ECShards(e.k, e.m)
 	if list, ok := e.inWindowSGL(append(columns(data, c0, c1), columns(parity, c0, c1)...)); ok {
-		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, nil); err != nil {
+		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, e.k*(c1-c0), nil); err != nil {
 			return nil, nil, err
 		}
 		return p.wait, p.done, nil
@@ -580,7 +587,7 @@ func (e *EC) dpuEncode(ctx context.Context, data, parity [][]byte, c0, c1 int) (
 		}
 		out := buf[e.k*n:]
 		at := c
-		err := p.submit(Request{Op: wire.OpECEncode, Arg0: counts, In: [][]byte{buf[:e.k*n]}, Out: [][]byte{out}}, func(Result) {
+		err := p.submit(Request{Op: wire.OpECEncode, Arg0: counts, In: [][]byte{buf[:e.k*n]}, Out: [][]byte{out}}, e.k*n, func(Result) {
 			for j, q := range parity {
 				copy(q[at:at+n], out[j*n:(j+1)*n])
 			}
@@ -670,7 +677,7 @@ func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want 
 		copy(ib, idx)
 		p.bufs = append(p.bufs, ib)
 		if list, ok := e.inWindowSGL(append(spans, ib)); ok {
-			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, nil); err != nil {
+			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, len(present)*(c1-c0), nil); err != nil {
 				p.wait() //nolint:errcheck // already failing
 				return nil, nil, err
 			}
@@ -691,7 +698,7 @@ func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want 
 		ib := buf[(k+r)*n:]
 		copy(ib, idx)
 		at := c
-		err := p.submit(Request{Op: wire.OpECReconstruct, Arg0: counts, In: [][]byte{buf[:k*n], ib}, Out: [][]byte{out}}, func(Result) {
+		err := p.submit(Request{Op: wire.OpECReconstruct, Arg0: counts, In: [][]byte{buf[:k*n], ib}, Out: [][]byte{out}}, k*n, func(Result) {
 			for j, i := range want {
 				copy(shards[i][at:at+n], out[j*n:(j+1)*n])
 			}

@@ -477,11 +477,12 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
-	if deep {
-		// Many ops ahead of this one: its completion is rarely within the
-		// spin, and yielding for a millisecond would only burn a core
-		// that the agent (on the same machine) may need. Sleep on the
-		// pair's bell instead; the agent rings it.
+	if deep || c.long {
+		// Many ops ahead of this one, or one long op: its completion is
+		// rarely within the spin, and yielding for a millisecond would
+		// only burn a core that the agent (on the same machine) or the
+		// application may need. Sleep on the pair's bell instead; the
+		// agent rings it.
 		w.SkipYield()
 	}
 	if qp != nil {
