@@ -46,13 +46,7 @@ func EncodeFile(ctx context.Context, cc ColumnCoder, k, m int, in, dir string, o
 	man := &Manifest{Version: 1, DataShards: k, ParityShards: m, Size: st.Size(), ShardSize: ShardSize(st.Size(), k), Matrix: "cauchy"}
 	files := make([]*os.File, k+m)
 	writers := make([]io.Writer, k+m)
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
+	defer closeAll(files)
 	for i := range files {
 		if files[i], err = os.Create(filepath.Join(dir, ShardName(i))); err != nil {
 			return nil, fmt.Errorf("ec: %w", err)
@@ -239,6 +233,26 @@ func fileCRC(ctx context.Context, f *os.File, n int64) (uint32, error) {
 	return sum, nil
 }
 
+// openDir reads dir's manifest and checks every shard file it names
+// (checkShards): the report, and the usable shards open (close them with
+// closeAll).
+func openDir(ctx context.Context, dir string) (*Report, []*os.File, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	states, files := checkShards(ctx, dir, m)
+	return &Report{Manifest: m, Shards: states}, files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
 // DecodeDir rebuilds the object encoded in dir into the file out, from
 // whatever valid shards remain: every shard is checked first (size and
 // CRC-32C; a bad one counts as missing), then k valid ones are decoded.
@@ -246,20 +260,12 @@ func fileCRC(ctx context.Context, f *os.File, n int64) (uint32, error) {
 // renamed over it); with fewer than k valid shards the error wraps
 // ErrTooFewShards and the report says what each shard was.
 func DecodeDir(ctx context.Context, cc ColumnCoder, dir, out string, opt ...Option) (*Report, error) {
-	m, err := ReadManifest(dir)
+	rep, files, err := openDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Manifest: m}
-	states, files := checkShards(ctx, dir, m)
-	rep.Shards = states
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
+	defer closeAll(files)
+	m := rep.Manifest
 	in := make([]io.ReaderAt, len(files))
 	valid := 0
 	for i, f := range files {
@@ -312,20 +318,12 @@ func DecodeDir(ctx context.Context, cc ColumnCoder, dir, out string, opt ...Opti
 // with c (nil: a new Coder). It returns an error only when it could not
 // check; what it found is in the report.
 func VerifyDir(ctx context.Context, c *Coder, dir string, opt ...Option) (*Report, error) {
-	m, err := ReadManifest(dir)
+	rep, files, err := openDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Manifest: m}
-	states, files := checkShards(ctx, dir, m)
-	rep.Shards = states
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
+	defer closeAll(files)
+	m := rep.Manifest
 	if len(rep.Bad()) > 0 {
 		return rep, nil
 	}

@@ -121,15 +121,22 @@ func TestECRailsGiveTheLibrarysParity(t *testing.T) {
 	}
 }
 
-func TestECRefusesBadShapes(t *testing.T) {
+// agentClient starts an agent for the test and attaches to its region.
+func agentClient(t *testing.T) *host.Client {
+	t.Helper()
 	shm, _, stop := startAgent()
-	defer stop()
-	ctx := context.Background()
-	c, err := host.Dial(ctx, "shm://"+shm)
+	t.Cleanup(stop)
+	c, err := host.Dial(context.Background(), "shm://"+shm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestECRefusesBadShapes(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
 	if _, err := c.EC(200, 57); err == nil {
 		t.Fatal("257 shards accepted")
 	}
@@ -154,14 +161,8 @@ func TestECRefusesBadShapes(t *testing.T) {
 // calibrated, then split as the model says) in rounds held in the window,
 // and decodes it with shards lost through the agent alone.
 func TestECFilesThroughTheAgent(t *testing.T) {
-	shm, _, stop := startAgent()
-	defer stop()
+	c := agentClient(t)
 	ctx := context.Background()
-	c, err := host.Dial(ctx, "shm://"+shm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	dir := t.TempDir()
 	data := make([]byte, 9<<20+12345)
 	fill(data, 77)

@@ -42,6 +42,28 @@ func portPair(t *testing.T) (mgmt, tcp int) {
 	return 0, 0
 }
 
+// startHecd runs bin/hecd as an operator would, on a region of its own
+// and free loopback ports, until the test ends; it returns once the
+// agent is ready.
+func startHecd(t *testing.T) (region, mgmt, tcp string, agent *exec.Cmd) {
+	t.Helper()
+	mgmtPort, tcpPort := portPair(t)
+	mgmt, tcp = fmt.Sprintf("127.0.0.1:%d", mgmtPort), fmt.Sprintf("127.0.0.1:%d", tcpPort)
+	region, args := hecdArgs(t)
+	agent = exec.Command(testutil.Hecd(t), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := host.NewMgmt(mgmt).WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return region, mgmt, tcp, agent
+}
+
 type cliResult struct {
 	code           int
 	stdout, stderr string
@@ -72,20 +94,7 @@ func hecctl(t *testing.T, env []string, args ...string) cliResult {
 // arguments, the environment, -o json, help on stdout, unused flags
 // refused, and one-line errors that say what to do.
 func TestCLIFirstHour(t *testing.T) {
-	mgmtPort, tcpPort := portPair(t)
-	mgmt, tcp := fmt.Sprintf("127.0.0.1:%d", mgmtPort), fmt.Sprintf("127.0.0.1:%d", tcpPort)
-	region, args := hecdArgs(t)
-	agent := exec.Command(testutil.Hecd(t), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := host.NewMgmt(mgmt).WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	region, mgmt, tcp, agent := startHecd(t)
 	pid := strconv.Itoa(agent.Process.Pid)
 	file := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(file, bytes.Repeat([]byte("hec"), 100000), 0o644)

@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
-	"github.com/hecsys/hec/test/testutil"
 )
 
 // TestECFilesAsANewUser does what the README tells a new user: hecctl ec
@@ -23,20 +20,7 @@ import (
 // byte-identical; a corrupted shard is reported and skipped; one loss too
 // many is a clear error that writes nothing.
 func TestECFilesAsANewUser(t *testing.T) {
-	mgmtPort, tcpPort := portPair(t)
-	mgmt, tcp := fmt.Sprintf("127.0.0.1:%d", mgmtPort), fmt.Sprintf("127.0.0.1:%d", tcpPort)
-	region, args := hecdArgs(t)
-	agent := exec.Command(testutil.Hecd(t), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := host.NewMgmt(mgmt).WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	region, mgmt, tcp, _ := startHecd(t)
 	dir := t.TempDir()
 	data := make([]byte, 24<<20+4321) // not a multiple of anything
 	r := rand.New(rand.NewPCG(5, 6))
