@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hecsys/hec/shared/durable"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -110,36 +111,13 @@ func loadToken(path string) (token string, created bool, err error) {
 	return token, false, nil
 }
 
-// writeFileSync writes data to path through a synced temporary file
-// renamed into place, so a power cut leaves the old file or the new one.
+// writeFileSync makes path's directory (0700) and writes data to path
+// durably (durable.WriteFile).
 func writeFileSync(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return durable.WriteFile(path, data, mode)
 }
 
 // exposed reports whether a listener address reaches beyond this

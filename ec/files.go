@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/durable"
 )
 
 // maxManifest bounds the manifest file read (256 entries are some 20 KiB).
@@ -63,46 +64,10 @@ func EncodeFile(ctx context.Context, cc ColumnCoder, k, m int, in, dir string, o
 		}
 		man.Shards = append(man.Shards, ShardFile{Index: i, File: ShardName(i), CRC32C: sumHex(sums[i])})
 	}
-	if err := writeFileSync(filepath.Join(dir, ManifestName), man.Marshal()); err != nil {
-		return nil, err
+	if err := durable.WriteFile(filepath.Join(dir, ManifestName), man.Marshal(), 0o644); err != nil {
+		return nil, fmt.Errorf("ec: %w", err)
 	}
 	return man, nil
-}
-
-// writeFileSync writes b to path through a synced temporary file renamed
-// over it, then syncs the directory.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("ec: %w", err)
-	}
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("ec: write %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("ec: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("ec: sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // ReadManifest reads and validates dir/manifest.json.
@@ -310,7 +275,10 @@ func DecodeDir(ctx context.Context, cc ColumnCoder, dir, out string, opt ...Opti
 		return rep, fmt.Errorf("ec: %w", err)
 	}
 	keep = true
-	return rep, syncDir(filepath.Dir(out))
+	if err := durable.SyncDir(filepath.Dir(out)); err != nil {
+		return rep, fmt.Errorf("ec: %w", err)
+	}
+	return rep, nil
 }
 
 // VerifyDir checks every shard file in dir (size, CRC-32C) and, when all
