@@ -266,8 +266,9 @@ func views(mem ring.Accessor, spans []wire.Span) [][]byte {
 
 // rounds codes the op's columns round by round — in place where the
 // window is mapped, through staged copies where it is not — calling code
-// with each round's in and out columns (out of length 0 and room for w'
-// bytes when fill is false) and yielding between rounds.
+// with each round's in and out columns (with outEmpty, out columns of
+// length 0 and room for the round: what a rebuild fills) and yielding
+// between rounds.
 func rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte) error) wire.Status {
 	w := int(sh.w)
 	cw := max(ecRound/sh.k/ec.Align*ec.Align, ec.Align)

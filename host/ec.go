@@ -257,39 +257,17 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, float64, err
 	case RailsHost, RailsDPU:
 		plan = rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
 	default:
-		rails, err := e.Calibrate(ctx, false)
-		if err != nil {
-			return plan, nil, 1, err
+		rails := e.Model()
+		if rails == nil {
+			var err error
+			if rails, err = e.Calibrate(ctx, false); err != nil {
+				return plan, nil, 1, err
+			}
 		}
 		e.mu.Lock()
 		cost = e.splitCost
 		e.mu.Unlock()
-		if p, ok := singleRail(rails, size, cost); ok {
-			plan = p
-			break
-		}
-		plan = rail.Split(rails, size, int64(e.k)*ec.Align)
-		if len(plan.Shares) > 1 {
-			// The model's split, at the cost splits have had so far:
-			// rails that run at once share the memory they stream
-			// through and slow each other, which no single rail's
-			// model sees.
-			plan.Predicted = time.Duration(float64(plan.Predicted) * cost)
-			if gain := 1 - plan.Predicted.Seconds()/plan.BestTime.Seconds(); gain < autoMinGain {
-				why := fmt.Sprintf("split: would gain %.0f%% over %s alone, less than the %.0f%% the model's error can take away", 100*gain, plan.BestOne, 100*autoMinGain)
-				if cost > 1.05 {
-					why += fmt.Sprintf(" (splits have taken %.2f× their model's time)", cost)
-				}
-				one := rail.Plan{Size: size, BestOne: plan.BestOne, BestTime: plan.BestTime, Predicted: plan.BestTime,
-					Shares: []rail.Share{{Rail: plan.BestOne, Bytes: size, Predicted: plan.BestTime}}, Dropped: []string{why}}
-				for _, r := range rails {
-					if r.Name == plan.BestOne {
-						one.Shares[0].Kind = r.Kind
-					}
-				}
-				plan = one
-			}
-		}
+		plan = rail.SplitIfGain(rails, size, int64(e.k)*ec.Align, autoMinGain, cost)
 	}
 	var out []share
 	for _, s := range plan.Shares {
@@ -301,42 +279,6 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, float64, err
 	}
 	return plan, out, cost, nil
 }
-
-// singleRail is the plan of an op of size bytes on the best rail alone
-// when even the ideal split (every rail finishing together, nothing
-// rounded), at the cost splits have had, would gain less than
-// autoMinGain: the common case of rails far apart, planned without
-// rail.Split's work (an op of a megabyte takes some tens of
-// microseconds).
-func singleRail(rails []rail.Rail, size int64, cost float64) (rail.Plan, bool) {
-	var best rail.Rail
-	var bestT time.Duration
-	var sumR, sumRA float64
-	for _, r := range rails {
-		if r.Rate <= 0 {
-			return rail.Plan{}, false
-		}
-		if t := r.Time(size); bestT == 0 || t < bestT {
-			best, bestT = r, t
-		}
-		sumR += r.Rate
-		sumRA += r.Rate * r.Alpha.Seconds()
-	}
-	if bestT == 0 {
-		return rail.Plan{}, false
-	}
-	ideal := (float64(size) + sumRA) / sumR * cost
-	if 1-ideal/bestT.Seconds() >= autoMinGain {
-		return rail.Plan{}, false
-	}
-	return rail.Plan{Size: size, BestOne: best.Name, BestTime: bestT, Predicted: bestT,
-		Shares:  []rail.Share{{Rail: best.Name, Kind: best.Kind, Bytes: size, Predicted: bestT}},
-		Dropped: []string{noSplit}}, true
-}
-
-// noSplit is why a plan runs on one rail: the planner's numbers are in the
-// plan (BestTime, and the other rails' models).
-var noSplit = fmt.Sprintf("split: even all rails finishing together would gain less than %.0f%% over the best alone", 100*autoMinGain)
 
 // hostPiece is the data the host rail codes between two looks at the
 // agent's completions.

@@ -193,3 +193,68 @@ func (e *Estimator) Rail() Rail {
 	defer e.mu.Unlock()
 	return e.rail
 }
+
+// SplitIfGain is Split for an operation that may as well run on one rail:
+// the plan's split time is the model's times cost (≥ 1: what running the
+// rails at once has cost so far over their model — rails that stream the
+// same memory slow each other, which no single rail's model sees), and
+// when that gains less than minGain (0.10: 10 %) over the best single
+// rail, the plan runs on that rail alone and Dropped says why. Rails far
+// apart, the common case, are planned without Split's work.
+func SplitIfGain(rails []Rail, size, align int64, minGain, cost float64) Plan {
+	cost = max(cost, 1e-9)
+	// The ideal split: every usable rail finishing together, nothing
+	// rounded. When even that does not gain enough, no split will.
+	var best Rail
+	var bestT time.Duration
+	var sumR, sumRA float64
+	for _, r := range rails {
+		if r.Rate <= 0 || math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) || r.Alpha < 0 {
+			return splitIfGain(rails, size, align, minGain, cost)
+		}
+		if t := r.Time(size); bestT == 0 || t < bestT {
+			best, bestT = r, t
+		}
+		sumR += r.Rate
+		sumRA += r.Rate * r.Alpha.Seconds()
+	}
+	if size <= 0 || bestT == 0 {
+		return Split(rails, size, align)
+	}
+	if ideal := (float64(size) + sumRA) / sumR * cost; 1-ideal/bestT.Seconds() < minGain {
+		return onOne(best, size, bestT, noSplitPays)
+	}
+	return splitIfGain(rails, size, align, minGain, cost)
+}
+
+// noSplitPays is why SplitIfGain ran an operation on one rail without
+// planning a split (the figures are in the plan: BestTime, and the rails).
+const noSplitPays = "split: even all rails finishing together would not gain enough over the best alone"
+
+func splitIfGain(rails []Rail, size, align int64, minGain, cost float64) Plan {
+	p := Split(rails, size, align)
+	if len(p.Shares) < 2 {
+		return p
+	}
+	p.Predicted = time.Duration(float64(p.Predicted) * cost)
+	gain := 1 - p.Predicted.Seconds()/p.BestTime.Seconds()
+	if gain >= minGain {
+		return p
+	}
+	why := fmt.Sprintf("split: would gain %.0f%% over %s alone, less than the %.0f%% the model's error can take away", 100*gain, p.BestOne, 100*minGain)
+	if cost > 1.05 {
+		why += fmt.Sprintf(" (splits have taken %.2f× their model's time)", cost)
+	}
+	for _, r := range rails {
+		if r.Name == p.BestOne {
+			return onOne(r, size, p.BestTime, why)
+		}
+	}
+	return p
+}
+
+// onOne is the plan that runs size bytes on r alone in t.
+func onOne(r Rail, size int64, t time.Duration, why string) Plan {
+	return Plan{Size: size, BestOne: r.Name, BestTime: t, Predicted: t,
+		Shares: []Share{{Rail: r.Name, Kind: r.Kind, Bytes: size, Predicted: t}}, Dropped: []string{why}}
+}

@@ -3,6 +3,7 @@ package rail
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,5 +111,45 @@ func TestEstimatorShiftsWork(t *testing.T) {
 	}
 	if c := dpu.Rail().Confidence; c <= 0.9 {
 		t.Fatalf("confidence %v after 20 observations", c)
+	}
+}
+
+func TestSplitIfGain(t *testing.T) {
+	host := Rail{Name: "host", Kind: HostCPU, Rate: 10e9}
+	for _, tc := range []struct {
+		name   string
+		other  Rail
+		cost   float64
+		shares int
+		why    string
+	}{
+		{"rails close: split", Rail{Name: "dpu", Kind: DPUCores, Rate: 8e9}, 1, 2, ""},
+		{"ten times apart: one rail, no split planned", Rail{Name: "dpu", Kind: DPUCores, Rate: 1e9}, 1, 1, "even all rails"},
+		{"close, but splits have cost twice their model", Rail{Name: "dpu", Kind: DPUCores, Rate: 8e9}, 2, 1, "even all rails"},
+		{"a fixed cost that eats the gain", Rail{Name: "dpu", Kind: DPUCores, Rate: 8e9, Alpha: 5500 * time.Microsecond}, 1, 1, "even all rails"},
+		{"equal rails, splits at 1.5× their model: still pays", Rail{Name: "dpu", Kind: DPUCores, Rate: 10e9}, 1.5, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := SplitIfGain([]Rail{host, tc.other}, 64<<20, 640, 0.10, tc.cost)
+			if len(p.Shares) != tc.shares {
+				t.Fatalf("%d shares, want %d:\n%s", len(p.Shares), tc.shares, p.Explain())
+			}
+			var total int64
+			for _, s := range p.Shares {
+				total += s.Bytes
+			}
+			if total != 64<<20 {
+				t.Fatalf("shares cover %d bytes", total)
+			}
+			if tc.shares == 1 {
+				if p.Shares[0].Rail != "host" || p.Predicted != p.BestTime || len(p.Dropped) == 0 || !strings.Contains(p.Dropped[0], tc.why) {
+					t.Fatalf("single-rail plan:\n%s", p.Explain())
+				}
+				return
+			}
+			if gain := 1 - p.Predicted.Seconds()/p.BestTime.Seconds(); gain < 0.10 {
+				t.Fatalf("split with a gain of %.2f", gain)
+			}
+		})
 	}
 }
