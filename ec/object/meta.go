@@ -186,10 +186,10 @@ type Shard struct {
 	Header    `json:"header"`
 	Index     int      `json:"index"`
 	Committed bool     `json:"committed"`
-	CRC       []uint32 `json:"crc"`       // of this shard's piece of each stripe
-	DataCRC   []uint32 `json:"data_crc"`  // of each stripe's object bytes
+	CRC       []uint32 `json:"crc"`               // of this shard's piece of each stripe
+	DataCRC   []uint32 `json:"data_crc"`          // of each stripe's object bytes
 	Corrupt   []int    `json:"corrupt,omitempty"` // stripes found corrupted
-	Holder    uint32   `json:"holder"`    // the node holding it (filled by the reader)
+	Holder    uint32   `json:"holder"`            // the node holding it (filled by the reader)
 }
 
 // Place picks the n members that hold an object's shards: rendezvous

@@ -22,7 +22,7 @@ const (
 	KindDelete                  // Meta: a tombstone's Header; Index: this store's place in it
 	KindPurge                   // Name, Version: drop the tombstone once every agent has it
 	KindReplace                 // as KindPrepare, for a repair: a sealed shard of the version may be there, and is replaced on seal
-	maxKind = KindReplace
+	maxKind     = KindReplace
 )
 
 func (k Kind) String() string {

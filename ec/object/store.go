@@ -22,10 +22,10 @@ import (
 
 // Bounds on what writers can make a store hold.
 const (
-	maxPending     = 256              // shards being written at once
+	maxPending     = 256             // shards being written at once
 	pendingTimeout = 2 * time.Minute // a shard not written to for this long is dropped
-	keepCommitted  = 2                // committed versions kept of a name
-	maxListed      = 100000           // names one List returns
+	keepCommitted  = 2               // committed versions kept of a name
+	maxListed      = 100000          // names one List returns
 )
 
 // StoreConfig configures a Store.
