@@ -19,6 +19,12 @@
 // nonce). Per-frame HMAC would cost more than the link: HMAC-SHA256 runs
 // at about 1 GB/s here, GCM's GHASH at about 9 GB/s.
 //
+// # Requests
+//
+// Call sends a request (TypeRequest) and waits for its Reply: the
+// request-and-answer of services built on the layer (erasure-coded
+// objects).
+//
 // # Liveness and epochs
 //
 // Liveness is progress-based: a peer from which work is pending (Expect)

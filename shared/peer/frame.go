@@ -17,7 +17,9 @@ const (
 	TypePong      Type = 5
 	TypeHeartbeat Type = 6 // keeps an idle connection's peer alive
 	TypeAck       Type = 7 // an application-level acknowledgement
-	maxType            = TypeAck
+	TypeRequest   Type = 8 // a request to a service of the peer (Call), answered by a Reply
+	TypeReply     Type = 9
+	maxType            = TypeReply
 )
 
 func (t Type) String() string {
@@ -36,6 +38,10 @@ func (t Type) String() string {
 		return "heartbeat"
 	case TypeAck:
 		return "ack"
+	case TypeRequest:
+		return "request"
+	case TypeReply:
+		return "reply"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -303,7 +303,7 @@ func (n *Node) deliver(p *Peer, h Header, payload []byte) {
 	handler := n.handlers[h.Type]
 	var waiter chan []byte
 	switch h.Type {
-	case TypePong, TypeAck:
+	case TypePong, TypeAck, TypeReply:
 		waiter = n.waiters[h.Comm]
 		delete(n.waiters, h.Comm)
 	case TypeAbort:
@@ -592,6 +592,40 @@ func (n *Node) Ping(ctx context.Context, to uint32) (time.Duration, error) {
 		p.rtt.Store(int64(rtt))
 	}
 	return rtt, nil
+}
+
+// Call sends a request to peer to and returns its reply: the peer's
+// TypeRequest handler answers with Reply. A peer declared dead, or ctx,
+// ends the wait.
+func (n *Node) Call(ctx context.Context, to uint32, payload []byte) ([]byte, error) {
+	comm := n.NewComm()
+	ch := n.waiter(comm)
+	done := n.Expect(to)
+	defer done()
+	if err := n.Send(ctx, to, Header{Type: TypeRequest, Comm: comm}, payload); err != nil {
+		n.dropWaiter(comm)
+		return nil, err
+	}
+	return n.await(ctx, to, comm, ch)
+}
+
+// Reply answers the request h from peer to (in a TypeRequest handler, or
+// later).
+func (n *Node) Reply(ctx context.Context, to uint32, h Header, payload []byte) error {
+	return n.Send(ctx, to, Header{Type: TypeReply, Comm: h.Comm, Epoch: h.Epoch}, payload)
+}
+
+// Members returns the ids of every member, this node's included, in order.
+func (n *Node) Members() []uint32 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := make([]uint32, 0, len(n.peers)+1)
+	ids = append(ids, n.cfg.ID)
+	for id := range n.peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Abort tells every member that comm's work is abandoned, and fails this

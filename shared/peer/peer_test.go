@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -445,5 +446,53 @@ func TestSendPastItsDeadlineKeepsConn(t *testing.T) {
 	h, p, err := l.Recv()
 	if err != nil || h.Comm != 2 || string(p) != "after" {
 		t.Fatalf("the frame after one not sent: %+v %q %v", h, p, err)
+	}
+}
+
+// TestCallReply: a request reaches the peer's handler and its reply comes
+// back to the caller; calls to a peer that stops answering fail once it
+// is declared dead, not after the caller's whole deadline.
+func TestCallReply(t *testing.T) {
+	nodes := cluster(t, 2, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if got := nodes[0].Members(); !slices.Equal(got, []uint32{1, 2}) {
+		t.Fatalf("members %v", got)
+	}
+	hold := make(chan struct{})
+	nodes[1].Handle(TypeRequest, func(from uint32, h Header, payload []byte) {
+		if string(payload) == "hold" {
+			go func() { <-hold }() // never answered
+			return
+		}
+		b := append([]byte("re: "), payload...)
+		go nodes[1].Reply(context.Background(), from, h, b)
+	})
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := fmt.Sprintf("call %d", i)
+			b, err := nodes[0].Call(ctx, 2, []byte(msg))
+			if err != nil || string(b) != "re: "+msg {
+				t.Errorf("call %d: %q %v", i, b, err)
+			}
+		}()
+	}
+	wg.Wait()
+	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	if _, err := nodes[0].Call(short, 2, []byte("hold")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an unanswered call: %v", err)
+	}
+	close(hold)
+	nodes[1].Close()
+	t0 := time.Now()
+	if _, err := nodes[0].Call(ctx, 2, []byte("x")); err == nil {
+		t.Fatal("a call to a closed node answered")
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("a call to a closed node took %v", d)
 	}
 }
