@@ -55,6 +55,10 @@ type Handler struct {
 	// this many bytes: handing a small job to a worker costs more (a
 	// thread wake-up, tens of microseconds here) than doing it.
 	InlineMax uint64
+	// Detached handlers wait on others (agents across the network), not
+	// on a core: each runs on a goroutine of its own, not holding a
+	// worker (at most maxDetached at once; more complete StatusBusy).
+	Detached bool
 	// Serve fills resp (already carrying Op, Tag and StatusOK) for req. It
 	// must not keep req.Mem or views of it after returning.
 	Serve func(ctx context.Context, req *Request, resp *wire.Desc)
@@ -78,6 +82,7 @@ type Dispatcher struct {
 	waits    prometheus.Histogram
 	badOps   atomic.Uint64
 	workers  int
+	detached atomic.Int64 // detached handlers running
 
 	work *workQueue
 	done chan *job
@@ -226,6 +231,36 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}()
 	}
+}
+
+// maxDetached bounds the detached handlers running at once.
+const maxDetached = 256
+
+// detach runs a Detached handler's job on a goroutine of its own and hands
+// it to the poller when done; false when maxDetached already run.
+func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
+	if d.detached.Add(1) > maxDetached {
+		d.detached.Add(-1)
+		return false
+	}
+	go func() {
+		defer d.detached.Add(-1)
+		region := j.agent.Region()
+		if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
+			j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
+			d.lost.Store(true)
+		}
+		d.finish(j.e, &j.resp, j.t0)
+		d.done <- j
+		if r := d.ring; r != nil {
+			region.CatchFault(r) //nolint:errcheck // a lost region is the poller's to find
+		}
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}()
+	return true
 }
 
 // yield is Request.Yield on a worker: it serves, before the job goes on,
@@ -402,6 +437,16 @@ completions:
 			}
 			j := d.jobs.Get().(*job)
 			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
+			if e.h.Detached {
+				if !d.detach(ctx, j) {
+					d.putJob(j)
+					resp.Status = wire.StatusBusy
+					q.Complete(&resp)
+					continue
+				}
+				l.withWorkers++
+				continue
+			}
 			d.work.push(j)
 			l.withWorkers++
 			pushed = true
