@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/dpu/profile"
@@ -22,19 +24,61 @@ type ECConfig struct {
 	// what the CPU has; with a DPU profile, ssse3 — 128-bit vectors, as
 	// the Arm cores' NEON), or one of ec.ParseSIMD's names.
 	SIMD string `toml:"simd"`
+	// Objects across agents (they need the peer layer):
+	// Code is the code of new objects, "K+M" (default 4+2).
+	Code string `toml:"code"`
+	// Quorum is how many shards must be durable before a Put is
+	// acknowledged (default k+1).
+	Quorum int `toml:"quorum"`
+	// MaxObject bounds an object's size (default 4GiB).
+	MaxObject string `toml:"max_object"`
+	// Scrub is how often the agent verifies its shards and repairs the
+	// objects it leads (default 10m; "off").
+	Scrub string `toml:"scrub"`
 }
 
-func (c *ECConfig) withDefaults() error { return nil }
+// scrubEvery is Scrub's interval, 0 when off.
+func (c *ECConfig) scrubEvery() time.Duration {
+	if c.Scrub == Off || c.Scrub == "0" {
+		return 0
+	}
+	d, _ := time.ParseDuration(c.Scrub)
+	return d
+}
+
+func (c *ECConfig) withDefaults() error {
+	defString(&c.Code, "4+2")
+	defString(&c.MaxObject, defaultMaxObj)
+	defString(&c.Scrub, "10m")
+	return nil
+}
 
 func (c *ECConfig) validate() error {
 	if _, err := ec.ParseSIMD(c.SIMD); err != nil {
 		return fmt.Errorf("--ec-simd: %v: %w", err, ErrConfig)
+	}
+	k, m, err := parseCode(c.Code)
+	if err != nil {
+		return fmt.Errorf("--ec-code: %v: %w", err, ErrConfig)
+	}
+	if c.Quorum != 0 && (c.Quorum < k || c.Quorum > k+m) {
+		return fmt.Errorf("--ec-quorum %d: want %d to %d for a %d+%d code: %w", c.Quorum, k, k+m, k, m, ErrConfig)
+	}
+	if n, err := humanize.ParseBytes(c.MaxObject); err != nil || n == 0 {
+		return fmt.Errorf("--ec-max-object %q: want a size, as 4GiB: %w", c.MaxObject, ErrConfig)
+	}
+	if d, err := time.ParseDuration(c.Scrub); c.scrubEvery() != 0 && (err != nil || d <= 0) {
+		return fmt.Errorf("--ec-scrub %q: want an interval, as 10m, or off: %w", c.Scrub, ErrConfig)
 	}
 	return nil
 }
 
 func (c *ECConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SIMD, "ec-simd", c.SIMD, "cap the erasure coder's vector instructions: best, avx2, ssse3, generic, … (default best; ssse3 with a DPU profile)")
+	fs.StringVar(&c.Code, "ec-code", c.Code, "code of new erasure-coded objects, K+M (default 4+2)")
+	fs.IntVar(&c.Quorum, "ec-quorum", c.Quorum, "shards durable before a Put is acknowledged (default k+1)")
+	fs.StringVar(&c.MaxObject, "ec-max-object", c.MaxObject, "largest erasure-coded object taken (default 4GiB)")
+	fs.StringVar(&c.Scrub, "ec-scrub", c.Scrub, "how often to verify shards and repair the objects this agent leads, or off (default 10m)")
 }
 
 // maxCoders bounds the coders kept, one per shard shape (k, m) asked for:
@@ -62,6 +106,7 @@ type ecService struct {
 
 	bytes            *prometheus.CounterVec
 	encoded, rebuilt atomic.Uint64 // for the status
+	obj              *objects
 }
 
 func newECService(cfg ECConfig, dpuProfile string) *ecService {
@@ -88,11 +133,14 @@ func (s *ecService) Open(_ context.Context, env *Env) error {
 	env.Metrics.MustRegister(s.bytes)
 	env.Dispatcher.Handle(wire.OpECEncode, Handler{InlineMax: 16 << 10, Serve: s.serveEncode})
 	env.Dispatcher.Handle(wire.OpECReconstruct, Handler{InlineMax: 16 << 10, Serve: s.serveReconstruct})
-	return nil
+	return s.openObjects(env)
 }
 
-func (s *ecService) Start(context.Context, *Env) error { return nil }
-func (s *ecService) Stop()                             {}
+func (s *ecService) Start(ctx context.Context, env *Env) error {
+	env.Go(func() { s.obj.run(ctx, s.cfg.scrubEvery()) })
+	return nil
+}
+func (s *ecService) Stop() {}
 
 func (s *ecService) Status() api.Service {
 	return api.Service{Name: "ec", Served: true, Note: "reed-solomon, cauchy matrix, " + string(s.path)}

@@ -59,6 +59,38 @@ const (
 	// then the index bytes. Completes with Arg0 = w and, in the plain
 	// form, Spans[0] = the shards written.
 	OpECReconstruct Op = OpECBase + 2
+
+	// Erasure-coded objects across agents (the agent codes and places;
+	// package ec/object). An op that fails with a reason writes it, as
+	// text, into its last span when that is room (Arg1 = its length).
+	//
+	// OpECPutBegin starts a Put: Spans[0] the name, Arg0 the size,
+	// Arg1 ECShards(k, m) or 0 for the agent's code. Arg0 = the Put's
+	// handle.
+	OpECPutBegin Op = OpECBase + 0x10
+	// OpECPutData: Arg0 the handle, Arg1 the offset of Spans[0]'s bytes in
+	// the object (in order: the bytes given so far). Completes once the
+	// bytes are taken (coded and on their way when a stripe fills).
+	OpECPutData Op = OpECBase + 0x11
+	// OpECPutEnd: Arg0 the handle, Arg1 = 1 to abort. Spans[0] room for
+	// the version (32 bytes). Completes once a write quorum committed.
+	OpECPutEnd Op = OpECBase + 0x12
+	// OpECGet: Spans[0] the name, Spans[1] the version (from OpECStat),
+	// Spans[2] room, Arg0 the offset. Arg0 = bytes written into the room;
+	// StatusNotFound when the version is gone (superseded): stat again.
+	OpECGet Op = OpECBase + 0x13
+	// OpECStat: Spans[0] the name, Spans[1] room for the JSON of
+	// object.Stat; StatusTooLarge with Arg0 = the room needed.
+	OpECStat Op = OpECBase + 0x14
+	// OpECDelete: Spans[0] the name, Spans[1] room for a reason.
+	OpECDelete Op = OpECBase + 0x15
+	// OpECList: Spans[0] a name prefix, Spans[1] room for the JSON of the
+	// objects' headers; StatusTooLarge with Arg0 = the room needed.
+	OpECList Op = OpECBase + 0x16
+	// OpECShard: Spans[0] an encoded object.Request to this agent's shard
+	// store, Spans[1] room for its encoded reply (Arg0 = its length): the
+	// path of a client that codes and places shards itself.
+	OpECShard Op = OpECBase + 0x17
 	// OpCollBase .. OpCollBase+0xff are reserved for the coll service.
 	OpCollBase Op = 0x0300
 )
@@ -83,6 +115,14 @@ var opNames = map[Op]string{
 
 	OpECEncode:      "ec_encode",
 	OpECReconstruct: "ec_reconstruct",
+	OpECPutBegin:    "ec_put_begin",
+	OpECPutData:     "ec_put_data",
+	OpECPutEnd:      "ec_put_end",
+	OpECGet:         "ec_get",
+	OpECStat:        "ec_stat",
+	OpECDelete:      "ec_delete",
+	OpECList:        "ec_list",
+	OpECShard:       "ec_shard",
 }
 
 // ECShards packs the shard counts of an EC op into its Arg0.
