@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -116,6 +117,13 @@ type options struct {
 	attachWait   time.Duration
 	agentTimeout time.Duration
 	heartbeat    time.Duration
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// WithDialer sets how the TCP handoff connects (default net.Dialer): a
+// connection made inside another network namespace, say.
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.dial = dial }
 }
 
 // WithChunk sets the size of the pieces large buffers are split into

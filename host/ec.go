@@ -35,6 +35,13 @@ type ecOptions struct {
 	rails       string
 	concurrency int
 	model       []rail.Rail
+	progress    func(done, total int64)
+}
+
+// WithObjectProgress calls f as an object's bytes go to or come from the
+// agent (Put, Get).
+func WithObjectProgress(f func(done, total int64)) ECOption {
+	return func(o *ecOptions) { o.progress = f }
 }
 
 // WithRails sets where coding runs: RailsHost, RailsDPU or RailsAuto
@@ -69,6 +76,7 @@ type EC struct {
 	// a moving average over the splits so far (1 before any).
 	splitCost float64
 	stats     ECStats
+	progress  func(done, total int64)
 }
 
 // ECResult is what one EC op did and cost.
@@ -131,7 +139,7 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, splitCost: 1, stats: ECStats{RailBytes: map[string]int64{}}}
+	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, splitCost: 1, stats: ECStats{RailBytes: map[string]int64{}}, progress: o.progress}
 	if o.model != nil {
 		e.setModel(o.model)
 	}

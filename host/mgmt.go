@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -333,4 +334,25 @@ func (m *Mgmt) WaitReady(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ECRepair is POST /v1/ec/repair: the agent repairs object name, or every
+// object with all, and says what it did for each.
+func (m *Mgmt) ECRepair(ctx context.Context, name string, all bool) ([]object.RepairResult, error) {
+	q := url.Values{}
+	if all {
+		q.Set("all", "1")
+	} else {
+		q.Set("name", name)
+	}
+	resp, err := m.Do(ctx, http.MethodPost, "/v1/ec/repair?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res []object.RepairResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, fmt.Errorf("POST /v1/ec/repair: decode: %w", err)
+	}
+	return res, nil
 }

@@ -41,8 +41,11 @@ func dialTCP(ctx context.Context, addr string, o options) (*tcpTransport, error)
 
 // dial connects and starts the reader. With t.wmu held.
 func (t *tcpTransport) dial(ctx context.Context) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", t.addr)
+	dial := t.o.dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	c, err := dial(ctx, "tcp", t.addr)
 	if err != nil {
 		return fmt.Errorf("connect %s: %v: %w", t.addr, err, wire.StatusUnavailable)
 	}
@@ -178,7 +181,7 @@ func (t *tcpTransport) read(c net.Conn) {
 		t.pmu.Unlock()
 		if call != nil {
 			res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
-			if len(call.Req.Out) > 0 && d.Status == wire.StatusOK {
+			if len(call.Req.Out) > 0 { // on error too: a reason, when the op writes one
 				pos := 0
 				call.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
 					if pos+int(sp.Len) > len(payload) {

@@ -102,7 +102,43 @@ arm64 VMs (make image) on taps on the bridge.`
 			return c.Run()
 		}}
 	exec.Flags().SetInterspersed(false) // what follows NODE is the command's
-	cl.AddCommand(up, down, uses(status, useOutput), ping, exec)
+	nodeArg := func(args []string) (int, *cluster.State, error) {
+		node, err := strconv.Atoi(args[0])
+		if err != nil {
+			return 0, nil, usageError{fmt.Errorf("node %q: a number", args[0])}
+		}
+		st, err := cluster.Load(name, state)
+		return node, st, err
+	}
+	stop := &cobra.Command{Use: "stop NODE", Short: "kill node NODE's agent (SIGKILL, as a crash); start brings it back",
+		Args: wantArgs(1, 1, "NODE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			node, st, err := nodeArg(args)
+			if err != nil {
+				return err
+			}
+			if err := st.Stop(node); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "node %d: agent stopped\n", node)
+			return nil
+		}}
+	var wipe bool
+	start := &cobra.Command{Use: "start NODE", Short: "start node NODE's agent again (stopping it first if it runs); --wipe empties its state first, as a node back with a new disk",
+		Args: wantArgs(1, 1, "NODE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			node, st, err := nodeArg(args)
+			if err != nil {
+				return err
+			}
+			if err := st.Start(cmd.Context(), node, wipe); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "node %d: agent ready%s\n", node, map[bool]string{true: " (state wiped)"}[wipe])
+			return nil
+		}}
+	start.Flags().BoolVar(&wipe, "wipe", false, "empty the node's state directory first (its kv store and shards)")
+	cl.AddCommand(up, down, uses(status, useOutput), ping, exec, stop, start)
 	return cl
 }
 

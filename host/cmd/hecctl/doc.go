@@ -22,12 +22,20 @@
 //	cluster down                 remove everything of the cluster, also after a crash of hecctl; returns once all its processes are gone
 //	cluster exec NODE -- CMD [ARGS] run CMD inside node NODE's namespace, with HEC_AGENT and HEC_MGMT naming its agent
 //	cluster ping                 round trips and bandwidth between every pair of agents; calibrates the network rails
+//	cluster start NODE           start node NODE's agent again (stopping it first if it runs); --wipe empties its state first, as a node back with a new disk
 //	cluster status               the nodes: how to reach each agent, and its peers
+//	cluster stop NODE            kill node NODE's agent (SIGKILL, as a crash); start brings it back
 //	cluster up                   make a cluster and start its agents
-//	ec                           erasure coding of files: encode into shard files, decode from what remains, verify, plan the split
+//	ec                           erasure coding: of files into shard files (encode, decode, verify, plan), and of objects across agents (put, get, rm, ls, stat, repair)
 //	ec decode --in DIR --out FILE rebuild FILE from the valid shards left in DIR (any k of k+m; corrupt ones are found and skipped)
 //	ec encode --in FILE --out DIR code FILE into k data and m parity shard files in DIR, with DIR/manifest.json
+//	ec get NAME FILE             write object NAME's current version to FILE (- for stdout), rebuilt from any k valid shards
+//	ec ls [PREFIX]               list the objects (whose names start with PREFIX)
 //	ec plan --size N             how a stripe of N bytes would be split between this host and the agent, and why (calibrates both first)
+//	ec put NAME FILE             store FILE as object NAME across agents: the agent codes it and places the shards (- reads stdin)
+//	ec repair [NAME | --all]     rebuild the shards of NAME (or of every object) that are missing, stale or corrupt, and say what was done
+//	ec rm NAME                   delete object NAME (a tombstone on every agent of its placement)
+//	ec stat NAME                 object NAME's version, size, code, and where each shard lives and whether it is healthy
 //	ec verify --in DIR           check every shard in DIR (size, CRC-32C) and that the parity matches the data
 //	inspect                      the agent's XDP counters: per-class rates, drops by reason, top talkers; --pcap FILE writes sampled packets
 //	kv                           the agent's key-value store over the handoff: get, put, del, scan

@@ -18,8 +18,9 @@ import (
 )
 
 func ecCmd(a *app) *cobra.Command {
-	cmd := groupCmd("ec", "erasure coding of files: encode into shard files, decode from what remains, verify, plan the split")
-	cmd.AddCommand(ecEncodeCmd(a), ecDecodeCmd(a), ecVerifyCmd(a), ecPlanCmd(a))
+	cmd := groupCmd("ec", "erasure coding: of files into shard files (encode, decode, verify, plan), and of objects across agents (put, get, rm, ls, stat, repair)")
+	cmd.AddCommand(ecEncodeCmd(a), ecDecodeCmd(a), ecVerifyCmd(a), ecPlanCmd(a),
+		ecPutCmd(a), ecGetCmd(a), ecRmCmd(a), ecLsCmd(a), ecStatCmd(a), ecRepairCmd(a))
 	return cmd
 }
 

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hecsys/hec/host"
+)
+
+// Objects across agents: the local agent codes and places them (package
+// ec/object); these commands hand it files and take them back.
+
+// objectEC dials the agent and returns its EC of k+m with a progress bar
+// for large objects on a terminal.
+func (a *app) objectEC(ctx context.Context, k, m int, what string, size int64) (*host.EC, func(), error) {
+	cl, err := a.dial(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []host.ECOption
+	finish := func() {}
+	if size >= barFrom && term.IsTerminal(int(os.Stderr.Fd())) {
+		bar := progressbar.NewOptions64(size, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
+			progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+		opts = append(opts, host.WithObjectProgress(func(done, _ int64) { bar.Set64(done) }))
+		finish = func() { bar.Finish() }
+	}
+	e, err := cl.EC(k, m, append(opts, host.WithRails(host.RailsDPU))...)
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return e, func() { finish(); cl.Close() }, nil
+}
+
+func ecPutCmd(a *app) *cobra.Command {
+	var k, m int
+	cmd := &cobra.Command{Use: "put NAME FILE", Short: "store FILE as object NAME across agents: the agent codes it and places the shards (- reads stdin)",
+		Args: wantArgs(2, 2, "NAME FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data []byte
+			var err error
+			if args[1] == "-" {
+				data, err = io.ReadAll(os.Stdin)
+			} else {
+				data, err = os.ReadFile(args[1])
+			}
+			if err != nil {
+				return err
+			}
+			e, done, err := a.objectEC(cmd.Context(), k, m, "put "+args[0], int64(len(data)))
+			if err != nil {
+				return err
+			}
+			defer done()
+			t0 := time.Now()
+			h, err := e.Put(cmd.Context(), args[0], data)
+			if err != nil {
+				return err
+			}
+			took := time.Since(t0)
+			if a.jsonOut() {
+				return a.printJSON(map[string]any{"name": h.Name, "version": h.Version, "size": h.Size, "k": k, "m": m, "seconds": took.Seconds()})
+			}
+			fmt.Fprintf(a.out, "%s: %s in %d+%d, version %s, %v (%s/s)\n", h.Name, humanize.IBytes(uint64(h.Size)), k, m, h.Version,
+				took.Round(time.Millisecond), humanize.IBytes(uint64(float64(h.Size)/took.Seconds())))
+			return nil
+		}}
+	cmd.Flags().IntVar(&k, "data", 4, "data shards (k)")
+	cmd.Flags().IntVar(&m, "parity", 2, "parity shards (m): the object survives m agents lost")
+	return uses(cmd, useAgent|useOutput)
+}
+
+func ecGetCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "get NAME FILE", Short: "write object NAME's current version to FILE (- for stdout), rebuilt from any k valid shards",
+		Args: wantArgs(2, 2, "NAME FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, done, err := a.objectEC(cmd.Context(), 1, 1, "get "+args[0], 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := e.Stat(cmd.Context(), args[0])
+			if err == nil && st.Size >= barFrom {
+				done()
+				e, done, err = a.objectEC(cmd.Context(), 1, 1, "get "+args[0], st.Size)
+				if err != nil {
+					return err
+				}
+				defer done()
+			}
+			if err != nil {
+				return err
+			}
+			data, h, err := e.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if args[1] == "-" {
+				_, err = a.out.Write(data)
+				return err
+			}
+			if err := os.WriteFile(args[1], data, 0o644); err != nil {
+				return err
+			}
+			if degraded := st.Healthy < len(st.Shards); degraded {
+				fmt.Fprintf(os.Stderr, "hecctl: %s is below full redundancy (%d of %d shards healthy): hecctl ec stat %s; hecctl ec repair %s\n",
+					args[0], st.Healthy, len(st.Shards), args[0], args[0])
+			}
+			fmt.Fprintf(a.out, "%s: %s, version %s → %s\n", h.Name, humanize.IBytes(uint64(h.Size)), h.Version, args[1])
+			return nil
+		}}
+	return uses(cmd, useAgent)
+}
+
+func ecRmCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "rm NAME", Short: "delete object NAME (a tombstone on every agent of its placement)",
+		Args: wantArgs(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := e.Delete(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "%s: deleted\n", args[0])
+			return nil
+		}}
+	return uses(cmd, useAgent)
+}
+
+func ecLsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "ls [PREFIX]", Short: "list the objects (whose names start with PREFIX)",
+		Args: wantArgs(0, 1, "at most a PREFIX"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			l, err := e.List(cmd.Context(), prefix)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(l)
+			}
+			for _, h := range l {
+				fmt.Fprintf(a.out, "%-40s %10s  %d+%d  %s  %s\n", h.Name, humanize.IBytes(uint64(h.Size)), h.K, h.M,
+					h.Version.Time().UTC().Format(time.RFC3339), h.Version)
+			}
+			return nil
+		}}
+	return uses(cmd, useAgent|useOutput)
+}
+
+func ecStatCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "stat NAME", Short: "object NAME's version, size, code, and where each shard lives and whether it is healthy",
+		Args: wantArgs(1, 1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := e.Stat(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(st)
+			}
+			fmt.Fprintf(a.out, "%s: %s (%d bytes), %d+%d, version %s (%s), %d stripes\n", st.Name, humanize.IBytes(uint64(st.Size)), st.Size,
+				st.K, st.M, st.Version, st.Version.Time().UTC().Format(time.RFC3339), st.Stripes())
+			fmt.Fprintf(a.out, "redundancy: %d of %d shards healthy", st.Healthy, len(st.Shards))
+			if st.Degraded() {
+				lost := len(st.Shards) - st.Healthy
+				fmt.Fprintf(a.out, " — %d lost: readable while %d more are (hecctl ec repair %s)", lost, max(0, st.M-lost), st.Name)
+			}
+			fmt.Fprintln(a.out)
+			for _, s := range st.Shards {
+				kind := "data"
+				if s.Index >= st.K {
+					kind = "parity"
+				}
+				fmt.Fprintf(a.out, "  shard %2d (%-6s) node %-3d %-11s %s\n", s.Index, kind, s.Node, s.State, s.Detail)
+			}
+			for _, p := range st.Problems {
+				fmt.Fprintf(a.out, "  ! %s\n", p)
+			}
+			return nil
+		}}
+	return uses(cmd, useAgent|useOutput)
+}
+
+func ecRepairCmd(a *app) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{Use: "repair [NAME | --all]", Short: "rebuild the shards of NAME (or of every object) that are missing, stale or corrupt, and say what was done",
+		Args: wantArgs(0, 1, "NAME, or --all"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) == 1) {
+				return usageError{fmt.Errorf("ec repair: want NAME or --all")}
+			}
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			res, err := a.client().ECRepair(cmd.Context(), name, all)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(res)
+			}
+			failed := 0
+			for _, r := range res {
+				what := "healthy"
+				switch {
+				case r.Tomb:
+					what = "deleted: tombstone spread"
+				case len(r.Rebuilt)+len(r.Commits) > 0:
+					what = fmt.Sprintf("rebuilt shards %v, re-committed %v", r.Rebuilt, r.Commits)
+				}
+				fmt.Fprintf(a.out, "%s: %s; %d → %d of %d shards healthy\n", r.Name, what, r.Before, r.After, r.Shards)
+				for _, f := range r.Failed {
+					fmt.Fprintf(a.out, "  ! %s\n", f)
+				}
+				if len(r.Failed) > 0 || (!r.Tomb && r.After < r.Shards) {
+					failed++
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("ec repair: %d of %d objects still below full redundancy", failed, len(res))
+			}
+			return nil
+		}}
+	cmd.Flags().BoolVar(&all, "all", false, "repair every object")
+	return uses(cmd, useMgmt|useOutput)
+}

@@ -1,0 +1,205 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hecsys/hec/ec/object"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// Erasure-coded objects across agents: the local agent codes each
+// object's stripes and places the shards on k+m agents over the peer
+// layer; the host hands it the bytes over the handoff and goes on. See
+// package ec/object for placement, versions and what a reader sees.
+
+// objectChunk bounds the bytes of one Put or Get op: a part of the
+// window, so that other ops find room beside it.
+func (e *EC) objectChunk() int {
+	return max(64<<10, min(4<<20, e.c.WindowSize()/4))
+}
+
+// reasonErr is the error of a failed object op, with the agent's reason
+// when it wrote one.
+func reasonErr(op string, r Result, err error) error {
+	if err == nil {
+		return nil
+	}
+	if len(r.Out) == 1 && r.Arg1 == uint64(len(r.Out[0])) && len(r.Out[0]) > 0 {
+		return fmt.Errorf("host: ec %s: %s: %w", op, r.Out[0], err)
+	}
+	return fmt.Errorf("host: ec %s: %w", op, err)
+}
+
+// Put stores data as object name, coded with this EC's k+m, and returns
+// the version written once a write quorum of shards is durable.
+func (e *EC) Put(ctx context.Context, name string, data []byte) (object.Header, error) {
+	if err := object.CheckName(name); err != nil {
+		return object.Header{}, err
+	}
+	r, err := e.c.Do(ctx, Request{Op: wire.OpECPutBegin, Arg0: uint64(len(data)), Arg1: wire.ECShards(e.k, e.m), In: [][]byte{[]byte(name)}})
+	if err != nil {
+		return object.Header{}, reasonErr("put", r, err)
+	}
+	handle := r.Arg0
+	abort := func() {
+		e.c.Do(context.WithoutCancel(ctx), Request{Op: wire.OpECPutEnd, Arg0: handle, Arg1: 1})
+	}
+	// Two chunks in flight: the next is in the window while the agent
+	// takes one.
+	chunk := e.objectChunk()
+	var calls []*Call
+	for off := 0; off < len(data); off += chunk {
+		if len(calls) == 2 {
+			if _, err := e.c.Wait(ctx, calls[0]); err != nil {
+				abort()
+				return object.Header{}, reasonErr("put", Result{}, err)
+			}
+			calls = calls[1:]
+		}
+		if e.progress != nil {
+			e.progress(int64(off), int64(len(data)))
+		}
+		end := min(len(data), off+chunk)
+		call, err := e.c.Go(ctx, Request{Op: wire.OpECPutData, Arg0: handle, Arg1: uint64(off), In: [][]byte{data[off:end]}})
+		if err != nil {
+			abort()
+			return object.Header{}, err
+		}
+		call.long = end-off >= longOp
+		calls = append(calls, call)
+	}
+	for _, c := range calls {
+		if _, err := e.c.Wait(ctx, c); err != nil {
+			abort()
+			return object.Header{}, reasonErr("put", Result{}, err)
+		}
+	}
+	room := make([]byte, 4096)
+	call, err := e.c.Go(ctx, Request{Op: wire.OpECPutEnd, Arg0: handle, Out: [][]byte{room}})
+	if err != nil {
+		abort()
+		return object.Header{}, err
+	}
+	call.long = true
+	r, err = e.c.Wait(ctx, call)
+	if err != nil {
+		return object.Header{}, reasonErr("put", r, err)
+	}
+	h := object.Header{Name: name, Size: int64(len(data)), K: e.k, M: e.m}
+	if len(r.Out) == 1 {
+		h.Version = object.Version(r.Out[0])
+	}
+	return h, nil
+}
+
+// Stat reports the object's current version and where each shard lives
+// and whether it is healthy.
+func (e *EC) Stat(ctx context.Context, name string) (object.Stat, error) {
+	var st object.Stat
+	err := e.jsonOp(ctx, "stat", wire.OpECStat, name, &st)
+	return st, err
+}
+
+// List returns the objects whose names start with prefix.
+func (e *EC) List(ctx context.Context, prefix string) ([]object.Header, error) {
+	var l []object.Header
+	err := e.jsonOp(ctx, "list", wire.OpECList, prefix, &l)
+	return l, err
+}
+
+func (e *EC) jsonOp(ctx context.Context, what string, op wire.Op, arg string, v any) error {
+	room := make([]byte, 64<<10)
+	for {
+		r, err := e.c.Do(ctx, Request{Op: op, In: [][]byte{[]byte(arg)}, Out: [][]byte{room}})
+		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(room)) && r.Arg0 <= uint64(e.c.WindowSize()/2) {
+			room = make([]byte, r.Arg0)
+			continue
+		}
+		if err != nil {
+			return reasonErr(what, r, err)
+		}
+		if len(r.Out) != 1 {
+			return fmt.Errorf("host: ec %s: %d output parts: %w", what, len(r.Out), wire.StatusInternal)
+		}
+		return json.Unmarshal(r.Out[0], v)
+	}
+}
+
+// Delete removes the object (a tombstone on every agent of its
+// placement).
+func (e *EC) Delete(ctx context.Context, name string) error {
+	room := make([]byte, 4096)
+	r, err := e.c.Do(ctx, Request{Op: wire.OpECDelete, In: [][]byte{[]byte(name)}, Out: [][]byte{room}})
+	return reasonErr("delete", r, err)
+}
+
+// Get returns the object's current bytes. The agent reads any k valid
+// shards (data shards first) and rebuilds what is missing; a version
+// superseded twice over under the read is read again from the start.
+func (e *EC) Get(ctx context.Context, name string) ([]byte, object.Header, error) {
+	for try := 0; ; try++ {
+		st, err := e.Stat(ctx, name)
+		if err != nil {
+			return nil, object.Header{}, err
+		}
+		buf := make([]byte, st.Size)
+		err = e.read(ctx, st.Header, buf)
+		if errors.Is(err, wire.StatusNotFound) && try < 8 {
+			continue
+		}
+		return buf, st.Header, err
+	}
+}
+
+// read fills buf with version h of the object, two chunks in flight.
+func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
+	chunk := e.objectChunk()
+	name, ver := []byte(h.Name), []byte(h.Version)
+	var mu sync.Mutex
+	var first error
+	type part struct {
+		call *Call
+		off  int
+	}
+	var parts []part
+	wait := func(p part) error {
+		r, err := e.c.Wait(ctx, p.call)
+		if err == nil && int(r.Arg0) != min(chunk, len(buf)-p.off) {
+			err = fmt.Errorf("%d bytes at %d, want %d: %w", r.Arg0, p.off, min(chunk, len(buf)-p.off), wire.StatusInternal)
+		}
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = reasonErr("get", r, err)
+			}
+			mu.Unlock()
+		}
+		return err
+	}
+	for off := 0; off < len(buf); off += chunk {
+		if len(parts) == 2 {
+			if err := wait(parts[0]); err != nil {
+				break
+			}
+			parts = parts[1:]
+		}
+		if e.progress != nil {
+			e.progress(int64(off), int64(len(buf)))
+		}
+		end := min(len(buf), off+chunk)
+		call, err := e.c.Go(ctx, Request{Op: wire.OpECGet, Arg0: uint64(off), In: [][]byte{name, ver}, Out: [][]byte{buf[off:end]}})
+		if err != nil {
+			return err
+		}
+		call.long = end-off >= longOp
+		parts = append(parts, part{call, off})
+	}
+	for _, p := range parts {
+		wait(p)
+	}
+	return first
+}
