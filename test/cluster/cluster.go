@@ -116,6 +116,7 @@ type State struct {
 	Token      string   `json:"token_file"` // the operator's token, every node's
 	XDP        string   `json:"xdp,omitempty"`
 	AgentArgs  []string `json:"agent_args,omitempty"`
+	Hecd       string   `json:"hecd"` // the agent binary
 	Nodes      []Node   `json:"nodes"`
 }
 
@@ -285,22 +286,19 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			return nil, err
 		}
 	}
-	var members []string
-	for _, n := range st.Nodes {
-		members = append(members, fmt.Sprintf("%d@%s", n.Index, n.Peer()))
-	}
+	st.Hecd = hecd
 	for i := range st.Nodes {
 		if st.Nodes[i].VM {
 			continue
 		}
-		if err := startAgent(st, &st.Nodes[i], hecd, strings.Join(members, ",")); err != nil {
+		if err := startAgent(st, &st.Nodes[i], hecd, st.members()); err != nil {
 			return nil, err
 		}
 	}
 	// VMs last, one at a time: each boots on the machine's cores.
 	for i := range st.Nodes {
 		if st.Nodes[i].VM {
-			if err := startVM(ctx, st, &st.Nodes[i], o.Bundle, strings.Join(members, ","), o.Log); err != nil {
+			if err := startVM(ctx, st, &st.Nodes[i], o.Bundle, st.members(), o.Log); err != nil {
 				return nil, err
 			}
 			if err := st.save(); err != nil {
@@ -346,7 +344,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // spawn starts argv inside namespace ns, in a session of its own (it
 // outlives the tool), output to logPath.
 func spawn(ns, logPath string, argv ...string) (int, error) {
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644) // a restarted agent logs after the last
 	if err != nil {
 		return 0, err
 	}
@@ -361,6 +359,82 @@ func spawn(ns, logPath string, argv ...string) (int, error) {
 	// while this process lives; after that, init does.
 	go cmd.Wait()
 	return cmd.Process.Pid, nil
+}
+
+// members is the static member list every agent gets.
+func (st *State) members() string {
+	var members []string
+	for _, n := range st.Nodes {
+		members = append(members, fmt.Sprintf("%d@%s", n.Index, n.Peer()))
+	}
+	return strings.Join(members, ",")
+}
+
+// node returns node i's entry.
+func (st *State) node(i int) (*Node, error) {
+	for j := range st.Nodes {
+		if st.Nodes[j].Index == i {
+			if st.Nodes[j].VM {
+				return nil, fmt.Errorf("node %d is an arm64 VM: stop and start it with hecctl qemu", i)
+			}
+			return &st.Nodes[j], nil
+		}
+	}
+	return nil, fmt.Errorf("cluster %s has no node %d (1..%d)", st.Name, i, len(st.Nodes))
+}
+
+// Stop kills node i's agent (SIGKILL: as a crash, nothing flushed) and
+// returns once it is gone.
+func (st *State) Stop(i int) error {
+	n, err := st.node(i)
+	if err != nil {
+		return err
+	}
+	if !alive(n.PID) {
+		return nil
+	}
+	unix.Kill(n.PID, unix.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); alive(n.PID); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: node %d's agent (pid %d) still runs 5 s after SIGKILL", i, n.PID)
+		}
+	}
+	return nil
+}
+
+// Start starts node i's agent again, stopping it first if it runs; wipe
+// empties its state directory first (a node back with a new disk). It
+// returns once the agent is ready.
+func (st *State) Start(ctx context.Context, i int, wipe bool) error {
+	if err := st.Stop(i); err != nil {
+		return err
+	}
+	n, _ := st.node(i)
+	dir := filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index))
+	if wipe {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.Name() != "hecd.log" {
+				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	hecd := st.Hecd
+	if hecd == "" {
+		var err error
+		if hecd, err = findHecd(""); err != nil {
+			return err
+		}
+	}
+	if err := startAgent(st, n, hecd, st.members()); err != nil {
+		return err
+	}
+	if err := st.save(); err != nil {
+		return err
+	}
+	return st.waitReady(ctx, *n)
 }
 
 func startAgent(st *State, n *Node, hecd, members string) error {
