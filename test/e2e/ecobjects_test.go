@@ -1,0 +1,373 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/ec/object"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// objectCluster makes a cluster of n agents in namespaces for the object
+// tests and removes it after.
+func objectCluster(t *testing.T, name string, n int, args ...string) *cluster.State {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("agents in network namespaces: root only (CI runs as root)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip (iproute2): make test installs it as root")
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	cluster.Down(name, dir, nil)
+	var log bytes.Buffer
+	st, err := cluster.Up(context.Background(), cluster.Options{Name: name, Agents: n, Hecd: testutil.Hecd(t), StateDir: dir,
+		AgentArgs: args, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, nd := range st.Nodes {
+				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node%d", nd.Index), "hecd.log"))
+				if len(b) > 3000 {
+					b = b[len(b)-3000:]
+				}
+				t.Logf("node %d's log (tail):\n%s", nd.Index, b)
+			}
+		}
+		if err := cluster.Down(name, dir, nil); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if left := cluster.Remains(name, dir, nil); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	return st
+}
+
+// objectClients dials every node's agent over its region and returns the
+// EC of 4+2 of each, by node.
+func objectClients(t *testing.T, st *cluster.State) map[int]*host.EC {
+	t.Helper()
+	ecs := map[int]*host.EC{}
+	for _, n := range st.Nodes {
+		ecs[n.Index] = dialObjects(t, n)
+	}
+	return ecs
+}
+
+func dialObjects(t testing.TB, n cluster.Node) *host.EC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := host.Dial(ctx, n.Agent())
+	if err != nil {
+		t.Fatalf("node %d: %v", n.Index, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	e, err := c.EC(4, 2, host.WithRails(host.RailsDPU))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, 7))
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+// TestECObjectsAcrossAgents is the list on 6 agents, 4+2: every
+// object back byte-identical with any two agents killed (all 15 pairs); a
+// corrupted shard on disk read around and reported; two writers putting
+// one name 100 times each with no read ever a mix; an agent wiped and
+// brought back to full redundancy by repair; a Put with more than m agents
+// down refused with the previous version still read; a partitioned agent
+// and one killed mid-Put.
+func TestECObjectsAcrossAgents(t *testing.T) {
+	top := t // clients dialled in subtests live as long as the test
+	st := objectCluster(t, "eco", 6, "--ec-scrub", "off")
+	ecs := objectClients(t, st)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	mgmt := st.Nodes[0].Client()
+
+	objs := map[string][]byte{
+		"empty": {}, "small": randomBytes(1000, 1), "odd": randomBytes(5<<20+7, 2), "big": randomBytes(9<<20, 3),
+		"dir/a b/ünïcode": randomBytes(70000, 4),
+	}
+	for name, b := range objs {
+		if _, err := ecs[1].Put(ctx, name, b); err != nil {
+			t.Fatalf("put %s: %v", name, err)
+		}
+	}
+	if l, err := ecs[4].List(ctx, ""); err != nil || len(l) != len(objs) {
+		t.Fatalf("list from node 4: %d objects, %v", len(l), err)
+	}
+
+	t.Run("any two agents killed", func(t *testing.T) {
+		pairs := 0
+		for a := 1; a <= 6; a++ {
+			for b := a + 1; b <= 6; b++ {
+				pairs++
+				if err := st.Stop(a); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Stop(b); err != nil {
+					t.Fatal(err)
+				}
+				reader := 1
+				for reader == a || reader == b {
+					reader++
+				}
+				for name, want := range objs {
+					got, _, err := ecs[reader].Get(ctx, name)
+					if err != nil || !bytes.Equal(got, want) {
+						t.Errorf("agents %d and %d killed: %s through node %d: %d bytes, %v", a, b, name, reader, len(got), err)
+					}
+				}
+				for _, n := range []int{a, b} {
+					if err := st.Start(ctx, n, false); err != nil {
+						t.Fatal(err)
+					}
+					ecs[n] = dialObjects(top, st.Nodes[n-1])
+				}
+			}
+		}
+		if pairs != 15 {
+			t.Fatalf("%d pairs", pairs)
+		}
+	})
+
+	t.Run("a corrupted shard", func(t *testing.T) {
+		stat, err := ecs[1].Stat(ctx, "odd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := stat.Place[2] // a data shard
+		files, _ := filepath.Glob(filepath.Join(st.Dir, fmt.Sprintf("node%d", node), "objects", "*", string(stat.Version)+"-2.shard"))
+		if len(files) != 1 {
+			t.Fatalf("node %d: shard files %v", node, files)
+		}
+		b, _ := os.ReadFile(files[0])
+		b[len(b)/2] ^= 0x5a
+		os.WriteFile(files[0], b, 0o644)
+		got, _, err := ecs[3].Get(ctx, "odd")
+		if err != nil || !bytes.Equal(got, objs["odd"]) {
+			t.Fatalf("get around a corrupt shard: %v", err)
+		}
+		after, _ := ecs[3].Stat(ctx, "odd")
+		if after.Shards[2].State != object.StateCorrupt {
+			t.Fatalf("stat after the read: shard 2 %+v", after.Shards[2])
+		}
+		res, err := mgmt.ECRepair(ctx, "odd", false)
+		if err != nil || len(res) != 1 || res[0].After != 6 {
+			t.Fatalf("repair: %+v %v", res, err)
+		}
+		if after, _ := ecs[3].Stat(ctx, "odd"); after.Healthy != 6 {
+			t.Fatalf("stat after repair: %+v", after.Shards)
+		}
+	})
+
+	t.Run("concurrent puts never mix", func(t *testing.T) {
+		const size = 300 << 10 // two stripes at 4+2
+		fill := func(w, i int) []byte { return bytes.Repeat([]byte{byte(w + 1), byte(i)}, size/2) }
+		if _, err := ecs[1].Put(ctx, "hot", fill(7, 0)); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var reads, mixes atomic.Int64
+		for r := 3; r <= 4; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					got, _, err := ecs[r].Get(ctx, "hot")
+					if err != nil {
+						t.Errorf("reader on node %d: %v", r, err)
+						return
+					}
+					reads.Add(1)
+					if len(got) != size || !bytes.Equal(got, bytes.Repeat(got[:2], size/2)) {
+						mixes.Add(1)
+					}
+				}
+			}()
+		}
+		var ww sync.WaitGroup
+		for w := 1; w <= 2; w++ {
+			ww.Add(1)
+			go func() {
+				defer ww.Done()
+				for i := 1; i <= 100; i++ {
+					if _, err := ecs[w].Put(ctx, "hot", fill(w, i)); err != nil {
+						t.Errorf("writer on node %d, put %d: %v", w, i, err)
+						return
+					}
+				}
+			}()
+		}
+		ww.Wait()
+		close(stop)
+		wg.Wait()
+		t.Logf("%d reads beside 200 puts, %d mixed", reads.Load(), mixes.Load())
+		if mixes.Load() != 0 || reads.Load() == 0 {
+			t.Fatalf("%d of %d reads mixed two Puts", mixes.Load(), reads.Load())
+		}
+		got, _, err := ecs[5].Get(ctx, "hot")
+		if err != nil || (!bytes.Equal(got, fill(1, 100)) && !bytes.Equal(got, fill(2, 100))) {
+			t.Fatalf("after both writers: not one of the last Puts (%v)", err)
+		}
+	})
+
+	t.Run("a wiped agent is repaired", func(t *testing.T) {
+		if err := st.Start(ctx, 5, true); err != nil {
+			t.Fatal(err)
+		}
+		ecs[5] = dialObjects(top, st.Nodes[4])
+		stat, err := ecs[1].Stat(ctx, "big")
+		if err != nil || stat.Healthy != 5 {
+			t.Fatalf("stat after the wipe: %d healthy, %v", stat.Healthy, err)
+		}
+		res, err := mgmt.ECRepair(ctx, "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if len(r.Failed) > 0 || r.After != r.Shards {
+				t.Errorf("repair %s: %+v", r.Name, r)
+			}
+		}
+		for name, want := range objs {
+			if s, err := ecs[2].Stat(ctx, name); err != nil || s.Healthy != 6 {
+				t.Errorf("%s after repair: %d healthy, %v", name, s.Healthy, err)
+			}
+			// Read with two agents other than the wiped one down: its
+			// rebuilt shard takes part.
+			stat, _ := ecs[2].Stat(ctx, name)
+			var down []int
+			for _, n := range stat.Place {
+				if int(n) != 5 && int(n) != 2 && len(down) < 2 {
+					down = append(down, int(n))
+				}
+			}
+			for _, n := range down {
+				st.Stop(n)
+			}
+			if got, _, err := ecs[2].Get(ctx, name); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s through the repaired agent: %v", name, err)
+			}
+			for _, n := range down {
+				if err := st.Start(ctx, n, false); err != nil {
+					t.Fatal(err)
+				}
+				ecs[n] = dialObjects(top, st.Nodes[n-1])
+			}
+		}
+	})
+
+	t.Run("more than m agents down", func(t *testing.T) {
+		for _, n := range []int{4, 5, 6} {
+			st.Stop(n)
+		}
+		_, err := ecs[1].Put(ctx, "small", randomBytes(1000, 99))
+		if err == nil || !strings.Contains(err.Error(), "quorum") {
+			t.Fatalf("put with 3 of 6 agents down: %v", err)
+		}
+		t.Logf("put with three agents down: %v", err)
+		for _, n := range []int{4, 5, 6} {
+			if err := st.Start(ctx, n, false); err != nil {
+				t.Fatal(err)
+			}
+			ecs[n] = dialObjects(top, st.Nodes[n-1])
+		}
+		if got, _, err := ecs[6].Get(ctx, "small"); err != nil || !bytes.Equal(got, objs["small"]) {
+			t.Fatalf("after the failed put: %v", err)
+		}
+	})
+
+	t.Run("a partitioned agent", func(t *testing.T) {
+		link := func(state string) {
+			cmd, _ := st.Exec(3, "ip", "link", "set", "eth0", state)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("ip link set eth0 %s: %v %s", state, err, out)
+			}
+		}
+		link("down")
+		want := randomBytes(3<<20, 5)
+		_, err := ecs[1].Put(ctx, "during-partition", want)
+		if err != nil {
+			link("up")
+			t.Fatalf("put with one agent cut off: %v", err)
+		}
+		if got, _, err := ecs[2].Get(ctx, "during-partition"); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("get with one agent cut off: %v", err)
+		}
+		link("up")
+		res, err := mgmt.ECRepair(ctx, "during-partition", false)
+		if err != nil || len(res) != 1 || res[0].After != 6 {
+			t.Fatalf("repair after the partition healed: %+v %v", res, err)
+		}
+	})
+
+	t.Run("an agent killed mid-put", func(t *testing.T) {
+		old := objs["big"]
+		next := randomBytes(24<<20, 6)
+		done := make(chan error, 1)
+		go func() { _, err := ecs[1].Put(ctx, "big", next); done <- err }()
+		time.Sleep(30 * time.Millisecond)
+		st.Stop(4)
+		err := <-done
+		got, _, gerr := ecs[2].Get(ctx, "big")
+		switch {
+		case gerr != nil:
+			t.Fatalf("get after the kill: %v (put: %v)", gerr, err)
+		case err == nil && !bytes.Equal(got, next):
+			t.Fatal("the put succeeded, the get returned other bytes")
+		case err != nil && !bytes.Equal(got, old) && !bytes.Equal(got, next):
+			t.Fatalf("the put failed (%v) and the get returned neither version", err)
+		}
+		t.Logf("put with node 4 killed under it: %v", err)
+		if err := st.Start(ctx, 4, false); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		for _, name := range []string{"", "ctl\x01char", strings.Repeat("n", object.MaxName+1)} {
+			if _, err := ecs[1].Put(ctx, name, []byte("x")); !errors.Is(err, object.ErrName) {
+				t.Errorf("put %q: %v", name, err)
+			}
+		}
+		if _, _, err := ecs[1].Get(ctx, "never-written"); err == nil {
+			t.Error("get of an object never written succeeded")
+		}
+	})
+}
