@@ -254,3 +254,36 @@ func (c *Coordinator) RepairAll(ctx context.Context) ([]RepairResult, error) {
 	}
 	return out, nil
 }
+
+// Scrub is one agent's background pass over one name it holds: the agent
+// that leads the name — the lowest node id among those that answered
+// holding a shard of its current version — repairs it when it is below
+// full redundancy; the others leave it. It reports whether self led,
+// whether the name was degraded, and what the repair did.
+func (c *Coordinator) Scrub(ctx context.Context, name string, self uint32) (led, degraded bool, res RepairResult, err error) {
+	view, err := c.look(ctx, name)
+	if err != nil {
+		return false, false, res, err
+	}
+	cur, _ := view.current(name)
+	if cur == nil {
+		return false, false, res, nil // nothing committed yet (a Put under way), or purged
+	}
+	leader := uint32(0)
+	for _, hs := range cur.holders {
+		for _, h := range hs {
+			if leader == 0 || h.Holder < leader {
+				leader = h.Holder
+			}
+		}
+	}
+	if leader != self {
+		return false, false, res, nil
+	}
+	st := statOf(view, cur)
+	if !st.Degraded() && !cur.Tomb() {
+		return true, false, res, nil
+	}
+	res, err = c.Repair(ctx, name)
+	return true, !cur.Tomb(), res, err
+}
