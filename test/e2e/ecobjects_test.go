@@ -371,3 +371,102 @@ func TestECObjectsAcrossAgents(t *testing.T) {
 		}
 	})
 }
+
+// TestECObjectsAsANewUser does what the user does, with hecctl
+// alone: a cluster of six, a file put, two agents killed from inside the
+// cluster, the file back, stat showing the missing shards, the agents
+// restarted (one with its disk wiped), repair, full redundancy; then the
+// background scrub brings a wiped agent back by itself.
+func TestECObjectsAsANewUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("agents in network namespaces: root only (CI runs as root)")
+	}
+	ctl := testutil.Hecctl(t)
+	dir := filepath.Join(t.TempDir(), "state")
+	cl := []string{"--name", "ecu", "--state", dir}
+	cluster.Down("ecu", dir, nil)
+	t.Cleanup(func() {
+		hecctl(t, nil, append([]string{"cluster", "down"}, cl...)...)
+		if left := cluster.Remains("ecu", dir, nil); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	run := func(args ...string) string {
+		t.Helper()
+		r := hecctl(t, nil, args...)
+		if r.code != 0 {
+			t.Fatalf("hecctl %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+		return r.stdout
+	}
+	in := func(node int, args ...string) string {
+		t.Helper()
+		return run(append(append([]string{"cluster", "exec"}, cl...), append([]string{fmt.Sprint(node), "--", ctl}, args...)...)...)
+	}
+	run(append([]string{"cluster", "up", "--agents", "6", "--hecd", testutil.Hecd(t), "--agent-arg=--ec-scrub=1s"}, cl...)...)
+	file := filepath.Join(t.TempDir(), "photo.raw")
+	want := randomBytes(7<<20+123, 11)
+	os.WriteFile(file, want, 0o644)
+	out := in(1, "ec", "put", "photo", file)
+	if !strings.Contains(out, "4+2") {
+		t.Fatalf("put said %q", out)
+	}
+	// Kill two agents from inside the cluster, as an operator with a shell
+	// on a node would.
+	st, err := cluster.Load("ecu", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{2, 5} {
+		in(1, "ec", "ls") // warm
+		cmd, _ := st.Exec(1, "kill", "-9", fmt.Sprint(st.Nodes[n-1].PID))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kill node %d's agent: %v %s", n, err, b)
+		}
+	}
+	back := filepath.Join(t.TempDir(), "photo.back")
+	in(3, "ec", "get", "photo", back)
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, want) {
+		t.Fatalf("get with two agents killed: %d bytes, not the file", len(got))
+	}
+	stat := in(1, "ec", "stat", "photo")
+	if !strings.Contains(stat, "4 of 6 shards healthy") || strings.Count(stat, "unreachable") != 2 {
+		t.Fatalf("stat with two agents killed:\n%s", stat)
+	}
+	run(append([]string{"cluster", "start", "2"}, cl...)...)
+	run(append([]string{"cluster", "start", "5", "--wipe"}, cl...)...)
+	// Node 2 is back with its shard; node 5's is gone with its disk (the
+	// scrub may have rebuilt it already: it runs every second here).
+	rep := in(4, "ec", "repair", "photo")
+	if !strings.Contains(rep, "of 6 shards healthy") {
+		t.Fatalf("repair said:\n%s", rep)
+	}
+	if stat := in(6, "ec", "stat", "photo"); !strings.Contains(stat, "6 of 6 shards healthy") {
+		t.Fatalf("stat after repair:\n%s", stat)
+	}
+	t.Logf("repair: %s", strings.TrimSpace(rep))
+	// The scrub alone: wipe another agent and wait.
+	run(append([]string{"cluster", "start", "3", "--wipe"}, cl...)...)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(in(1, "ec", "stat", "photo"), "6 of 6 shards healthy") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the scrub did not restore full redundancy within 30 s:\n%s", in(1, "ec", "stat", "photo"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	in(1, "ec", "get", "photo", back)
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, want) {
+		t.Fatal("get after the scrub: not the file")
+	}
+	if ls := in(2, "ec", "ls"); !strings.Contains(ls, "photo") {
+		t.Fatalf("ls: %q", ls)
+	}
+	in(2, "ec", "rm", "photo")
+	if ls := in(5, "ec", "ls"); strings.Contains(ls, "photo") {
+		t.Fatalf("ls after rm: %q", ls)
+	}
+	r := hecctl(t, nil, append(append([]string{"cluster", "exec"}, cl...), "1", "--", ctl, "ec", "get", "photo", back)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("get after rm: exit %d %s", r.code, r.stderr)
+	}
+}

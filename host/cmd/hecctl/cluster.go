@@ -46,6 +46,7 @@ arm64 VMs (make image) on taps on the bridge.`
 	f.StringVar(&o.Hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")
 	f.StringVar(&o.Bundle, "bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
 	f.StringVar(&o.XDP, "xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
+	f.StringArrayVar(&o.AgentArgs, "agent-arg", nil, "a hecd flag for every agent, as --agent-arg=--ec-scrub=1m (repeatable)")
 
 	down := &cobra.Command{Use: "down", Short: "remove everything of the cluster, also after a crash of hecctl; returns once all its processes are gone",
 		Args: wantArgs(0, 0, "no arguments"),
