@@ -282,7 +282,8 @@ func (c *Coordinator) Create(ctx context.Context, name string, size int64, k, m 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Writer{c: c, ctx: ctx, cancel: cancel, h: h, quorum: quorum, coder: coder,
-		targets: make([]*target, k+m), buf: make([]byte, 0, h.StripeBytes())}
+		targets: make([]*target, k+m)}
+	w.next()
 	meta, _ := json.Marshal(&h)
 	for i, n := range place {
 		t := &target{node: n, index: i, in: make(chan *stripe, 2), done: make(chan struct{})}
@@ -314,7 +315,8 @@ type Writer struct {
 	quorum  int
 	coder   *ec.Coder
 	targets []*target
-	buf     []byte // the stripe being filled
+	buf     []byte // the stripe being filled: the data part of all
+	all     []byte // the stripe's shards, data then parity, chunk bytes each
 	stripe  int
 	written int64
 	err     error
@@ -332,40 +334,76 @@ type target struct {
 // stripe is one coded stripe on its way to the targets.
 type stripe struct {
 	n      int
+	all    []byte // the shards' buffer, given back when every target is done with it
 	shards [][]byte
 	crcs   []uint32
 	dcrc   uint32
+	refs   atomic.Int32
+}
+
+// done is a target's release of the stripe.
+func (s *stripe) done() {
+	if s.refs.Add(-1) == 0 {
+		putBuf(s.all)
+	}
 }
 
 // Header is the version being written.
 func (w *Writer) Header() Header { return w.h }
 
+// writesInFlight is how many pieces a Put keeps on their way to one agent:
+// one at a time would leave the link idle for a round trip per piece.
+const writesInFlight = 4
+
 // send prepares the target's shard, then writes each stripe's piece as it
-// comes; after a failure it drains its stripes without sending.
+// comes, a few at once; after a failure it drains its stripes without
+// sending.
 func (w *Writer) send(t *target, meta []byte) {
 	defer close(t.done)
-	_, t.err = w.c.call(w.ctx, t.node, &Request{Kind: KindPrepare, Name: w.h.Name, Index: t.index, Meta: meta})
-	var msg []byte
+	_, err := w.c.call(w.ctx, t.node, &Request{Kind: KindPrepare, Name: w.h.Name, Index: t.index, Meta: meta})
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		if t.err == nil {
+			t.err = err
+		}
+		mu.Unlock()
+	}
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return t.err != nil }
+	if err != nil {
+		fail(err)
+	}
+	sem := make(chan struct{}, writesInFlight)
+	var wg sync.WaitGroup
 	for s := range t.in {
-		if t.err != nil {
+		if failed() {
+			s.done()
 			continue
 		}
-		r := Request{Kind: KindWrite, Name: w.h.Name, Version: w.h.Version, Index: t.index, Stripe: s.n,
-			CRC: s.crcs[t.index], DataCRC: s.dcrc, Data: s.shards[t.index]}
-		msg = r.Append(msg[:0])
-		ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.CallTimeout)
-		b, err := w.c.t.Call(ctx, t.node, msg)
-		cancel()
-		if err == nil {
-			var rep Reply
-			if rep, err = ParseReply(b); err == nil {
-				err = rep.Err()
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r := Request{Kind: KindWrite, Name: w.h.Name, Version: w.h.Version, Index: t.index, Stripe: s.n,
+				CRC: s.crcs[t.index], DataCRC: s.dcrc, Data: s.shards[t.index]}
+			msg := r.Append(getBuf(requestHead + len(r.Name) + len(r.Version) + len(r.Data))[:0])
+			s.done()
+			ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.CallTimeout)
+			b, err := w.c.t.Call(ctx, t.node, msg)
+			cancel()
+			putBuf(msg)
+			if err == nil {
+				var rep Reply
+				if rep, err = ParseReply(b); err == nil {
+					err = rep.Err()
+				}
 			}
-		}
-		if err != nil {
-			t.err = fmt.Errorf("node %d: write: %w", t.node, err)
-		}
+			if err != nil {
+				fail(fmt.Errorf("node %d: write: %w", t.node, err))
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // live counts the targets not failed so far.
@@ -428,8 +466,15 @@ func (w *Writer) flush() error {
 	s := &stripe{n: w.stripe}
 	size := w.h.ShardBytes(w.stripe)
 	shards := make([][]byte, w.h.K+w.h.M)
-	all := make([]byte, size*len(shards))
-	copy(all, w.buf)
+	all := w.all
+	if size != w.h.Chunk {
+		// The last stripe, of smaller shards: laid out again.
+		all = getBuf(size * len(shards))
+		copy(all, w.buf)
+		clear(all[len(w.buf):])
+	} else {
+		clear(all[len(w.buf) : w.h.K*size]) // a pooled buffer: no old bytes in the padding
+	}
 	for i := range shards {
 		shards[i] = all[i*size : (i+1)*size : (i+1)*size]
 	}
@@ -439,17 +484,32 @@ func (w *Writer) flush() error {
 	}
 	s.shards, s.crcs = shards, ec.Checksums(shards)
 	s.dcrc = crc32c.Checksum(w.buf)
-	for _, t := range w.targets {
+	if size != w.h.Chunk {
+		putBuf(w.all) // copied out above
+	}
+	s.all = all
+	s.refs.Store(int32(len(w.targets)))
+	for i, t := range w.targets {
 		select {
 		case t.in <- s:
 		case <-w.ctx.Done():
+			for range w.targets[i:] {
+				s.done()
+			}
 			w.fail(w.ctx.Err())
 			return w.err
 		}
 	}
-	w.buf = w.buf[:0]
 	w.stripe++
+	w.next()
 	return nil
+}
+
+// next gives the writer a fresh stripe to fill (the last one is the
+// targets' until they have sent it).
+func (w *Writer) next() {
+	w.all = getBuf((w.h.K + w.h.M) * w.h.Chunk)
+	w.buf = w.all[:0:w.h.StripeBytes()]
 }
 
 func (w *Writer) quorumErr(stage string, n int) error {

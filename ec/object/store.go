@@ -131,14 +131,22 @@ func (s *Store) add(sh *Shard) {
 }
 
 // Serve answers one message.
-func (s *Store) Serve(ctx context.Context, b []byte) []byte {
+func (s *Store) Serve(ctx context.Context, b []byte) []byte { return s.ServeAppend(ctx, b, nil) }
+
+// ServeAppend answers one message, its reply appended to dst (a buffer
+// from Buffer, say, given back with Release once the reply is sent).
+func (s *Store) ServeAppend(ctx context.Context, b, dst []byte) []byte {
 	r, err := ParseRequest(b)
 	if err != nil {
 		rep := replyFor(err)
-		return rep.Append(nil)
+		return rep.Append(dst)
 	}
 	rep := s.serve(ctx, &r)
-	return rep.Append(nil)
+	out := rep.Append(dst)
+	if r.Kind == KindRead && rep.Status == StatusOK {
+		putBuf(rep.Body)
+	}
+	return out
 }
 
 func (s *Store) serve(_ context.Context, r *Request) Reply {
@@ -437,8 +445,9 @@ func (s *Store) read(r *Request) Reply {
 		return replyFor(err)
 	}
 	defer f.Close()
-	buf := make([]byte, c.ShardBytes(r.Stripe))
+	buf := getBuf(c.ShardBytes(r.Stripe))
 	if _, err := f.ReadAt(buf, int64(r.Stripe)*int64(c.Chunk)); err != nil || crc32c.Checksum(buf) != c.CRC[r.Stripe] {
+		putBuf(buf)
 		s.markCorrupt(sh, r.Stripe)
 		return replyFor(fmt.Errorf("%w: %s version %s shard %d stripe %d on node %d (read: %v)", ErrCorrupt, c.Name, c.Version, c.Index, r.Stripe, s.cfg.Node, err))
 	}
