@@ -189,13 +189,16 @@ var errNoPeers = errors.New("erasure-coded objects live across agents: this agen
 // maxPeerServing at once: beyond that the peer's connection waits), so
 // that the connection goes on reading.
 func (o *objects) servePeer(from uint32, h peer.Header, payload []byte) {
-	req := append([]byte(nil), payload...)
+	req := append(object.Buffer(len(payload))[:0], payload...)
 	o.serving <- struct{}{}
 	go func() {
 		defer func() { <-o.serving }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		o.node.Reply(ctx, from, h, o.store.Serve(ctx, req))
+		out := o.store.ServeAppend(ctx, req, object.Buffer(0)[:0])
+		object.Release(req)
+		o.node.Reply(ctx, from, h, out)
+		object.Release(out)
 	}()
 }
 
