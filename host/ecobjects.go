@@ -19,7 +19,7 @@ import (
 // objectChunk bounds the bytes of one Put or Get op: a part of the
 // window, so that other ops find room beside it.
 func (e *EC) objectChunk() int {
-	return max(64<<10, min(4<<20, e.c.WindowSize()/4))
+	return max(64<<10, min(4<<20, e.c.WindowSize()/3))
 }
 
 // reasonErr is the error of a failed object op, with the agent's reason
@@ -34,13 +34,24 @@ func reasonErr(op string, r Result, err error) error {
 	return fmt.Errorf("host: ec %s: %w", op, err)
 }
 
+// do runs an object op, its waiter sleeping rather than spinning: the
+// agent waits on other agents.
+func (e *EC) do(ctx context.Context, req Request) (Result, error) {
+	call, err := e.c.Go(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	call.long = true
+	return e.c.Wait(ctx, call)
+}
+
 // Put stores data as object name, coded with this EC's k+m, and returns
 // the version written once a write quorum of shards is durable.
 func (e *EC) Put(ctx context.Context, name string, data []byte) (object.Header, error) {
 	if err := object.CheckName(name); err != nil {
 		return object.Header{}, err
 	}
-	r, err := e.c.Do(ctx, Request{Op: wire.OpECPutBegin, Arg0: uint64(len(data)), Arg1: wire.ECShards(e.k, e.m), In: [][]byte{[]byte(name)}})
+	r, err := e.do(ctx, Request{Op: wire.OpECPutBegin, Arg0: uint64(len(data)), Arg1: wire.ECShards(e.k, e.m), In: [][]byte{[]byte(name)}})
 	if err != nil {
 		return object.Header{}, reasonErr("put", r, err)
 	}
@@ -69,7 +80,7 @@ func (e *EC) Put(ctx context.Context, name string, data []byte) (object.Header, 
 			abort()
 			return object.Header{}, err
 		}
-		call.long = end-off >= longOp
+		call.long = true // it waits on other agents: sleep, do not spin
 		calls = append(calls, call)
 	}
 	for _, c := range calls {
@@ -114,7 +125,7 @@ func (e *EC) List(ctx context.Context, prefix string) ([]object.Header, error) {
 func (e *EC) jsonOp(ctx context.Context, what string, op wire.Op, arg string, v any) error {
 	room := make([]byte, 64<<10)
 	for {
-		r, err := e.c.Do(ctx, Request{Op: op, In: [][]byte{[]byte(arg)}, Out: [][]byte{room}})
+		r, err := e.do(ctx, Request{Op: op, In: [][]byte{[]byte(arg)}, Out: [][]byte{room}})
 		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(room)) && r.Arg0 <= uint64(e.c.WindowSize()/2) {
 			room = make([]byte, r.Arg0)
 			continue
@@ -133,7 +144,7 @@ func (e *EC) jsonOp(ctx context.Context, what string, op wire.Op, arg string, v 
 // placement).
 func (e *EC) Delete(ctx context.Context, name string) error {
 	room := make([]byte, 4096)
-	r, err := e.c.Do(ctx, Request{Op: wire.OpECDelete, In: [][]byte{[]byte(name)}, Out: [][]byte{room}})
+	r, err := e.do(ctx, Request{Op: wire.OpECDelete, In: [][]byte{[]byte(name)}, Out: [][]byte{room}})
 	return reasonErr("delete", r, err)
 }
 
@@ -195,7 +206,7 @@ func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
 		if err != nil {
 			return err
 		}
-		call.long = end-off >= longOp
+		call.long = true // it waits on other agents: sleep, do not spin
 		parts = append(parts, part{call, off})
 	}
 	for _, p := range parts {
