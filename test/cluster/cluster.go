@@ -361,6 +361,11 @@ func spawn(ns, logPath string, argv ...string) (int, error) {
 	return cmd.Process.Pid, nil
 }
 
+// agentRegion is the size of a node agent's region: its sixteen queue
+// pairs get 4 MiB windows, room for an object's stripes to go through in
+// a few ops.
+const agentRegion = 64 << 20
+
 // members is the static member list every agent gets.
 func (st *State) members() string {
 	var members []string
@@ -444,7 +449,7 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 	}
 	n.TokenFile = st.Token
 	args := []string{hecd, "--token-file", st.Token,
-		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(16 << 20),
+		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(agentRegion),
 		"--tcp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortTCP)), "--mgmt", n.Mgmt(),
 		"--resp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRESP)), "--udp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortUDP)),
 		"--state-dir", dir,
