@@ -149,6 +149,7 @@ var scenarios = []scenario{
 	{"kv-clients", benchKVClients},
 	{"rails", benchRails},
 	{"ec", benchEC},
+	{"ec-objects", benchECObjects},
 	{"peers", benchPeers},
 	{"xdp", benchXDP},
 }
