@@ -29,7 +29,8 @@
 // over shared memory, or the frame's payload over TCP — so it is written
 // once for both transports. Cheap handlers (Inline) run on the polling
 // goroutine; the others on a pool of workers whose completions the poller
-// writes back.
+// writes back; handlers that wait on other agents (Detached) on goroutines
+// of their own, so that they hold no worker.
 //
 // # Adding a service
 //

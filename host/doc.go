@@ -37,4 +37,13 @@
 // Ops on buffers larger than one op may carry are split: Checksum splits
 // into chunks checksummed concurrently by the agent's workers and combines
 // the partial CRCs exactly.
+//
+// # Erasure coding
+//
+// EC codes stripes on the host rail, the agent's, or both at once (split
+// by columns so both finish together). Its Put, Get, Stat, List and Delete
+// keep objects across agents: the local agent codes each object and places
+// its shards on k+m agents over the peer layer (package ec/object);
+// NewClientSideObjects is the same done in this process, the baseline
+// the bench measures it against.
 package host

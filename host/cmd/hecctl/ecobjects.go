@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -233,7 +234,14 @@ func ecRepairCmd(a *app) *cobra.Command {
 				case r.Tomb:
 					what = "deleted: tombstone spread"
 				case len(r.Rebuilt)+len(r.Commits) > 0:
-					what = fmt.Sprintf("rebuilt shards %v, re-committed %v", r.Rebuilt, r.Commits)
+					var did []string
+					if len(r.Rebuilt) > 0 {
+						did = append(did, fmt.Sprintf("rebuilt shards %v", r.Rebuilt))
+					}
+					if len(r.Commits) > 0 {
+						did = append(did, fmt.Sprintf("re-committed shards %v", r.Commits))
+					}
+					what = strings.Join(did, ", ")
 				}
 				fmt.Fprintf(a.out, "%s: %s; %d → %d of %d shards healthy\n", r.Name, what, r.Before, r.After, r.Shards)
 				for _, f := range r.Failed {
