@@ -82,10 +82,10 @@ type putSession struct {
 	moved chan struct{}
 }
 
-// turn waits, up to a few seconds, until the Put's next byte is at off,
+// turn waits, up to a second, until the Put's next byte is at off,
 // and returns holding p.mu; false (not holding it) when it will not be.
 func (p *putSession) turn(ctx context.Context, off uint64) bool {
-	timeout := time.NewTimer(5 * time.Second)
+	timeout := time.NewTimer(time.Second)
 	defer timeout.Stop()
 	for {
 		p.mu.Lock()
