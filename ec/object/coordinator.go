@@ -328,7 +328,24 @@ type target struct {
 	index int
 	in    chan *stripe
 	done  chan struct{}
+	mu    sync.Mutex
 	err   error // the first failure: nothing more goes to it
+}
+
+// fail records the target's first failure.
+func (t *target) fail(err error) {
+	t.mu.Lock()
+	if t.err == nil {
+		t.err = err
+	}
+	t.mu.Unlock()
+}
+
+// failure is the target's first failure, nil while it has none.
+func (t *target) failure() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
 }
 
 // stripe is one coded stripe on its way to the targets.
@@ -360,23 +377,13 @@ const writesInFlight = 4
 // sending.
 func (w *Writer) send(t *target, meta []byte) {
 	defer close(t.done)
-	_, err := w.c.call(w.ctx, t.node, &Request{Kind: KindPrepare, Name: w.h.Name, Index: t.index, Meta: meta})
-	var mu sync.Mutex
-	fail := func(err error) {
-		mu.Lock()
-		if t.err == nil {
-			t.err = err
-		}
-		mu.Unlock()
-	}
-	failed := func() bool { mu.Lock(); defer mu.Unlock(); return t.err != nil }
-	if err != nil {
-		fail(err)
+	if _, err := w.c.call(w.ctx, t.node, &Request{Kind: KindPrepare, Name: w.h.Name, Index: t.index, Meta: meta}); err != nil {
+		t.fail(err)
 	}
 	sem := make(chan struct{}, writesInFlight)
 	var wg sync.WaitGroup
 	for s := range t.in {
-		if failed() {
+		if t.failure() != nil {
 			s.done()
 			continue
 		}
@@ -399,7 +406,7 @@ func (w *Writer) send(t *target, meta []byte) {
 				}
 			}
 			if err != nil {
-				fail(fmt.Errorf("node %d: write: %w", t.node, err))
+				t.fail(fmt.Errorf("node %d: write: %w", t.node, err))
 			}
 		}()
 	}
@@ -412,7 +419,7 @@ func (w *Writer) live() int {
 	for _, t := range w.targets {
 		select {
 		case <-t.done:
-			if t.err == nil {
+			if t.failure() == nil {
 				n++
 			}
 		default:
@@ -515,8 +522,8 @@ func (w *Writer) next() {
 func (w *Writer) quorumErr(stage string, n int) error {
 	var why []string
 	for _, t := range w.targets {
-		if t.err != nil {
-			why = append(why, t.err.Error())
+		if err := t.failure(); err != nil {
+			why = append(why, err.Error())
 		}
 	}
 	return fmt.Errorf("%w: %s %s: %d of %d agents took their shards, %d needed (%s); the previous version stays",
@@ -550,13 +557,15 @@ func (w *Writer) Close() (Header, error) {
 	}
 	var live []*target
 	for _, t := range w.targets {
-		if t.err == nil {
+		if t.failure() == nil {
 			live = append(live, t)
 		}
 	}
 	errs := each(nodesOf(live), func(i int, n uint32) error {
 		_, err := w.c.call(w.ctx, n, &Request{Kind: KindSeal, Name: w.h.Name, Version: w.h.Version, Index: live[i].index})
-		live[i].err = err
+		if err != nil {
+			live[i].fail(err)
+		}
 		return err
 	})
 	sealed := 0
@@ -571,7 +580,7 @@ func (w *Writer) Close() (Header, error) {
 	}
 	var ok []uint32
 	for _, t := range live {
-		if t.err == nil && !slices.Contains(ok, t.node) {
+		if t.failure() == nil && !slices.Contains(ok, t.node) {
 			ok = append(ok, t.node)
 		}
 	}
@@ -583,7 +592,7 @@ func (w *Writer) Close() (Header, error) {
 		if err == nil {
 			committed++
 		} else {
-			w.targets[slices.IndexFunc(w.targets, func(t *target) bool { return t.node == ok[i] })].err = err
+			w.targets[slices.IndexFunc(w.targets, func(t *target) bool { return t.node == ok[i] })].fail(err)
 		}
 	}
 	if committed < w.quorum {
