@@ -458,6 +458,27 @@ func TestECObjectsAsANewUser(t *testing.T) {
 	if got, _ := os.ReadFile(back); !bytes.Equal(got, want) {
 		t.Fatal("get after the scrub: not the file")
 	}
+	// The scrubs said so in the metrics: shards rebuilt, and (once the
+	// next pass ran) nothing degraded.
+	var repaired float64
+	for _, n := range st.Nodes {
+		v, _, err := n.Client().Metric(context.Background(), "hec_ec_shards_repaired_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		repaired += v
+	}
+	if repaired < 1 {
+		t.Fatalf("hec_ec_shards_repaired_total summed over the agents: %v", repaired)
+	}
+	testutil.WaitFor(t, 10*time.Second, "no agent counting a degraded object", func() bool {
+		for _, n := range st.Nodes {
+			if v, _, err := n.Client().Metric(context.Background(), "hec_ec_objects_degraded"); err != nil || v != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if ls := in(2, "ec", "ls"); !strings.Contains(ls, "photo") {
 		t.Fatalf("ls: %q", ls)
 	}
