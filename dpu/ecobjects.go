@@ -666,6 +666,7 @@ func (o *objects) serveGet(ctx context.Context, req *Request, resp *wire.Desc) {
 		off += int64(k)
 	}
 	resp.Arg0, resp.NSpan = uint64(n), 1
+	resp.Arg1 = uint64(len(r.r.Report())) // what the reader found wrong: the host asks stat which
 	resp.Spans[0] = wire.Span{Off: room.Off, Len: uint32(n)}
 	o.objBytes.WithLabelValues("get").Add(float64(n))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/hecsys/hec/ec/object"
@@ -148,30 +149,54 @@ func (e *EC) Delete(ctx context.Context, name string) error {
 	return reasonErr("delete", r, err)
 }
 
+// ObjectRead is what a Get read: the version, and what the agent found
+// wrong on the way — shards missing, unreachable or corrupted, which it
+// read around; hecctl ec repair (or the agents' scrub) restores them.
+type ObjectRead struct {
+	object.Header
+	Problems []string
+}
+
 // Get returns the object's current bytes. The agent reads any k valid
 // shards (data shards first) and rebuilds what is missing; a version
 // superseded twice over under the read is read again from the start.
-func (e *EC) Get(ctx context.Context, name string) ([]byte, object.Header, error) {
+func (e *EC) Get(ctx context.Context, name string) ([]byte, ObjectRead, error) {
 	for try := 0; ; try++ {
 		st, err := e.Stat(ctx, name)
 		if err != nil {
-			return nil, object.Header{}, err
+			return nil, ObjectRead{}, err
 		}
 		buf := make([]byte, st.Size)
-		err = e.read(ctx, st.Header, buf)
+		found, err := e.read(ctx, st.Header, buf)
 		if errors.Is(err, wire.StatusNotFound) && try < 8 {
 			continue
 		}
-		return buf, st.Header, err
+		res := ObjectRead{Header: st.Header}
+		if err == nil && found > 0 {
+			// The agent read around something: say what, as stat
+			// sees it now (a corrupt stripe is marked by its holder).
+			if after, serr := e.Stat(ctx, name); serr == nil {
+				st = after
+			}
+			for _, sh := range st.Shards {
+				if sh.State != object.StateOK {
+					res.Problems = append(res.Problems, strings.TrimSpace(fmt.Sprintf("shard %d on node %d: %s %s", sh.Index, sh.Node, sh.State, sh.Detail)))
+				}
+			}
+			res.Problems = append(res.Problems, st.Problems...)
+		}
+		return buf, res, err
 	}
 }
 
-// read fills buf with version h of the object, two chunks in flight.
-func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
+// read fills buf with version h of the object, two chunks in flight, and
+// returns how many things the agent found wrong reading it.
+func (e *EC) read(ctx context.Context, h object.Header, buf []byte) (int, error) {
 	chunk := e.objectChunk()
 	name, ver := []byte(h.Name), []byte(h.Version)
 	var mu sync.Mutex
 	var first error
+	found := 0
 	type part struct {
 		call *Call
 		off  int
@@ -182,13 +207,12 @@ func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
 		if err == nil && int(r.Arg0) != min(chunk, len(buf)-p.off) {
 			err = fmt.Errorf("%d bytes at %d, want %d: %w", r.Arg0, p.off, min(chunk, len(buf)-p.off), wire.StatusInternal)
 		}
-		if err != nil {
-			mu.Lock()
-			if first == nil {
-				first = reasonErr("get", r, err)
-			}
-			mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && first == nil {
+			first = reasonErr("get", r, err)
 		}
+		found = max(found, int(r.Arg1))
 		return err
 	}
 	for off := 0; off < len(buf); off += chunk {
@@ -204,7 +228,7 @@ func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
 		end := min(len(buf), off+chunk)
 		call, err := e.c.Go(ctx, Request{Op: wire.OpECGet, Arg0: uint64(off), In: [][]byte{name, ver}, Out: [][]byte{buf[off:end]}})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		call.long = true // it waits on other agents: sleep, do not spin
 		parts = append(parts, part{call, off})
@@ -212,5 +236,5 @@ func (e *EC) read(ctx context.Context, h object.Header, buf []byte) error {
 	for _, p := range parts {
 		wait(p)
 	}
-	return first
+	return found, first
 }

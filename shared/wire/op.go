@@ -76,8 +76,10 @@ const (
 	// the version (32 bytes). Completes once a write quorum committed.
 	OpECPutEnd Op = OpECBase + 0x12
 	// OpECGet: Spans[0] the name, Spans[1] the version (from OpECStat),
-	// Spans[2] room, Arg0 the offset. Arg0 = bytes written into the room;
-	// StatusNotFound when the version is gone (superseded): stat again.
+	// Spans[2] room, Arg0 the offset. Arg0 = bytes written into the room,
+	// Arg1 = how many things the agent found wrong reading it (shards
+	// missing, unreachable, corrupt: OpECStat says which); StatusNotFound
+	// when the version is gone (superseded): stat again.
 	OpECGet Op = OpECBase + 0x13
 	// OpECStat: Spans[0] the name, Spans[1] room for the JSON of
 	// object.Stat; StatusTooLarge with Arg0 = the room needed.

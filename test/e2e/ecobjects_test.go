@@ -173,10 +173,14 @@ func TestECObjectsAcrossAgents(t *testing.T) {
 		b, _ := os.ReadFile(files[0])
 		b[len(b)/2] ^= 0x5a
 		os.WriteFile(files[0], b, 0o644)
-		got, _, err := ecs[3].Get(ctx, "odd")
+		got, read, err := ecs[3].Get(ctx, "odd")
 		if err != nil || !bytes.Equal(got, objs["odd"]) {
 			t.Fatalf("get around a corrupt shard: %v", err)
 		}
+		if !strings.Contains(strings.Join(read.Problems, "\n"), "corrupt") {
+			t.Fatalf("the get did not report the corruption: %q", read.Problems)
+		}
+		t.Logf("get reported: %q", read.Problems)
 		after, _ := ecs[3].Stat(ctx, "odd")
 		if after.Shards[2].State != object.StateCorrupt {
 			t.Fatalf("stat after the read: shard 2 %+v", after.Shards[2])

@@ -112,9 +112,12 @@ func ecGetCmd(a *app) *cobra.Command {
 			if err := os.WriteFile(args[1], data, 0o644); err != nil {
 				return err
 			}
-			if degraded := st.Healthy < len(st.Shards); degraded {
-				fmt.Fprintf(os.Stderr, "hecctl: %s is below full redundancy (%d of %d shards healthy): hecctl ec stat %s; hecctl ec repair %s\n",
-					args[0], st.Healthy, len(st.Shards), args[0], args[0])
+			if len(h.Problems) > 0 || st.Degraded() {
+				for _, p := range h.Problems {
+					fmt.Fprintf(os.Stderr, "hecctl: %s: %s\n", args[0], p)
+				}
+				fmt.Fprintf(os.Stderr, "hecctl: %s was read around what is missing or corrupt: hecctl ec stat %s; hecctl ec repair %s\n",
+					args[0], args[0], args[0])
 			}
 			fmt.Fprintf(a.out, "%s: %s, version %s → %s\n", h.Name, humanize.IBytes(uint64(h.Size)), h.Version, args[1])
 			return nil
