@@ -433,40 +433,34 @@ func (o *objects) servePutEnd(_ context.Context, req *Request, resp *wire.Desc) 
 	}
 }
 
+// jsonOp serves an op of a name (or prefix) in Spans[0] whose answer is
+// JSON in the room of Spans[1].
+func (o *objects) jsonOp(answer func(ctx context.Context, arg string) (any, error)) func(context.Context, *Request, *wire.Desc) {
+	return func(ctx context.Context, req *Request, resp *wire.Desc) {
+		if o.coord == nil {
+			fail(req, resp, errNoPeers)
+			return
+		}
+		arg, err := spanIn(req, 0)
+		if err != nil || req.NSpan != 2 {
+			resp.Status = wire.StatusBadArg
+			return
+		}
+		v, err := answer(ctx, string(arg))
+		if err != nil {
+			fail(req, resp, err)
+			return
+		}
+		spanJSON(req, resp, 1, v)
+	}
+}
+
 func (o *objects) serveStat(ctx context.Context, req *Request, resp *wire.Desc) {
-	if o.coord == nil {
-		fail(req, resp, errNoPeers)
-		return
-	}
-	name, err := spanIn(req, 0)
-	if err != nil || req.NSpan != 2 {
-		resp.Status = wire.StatusBadArg
-		return
-	}
-	st, err := o.coord.Stat(ctx, string(name))
-	if err != nil {
-		fail(req, resp, err)
-		return
-	}
-	spanJSON(req, resp, 1, st)
+	o.jsonOp(func(ctx context.Context, name string) (any, error) { return o.coord.Stat(ctx, name) })(ctx, req, resp)
 }
 
 func (o *objects) serveList(ctx context.Context, req *Request, resp *wire.Desc) {
-	if o.coord == nil {
-		fail(req, resp, errNoPeers)
-		return
-	}
-	prefix, err := spanIn(req, 0)
-	if err != nil || req.NSpan != 2 {
-		resp.Status = wire.StatusBadArg
-		return
-	}
-	l, err := o.coord.List(ctx, string(prefix))
-	if err != nil {
-		fail(req, resp, err)
-		return
-	}
-	spanJSON(req, resp, 1, l)
+	o.jsonOp(func(ctx context.Context, prefix string) (any, error) { return o.coord.List(ctx, prefix) })(ctx, req, resp)
 }
 
 func (o *objects) serveDelete(ctx context.Context, req *Request, resp *wire.Desc) {
