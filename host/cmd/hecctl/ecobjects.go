@@ -13,33 +13,37 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/host"
 )
 
 // Objects across agents: the local agent codes and places them (package
 // ec/object); these commands hand it files and take them back.
 
-// objectEC dials the agent and returns its EC of k+m with a progress bar
-// for large objects on a terminal.
-func (a *app) objectEC(ctx context.Context, k, m int, what string, size int64) (*host.EC, func(), error) {
+// withObjects dials the agent and runs f with its EC of k+m (the code of
+// what it puts) and opts.
+func (a *app) withObjects(ctx context.Context, k, m int, opts []host.ECOption, f func(cl *host.Client, e *host.EC) error) error {
 	cl, err := a.dial(ctx)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	var opts []host.ECOption
-	finish := func() {}
-	if size >= barFrom && term.IsTerminal(int(os.Stderr.Fd())) {
-		bar := progressbar.NewOptions64(size, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
-			progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-		opts = append(opts, host.WithObjectProgress(func(done, _ int64) { bar.Set64(done) }))
-		finish = func() { bar.Finish() }
-	}
+	defer cl.Close()
 	e, err := cl.EC(k, m, append(opts, host.WithRails(host.RailsDPU))...)
 	if err != nil {
-		cl.Close()
-		return nil, nil, err
+		return err
 	}
-	return e, func() { finish(); cl.Close() }, nil
+	return f(cl, e)
+}
+
+// objectBar is a progress bar on the terminal for an object of barFrom
+// bytes or more, as an option of the EC that moves it; done finishes it.
+func objectBar(what string, size int64) (opts []host.ECOption, done func()) {
+	if size < barFrom || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil, func() {}
+	}
+	bar := progressbar.NewOptions64(size, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+	return []host.ECOption{host.WithObjectProgress(func(done, _ int64) { bar.Set64(done) })}, func() { bar.Finish() }
 }
 
 func ecPutCmd(a *app) *cobra.Command {
@@ -57,13 +61,14 @@ func ecPutCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, done, err := a.objectEC(cmd.Context(), k, m, "put "+args[0], int64(len(data)))
-			if err != nil {
-				return err
-			}
-			defer done()
+			opts, done := objectBar("put "+args[0], int64(len(data)))
+			var h object.Header
 			t0 := time.Now()
-			h, err := e.Put(cmd.Context(), args[0], data)
+			err = a.withObjects(cmd.Context(), k, m, opts, func(_ *host.Client, e *host.EC) (err error) {
+				h, err = e.Put(cmd.Context(), args[0], data)
+				done()
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -84,26 +89,32 @@ func ecGetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "get NAME FILE", Short: "write object NAME's current version to FILE (- for stdout), rebuilt from any k valid shards",
 		Args: wantArgs(2, 2, "NAME FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, done, err := a.objectEC(cmd.Context(), 1, 1, "get "+args[0], 0)
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := e.Stat(cmd.Context(), args[0])
-			if err == nil && st.Size >= barFrom {
-				done()
-				e, done, err = a.objectEC(cmd.Context(), 1, 1, "get "+args[0], st.Size)
+			var data []byte
+			var h host.ObjectRead
+			err := a.withObjects(cmd.Context(), 1, 1, nil, func(cl *host.Client, e *host.EC) error {
+				st, err := e.Stat(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
+				opts, done := objectBar("get "+args[0], st.Size)
 				defer done()
-			}
+				if len(opts) > 0 {
+					if e, err = cl.EC(1, 1, append(opts, host.WithRails(host.RailsDPU))...); err != nil {
+						return err
+					}
+				}
+				data, h, err = e.Get(cmd.Context(), args[0])
+				return err
+			})
 			if err != nil {
 				return err
 			}
-			data, h, err := e.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
+			if len(h.Problems) > 0 {
+				for _, p := range h.Problems {
+					fmt.Fprintf(os.Stderr, "hecctl: %s: %s\n", args[0], p)
+				}
+				fmt.Fprintf(os.Stderr, "hecctl: %s was read around what is missing or corrupt: hecctl ec stat %s; hecctl ec repair %s\n",
+					args[0], args[0], args[0])
 			}
 			if args[1] == "-" {
 				_, err = a.out.Write(data)
@@ -111,13 +122,6 @@ func ecGetCmd(a *app) *cobra.Command {
 			}
 			if err := os.WriteFile(args[1], data, 0o644); err != nil {
 				return err
-			}
-			if len(h.Problems) > 0 || st.Degraded() {
-				for _, p := range h.Problems {
-					fmt.Fprintf(os.Stderr, "hecctl: %s: %s\n", args[0], p)
-				}
-				fmt.Fprintf(os.Stderr, "hecctl: %s was read around what is missing or corrupt: hecctl ec stat %s; hecctl ec repair %s\n",
-					args[0], args[0], args[0])
 			}
 			fmt.Fprintf(a.out, "%s: %s, version %s → %s\n", h.Name, humanize.IBytes(uint64(h.Size)), h.Version, args[1])
 			return nil
@@ -129,12 +133,7 @@ func ecRmCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "rm NAME", Short: "delete object NAME (a tombstone on every agent of its placement)",
 		Args: wantArgs(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := e.Delete(cmd.Context(), args[0]); err != nil {
+			if err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) error { return e.Delete(cmd.Context(), args[0]) }); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "%s: deleted\n", args[0])
@@ -151,12 +150,11 @@ func ecLsCmd(a *app) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
-			if err != nil {
+			var l []object.Header
+			err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) (err error) {
+				l, err = e.List(cmd.Context(), prefix)
 				return err
-			}
-			defer done()
-			l, err := e.List(cmd.Context(), prefix)
+			})
 			if err != nil {
 				return err
 			}
@@ -176,12 +174,11 @@ func ecStatCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "stat NAME", Short: "object NAME's version, size, code, and where each shard lives and whether it is healthy",
 		Args: wantArgs(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, done, err := a.objectEC(cmd.Context(), 1, 1, "", 0)
-			if err != nil {
+			var st object.Stat
+			err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) (err error) {
+				st, err = e.Stat(cmd.Context(), args[0])
 				return err
-			}
-			defer done()
-			st, err := e.Stat(cmd.Context(), args[0])
+			})
 			if err != nil {
 				return err
 			}
