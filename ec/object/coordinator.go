@@ -134,6 +134,7 @@ func each(nodes []uint32, f func(i int, node uint32) error) []error {
 
 // view is what every member reported of one name.
 type view struct {
+	members     []uint32
 	shards      []Shard          // with Holder set to the node that answered
 	unreachable map[uint32]error // members that did not answer
 }
@@ -143,7 +144,7 @@ func (c *Coordinator) look(ctx context.Context, name string) (*view, error) {
 		return nil, err
 	}
 	members := c.t.Members()
-	v := &view{unreachable: map[uint32]error{}}
+	v := &view{members: members, unreachable: map[uint32]error{}}
 	var mu sync.Mutex
 	each(members, func(_ int, n uint32) error {
 		rep, err := c.call(ctx, n, &Request{Kind: KindStat, Name: name})
@@ -952,7 +953,11 @@ func (c *Coordinator) Delete(ctx context.Context, name string) error {
 
 func (c *Coordinator) tombstone(ctx context.Context, th Header) error {
 	meta, _ := json.Marshal(&th)
+	members := c.t.Members()
 	errs := each(th.Place, func(i int, n uint32) error {
+		if !slices.Contains(members, n) {
+			return nil // it left the members, and its shards with it
+		}
 		_, err := c.call(ctx, n, &Request{Kind: KindDelete, Name: th.Name, Index: i, Meta: meta})
 		return err
 	})

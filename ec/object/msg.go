@@ -22,11 +22,12 @@ const (
 	KindDelete                  // Meta: a tombstone's Header; Index: this store's place in it
 	KindPurge                   // Name, Version: drop the tombstone once every agent has it
 	KindReplace                 // as KindPrepare, for a repair: a sealed shard of the version may be there, and is replaced on seal
-	maxKind     = KindReplace
+	KindPlace                   // Meta: the version's header with a new placement (an agent left); Index: this store's shard
+	maxKind     = KindPlace
 )
 
 func (k Kind) String() string {
-	names := [...]string{"", "prepare", "write", "seal", "commit", "abort", "read", "stat", "list", "delete", "purge", "replace"}
+	names := [...]string{"", "prepare", "write", "seal", "commit", "abort", "read", "stat", "list", "delete", "purge", "replace", "place"}
 	if int(k) < len(names) && k != 0 {
 		return names[k]
 	}

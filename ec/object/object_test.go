@@ -25,11 +25,12 @@ type memCluster struct {
 	mu     sync.Mutex
 	stores map[uint32]*Store
 	down   map[uint32]bool
+	gone   map[uint32]bool // left the members
 	calls  atomic.Int64
 }
 
 func newMemCluster(t testing.TB, n int) *memCluster {
-	c := &memCluster{t: t, dir: t.TempDir(), stores: map[uint32]*Store{}, down: map[uint32]bool{}}
+	c := &memCluster{t: t, dir: t.TempDir(), stores: map[uint32]*Store{}, down: map[uint32]bool{}, gone: map[uint32]bool{}}
 	for id := uint32(1); id <= uint32(n); id++ {
 		c.open(id)
 	}
@@ -62,7 +63,9 @@ func (c *memCluster) Members() []uint32 {
 	defer c.mu.Unlock()
 	var ids []uint32
 	for id := range c.stores {
-		ids = append(ids, id)
+		if !c.gone[id] {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	return ids
@@ -574,4 +577,45 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		_ = rep
 	})
+}
+
+// TestRepairMovesShardsOffAnAgentThatLeft: an agent leaves the members
+// for good; repair rebuilds its shards on a member not in the placement
+// and every holder learns the new placement.
+func TestRepairMovesShardsOffAnAgentThatLeft(t *testing.T) {
+	c := newMemCluster(t, 7)
+	co := newCoord(t, c, 4096)
+	ctx := context.Background()
+	want := payload(30000, 8)
+	h, err := co.Put(ctx, "mover", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaver := h.Place[3]
+	c.mu.Lock()
+	c.gone[leaver] = true
+	c.mu.Unlock()
+	st, err := co.Stat(ctx, "mover")
+	if err != nil || st.Shards[3].State != StateLeft || st.Healthy != 5 {
+		t.Fatalf("stat after node %d left: %+v %v", leaver, st.Shards, err)
+	}
+	res, err := co.Repair(ctx, "mover")
+	if err != nil || !slices.Equal(res.Rebuilt, []int{3}) || len(res.Failed) != 0 {
+		t.Fatalf("repair: %+v %v", res, err)
+	}
+	st, err = co.Stat(ctx, "mover")
+	if err != nil || st.Healthy != 6 || slices.Contains(st.Place, leaver) || len(st.Problems) != 0 {
+		t.Fatalf("stat after repair: %+v %v", st, err)
+	}
+	for i, n := range st.Place {
+		if i != 3 && n != h.Place[i] {
+			t.Fatalf("shard %d moved from node %d to %d: only shard 3 should", i, h.Place[i], n)
+		}
+	}
+	// The moved shard serves: two other data shards' agents down.
+	c.setDown(st.Place[0], true)
+	c.setDown(st.Place[1], true)
+	if got, _, _, err := co.Get(ctx, "mover"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("get through the moved shard: %v", err)
+	}
 }

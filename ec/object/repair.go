@@ -3,6 +3,7 @@ package object
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ const (
 	StateCorrupt     = "corrupt"     // stripes of it failed their CRC
 	StateUncommitted = "uncommitted" // sealed, but the commit did not reach it
 	StateStale       = "stale"       // the agent holds an older version only
+	StateLeft        = "left"        // the agent is no longer a member: repair moves the shard to one that is
 )
 
 // ShardState is one shard of a Stat.
@@ -72,6 +74,8 @@ func statOf(view *view, cur *version) Stat {
 			}
 		}
 		switch {
+		case !slices.Contains(view.members, node):
+			ss.State = StateLeft
 		case view.unreachable[node] != nil:
 			ss.State, ss.Detail = StateUnreachable, view.unreachable[node].Error()
 		case mine == nil:
@@ -130,9 +134,11 @@ func (c *Coordinator) Repair(ctx context.Context, name string) (RepairResult, er
 		}
 		return res, nil
 	}
-	var rebuild []int
+	var rebuild, left []int
 	for _, ss := range st.Shards {
 		switch ss.State {
+		case StateLeft:
+			left = append(left, ss.Index)
 		case StateUnreachable:
 			res.Failed = append(res.Failed, fmt.Sprintf("shard %d: node %d did not answer", ss.Index, ss.Node))
 		case StateUncommitted:
@@ -146,16 +152,69 @@ func (c *Coordinator) Repair(ctx context.Context, name string) (RepairResult, er
 			rebuild = append(rebuild, ss.Index)
 		}
 	}
+	if len(left) > 0 {
+		moved, err := c.relocate(ctx, view, cur, left)
+		res.Rebuilt = append(res.Rebuilt, moved...)
+		res.After += len(moved)
+		if err != nil {
+			res.Failed = append(res.Failed, err.Error())
+		}
+	}
 	if len(rebuild) == 0 {
 		return res, nil
 	}
 	done, err := c.rebuild(ctx, cur, rebuild)
-	res.Rebuilt = done
+	res.Rebuilt = append(res.Rebuilt, done...)
 	res.After += len(done)
 	if err != nil {
 		res.Failed = append(res.Failed, err.Error())
 	}
 	return res, nil
+}
+
+// relocate moves the shards at indices left (their agents are no longer
+// members) to members not yet in the placement, ranked as Place ranks
+// them: it rebuilds each there under the new placement, then records the
+// new placement with every other holder.
+func (c *Coordinator) relocate(ctx context.Context, view *view, cur *version, left []int) ([]int, error) {
+	ranked, err := Place(cur.Name, view.members, len(view.members))
+	if err != nil {
+		return nil, err
+	}
+	moved := cur.Header
+	moved.Place = slices.Clone(cur.Place)
+	for _, i := range left {
+		j := slices.IndexFunc(ranked, func(n uint32) bool { return !slices.Contains(moved.Place, n) })
+		if j < 0 {
+			return nil, fmt.Errorf("%w: no member is free to take shard %d of %s (%d members for %d shards)", ErrMembers, i, cur.Name, len(view.members), len(cur.Place))
+		}
+		moved.Place[i] = ranked[j]
+	}
+	nv := *cur
+	nv.Header = moved
+	done, err := c.rebuild(ctx, &nv, left)
+	if len(done) == 0 {
+		return nil, err
+	}
+	// The others learn the new placement; a holder that does not is
+	// outvoted (readers take the header most shards agree on) and learns
+	// it at the next repair.
+	meta, _ := json.Marshal(&moved)
+	var failed []string
+	for i, hs := range cur.holders {
+		for _, h := range hs {
+			if slices.Contains(left, i) || !slices.Contains(view.members, h.Holder) {
+				continue
+			}
+			if _, perr := c.call(ctx, h.Holder, &Request{Kind: KindPlace, Name: cur.Name, Index: i, Meta: meta}); perr != nil {
+				failed = append(failed, perr.Error())
+			}
+		}
+	}
+	if len(failed) > 0 {
+		err = errors.Join(err, fmt.Errorf("new placement of %s: %s", cur.Name, strings.Join(failed, "; ")))
+	}
+	return done, err
 }
 
 // rebuild writes shards want of version cur again, on their placed agents.

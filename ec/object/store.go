@@ -174,6 +174,8 @@ func (s *Store) serve(_ context.Context, r *Request) Reply {
 		err = s.tombstone(r)
 	case KindPurge:
 		err = s.purge(r.Name, r.Version)
+	case KindPlace:
+		err = s.place(r)
 	}
 	if err != nil {
 		return replyFor(err)
@@ -540,6 +542,34 @@ func (s *Store) tombstone(r *Request) error {
 	}
 	s.add(sh)
 	s.collect(h.Name)
+	return nil
+}
+
+// place records a new placement for a shard held here: the same version,
+// only other nodes at other indices (a repair moved the shards of an agent
+// that left the members).
+func (s *Store) place(r *Request) error {
+	h, err := s.header(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.names[h.Name][shardKey{h.Version, r.Index}]
+	if sh == nil {
+		return fmt.Errorf("%w: %s version %s shard %d is not here", ErrNotFound, h.Name, h.Version, r.Index)
+	}
+	moved := sh.Header
+	moved.Place = h.Place
+	if !moved.Same(&h) {
+		return fmt.Errorf("%w: a new placement for %s version %s changes more than the placement", ErrBadMeta, h.Name, h.Version)
+	}
+	c := *sh
+	c.Header = h
+	if err := s.record(&c); err != nil {
+		return err
+	}
+	sh.Header = h
 	return nil
 }
 
