@@ -68,7 +68,6 @@ type objects struct {
 	degraded  prometheus.Gauge
 	repaired  prometheus.Counter
 	objBytes  *prometheus.CounterVec
-	scrubs    atomic.Uint64
 	lastScrub atomic.Pointer[scrubReport]
 }
 
@@ -243,7 +242,6 @@ func (o *objects) scrub(ctx context.Context) *scrubReport {
 		}
 	}
 	o.degraded.Set(float64(rep.Degraded))
-	o.scrubs.Add(1)
 	o.lastScrub.Store(rep)
 	return rep
 }
@@ -721,6 +719,11 @@ func (o *objects) routes(mux *Mux) {
 	mux.HandleFunc("POST /v1/ec/scrub", func(w http.ResponseWriter, r *http.Request) {
 		if ready(w) {
 			reply(w, o.scrub(r.Context()), nil)
+		}
+	})
+	mux.HandleFunc("GET /v1/ec/scrub", func(w http.ResponseWriter, r *http.Request) {
+		if ready(w) {
+			reply(w, o.lastScrub.Load(), nil)
 		}
 	})
 }
