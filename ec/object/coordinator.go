@@ -102,32 +102,42 @@ func (c *Coordinator) coder(k, m int) (*ec.Coder, error) {
 // call sends r to node and parses the reply; a reply's error status
 // becomes the error.
 func (c *Coordinator) call(ctx context.Context, node uint32, r *Request) (Reply, error) {
+	return c.callMsg(ctx, node, r.Kind, r.Append(nil))
+}
+
+// callMsg is call of a request already encoded.
+func (c *Coordinator) callMsg(ctx context.Context, node uint32, kind Kind, msg []byte) (Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	b, err := c.t.Call(ctx, node, r.Append(nil))
+	b, err := c.t.Call(ctx, node, msg)
 	if err != nil {
-		return Reply{}, fmt.Errorf("node %d: %s: %w", node, r.Kind, err)
+		return Reply{}, fmt.Errorf("node %d: %s: %w", node, kind, err)
 	}
 	rep, err := ParseReply(b)
 	if err != nil {
-		return Reply{}, fmt.Errorf("node %d: %s: %w", node, r.Kind, err)
+		return Reply{}, fmt.Errorf("node %d: %s: %w", node, kind, err)
 	}
 	if err := rep.Err(); err != nil {
-		return rep, fmt.Errorf("node %d: %s: %w", node, r.Kind, err)
+		return rep, fmt.Errorf("node %d: %s: %w", node, kind, err)
 	}
 	return rep, nil
 }
 
-// each calls f for every node at once and returns the errors by node.
-func each(nodes []uint32, f func(i int, node uint32) error) []error {
-	errs := make([]error, len(nodes))
+// parallel calls f(0..n-1) at once and returns their errors.
+func parallel(n int, f func(i int) error) []error {
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, n := range nodes {
+	for i := range n {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f(i, n) }()
+		go func() { defer wg.Done(); errs[i] = f(i) }()
 	}
 	wg.Wait()
 	return errs
+}
+
+// each calls f for every node at once and returns the errors by node.
+func each(nodes []uint32, f func(i int, node uint32) error) []error {
+	return parallel(len(nodes), func(i int) error { return f(i, nodes[i]) })
 }
 
 // ---- what the stores hold of a name
@@ -137,6 +147,7 @@ type view struct {
 	members     []uint32
 	shards      []Shard          // with Holder set to the node that answered
 	unreachable map[uint32]error // members that did not answer
+	grouped     []*version       // versions(), once
 }
 
 func (c *Coordinator) look(ctx context.Context, name string) (*view, error) {
@@ -187,6 +198,9 @@ type version struct {
 // versions groups the view by version, newest first; each version's
 // header is the one most of its shards carry.
 func (v *view) versions() []*version {
+	if v.grouped != nil {
+		return v.grouped
+	}
 	by := map[Version][]Shard{}
 	for _, sh := range v.shards {
 		by[sh.Version] = append(by[sh.Version], sh)
@@ -219,6 +233,7 @@ func (v *view) versions() []*version {
 		out = append(out, vv)
 	}
 	slices.SortFunc(out, func(a, b *version) int { return strings.Compare(string(b.Version), string(a.Version)) })
+	v.grouped = out
 	return out
 }
 
@@ -396,18 +411,10 @@ func (w *Writer) send(t *target, meta []byte) {
 				CRC: s.crcs[t.index], DataCRC: s.dcrc, Data: s.shards[t.index]}
 			msg := r.Append(getBuf(requestHead + len(r.Name) + len(r.Version) + len(r.Data))[:0])
 			s.done()
-			ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.CallTimeout)
-			b, err := w.c.t.Call(ctx, t.node, msg)
-			cancel()
+			_, err := w.c.callMsg(w.ctx, t.node, KindWrite, msg)
 			putBuf(msg)
-			if err == nil {
-				var rep Reply
-				if rep, err = ParseReply(b); err == nil {
-					err = rep.Err()
-				}
-			}
 			if err != nil {
-				t.fail(fmt.Errorf("node %d: write: %w", t.node, err))
+				t.fail(err)
 			}
 		}()
 	}
@@ -579,21 +586,21 @@ func (w *Writer) Close() (Header, error) {
 		w.abort()
 		return w.h, w.quorumErr("sealing", sealed)
 	}
-	var ok []uint32
+	var sealedOn []*target
 	for _, t := range live {
-		if t.failure() == nil && !slices.Contains(ok, t.node) {
-			ok = append(ok, t.node)
+		if t.failure() == nil {
+			sealedOn = append(sealedOn, t)
 		}
 	}
 	committed := 0
-	for i, err := range each(ok, func(_ int, n uint32) error {
+	for i, err := range each(nodesOf(sealedOn), func(_ int, n uint32) error {
 		_, err := w.c.call(w.ctx, n, &Request{Kind: KindCommit, Name: w.h.Name, Version: w.h.Version})
 		return err
 	}) {
-		if err == nil {
-			committed++
+		if err != nil {
+			sealedOn[i].fail(err)
 		} else {
-			w.targets[slices.IndexFunc(w.targets, func(t *target) bool { return t.node == ok[i] })].fail(err)
+			committed++
 		}
 	}
 	if committed < w.quorum {
@@ -809,7 +816,7 @@ func (r *Reader) gather(ctx context.Context, s int, skip []int) ([][]byte, []uin
 		order = order[len(batch):]
 		res := make([][]byte, len(batch))
 		crcs := make([]uint32, len(batch))
-		each(make([]uint32, len(batch)), func(j int, _ uint32) error {
+		parallel(len(batch), func(j int) error {
 			b, dc, err := r.fetch(ctx, batch[j], s)
 			res[j], crcs[j] = b, dc
 			if err != nil {

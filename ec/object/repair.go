@@ -240,7 +240,7 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 		live = append(live, i)
 	}
 	for s := 0; s < cur.Stripes() && len(live) > 0; s++ {
-		shards, _, err := r.gather(ctx, s, want)
+		shards, dcrcs, err := r.gather(ctx, s, want)
 		if err != nil {
 			for _, i := range live {
 				c.call(ctx, cur.Place[i], &Request{Kind: KindAbort, Name: cur.Name, Version: cur.Version})
@@ -259,7 +259,10 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 			return nil, err
 		}
 		dcrc := crc32c.Checksum(data)
-		errs := each(make([]uint32, len(live)), func(j int, _ uint32) error {
+		if !agrees(dcrcs, dcrc) {
+			return nil, fmt.Errorf("rebuild %s stripe %d: %w: the shards read decode to bytes that fail the stripe's CRC", cur.Name, s, ErrCorrupt)
+		}
+		errs := parallel(len(live), func(j int) error {
 			i := live[j]
 			_, err := c.call(ctx, cur.Place[i], &Request{Kind: KindWrite, Name: cur.Name, Version: cur.Version, Index: i, Stripe: s,
 				CRC: crc32c.Checksum(shards[i]), DataCRC: dcrc, Data: shards[i]})
