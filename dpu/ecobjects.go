@@ -315,10 +315,15 @@ func spanIn(req *Request, i int) ([]byte, error) {
 	return ring.Bytes(req.Mem, req.Spans[i], nil)
 }
 
-// spanJSON writes v's JSON into the room span i, or completes
-// StatusTooLarge with the room needed.
+// spanJSON writes v's JSON into the room span i (spanOut).
 func spanJSON(req *Request, resp *wire.Desc, i int, v any) {
 	b, _ := json.Marshal(v)
+	spanOut(req, resp, i, b)
+}
+
+// spanOut writes b into the room span i and completes with it (Arg0 its
+// length), or with StatusTooLarge and the room needed.
+func spanOut(req *Request, resp *wire.Desc, i int, b []byte) {
 	room := req.Spans[i]
 	if uint64(len(b)) > uint64(room.Len) {
 		resp.Status, resp.Arg0 = wire.StatusTooLarge, uint64(len(b))
@@ -425,9 +430,8 @@ func (o *objects) servePutEnd(_ context.Context, req *Request, resp *wire.Desc) 
 		fail(req, resp, err)
 		return
 	}
-	if req.NSpan == 1 && req.Spans[0].Len >= uint32(len(h.Version)) {
-		req.Mem.WriteAt([]byte(h.Version), uint64(req.Spans[0].Off))
-		resp.NSpan, resp.Spans[0] = 1, wire.Span{Off: req.Spans[0].Off, Len: uint32(len(h.Version))}
+	if req.NSpan == 1 && req.Spans[0].Len >= uint32(len(h.Version)) { // committed either way
+		spanOut(req, resp, 0, []byte(h.Version))
 	}
 }
 
@@ -486,18 +490,7 @@ func (o *objects) serveShard(ctx context.Context, req *Request, resp *wire.Desc)
 		resp.Status = wire.StatusBadArg
 		return
 	}
-	out := o.store.Serve(ctx, in)
-	room := req.Spans[1]
-	if uint64(len(out)) > uint64(room.Len) {
-		resp.Status, resp.Arg0 = wire.StatusTooLarge, uint64(len(out))
-		return
-	}
-	if err := req.Mem.WriteAt(out, uint64(room.Off)); err != nil {
-		resp.Status = wire.StatusBadSpan
-		return
-	}
-	resp.Arg0, resp.NSpan = uint64(len(out)), 1
-	resp.Spans[0] = wire.Span{Off: room.Off, Len: uint32(len(out))}
+	spanOut(req, resp, 1, o.store.Serve(ctx, in))
 }
 
 // objReader is an object version being read by offsets: its stripes are
@@ -546,8 +539,10 @@ func (r *objReader) stripe(s int) *stripeRead {
 	return sr
 }
 
+func readerKey(name string, v object.Version) string { return name + "\x00" + string(v) }
+
 func (o *objects) reader(ctx context.Context, name string, v object.Version) (*objReader, error) {
-	key := name + "\x00" + string(v)
+	key := readerKey(name, v)
 	o.mu.Lock()
 	r := o.readers[key]
 	o.mu.Unlock()
@@ -610,7 +605,7 @@ func (o *objects) serveGet(ctx context.Context, req *Request, resp *wire.Desc) {
 		return // Arg0 = 0: the end
 	}
 	// Fill the room, across stripes when it spans their boundary.
-	key := string(name) + "\x00" + string(v)
+	key := readerKey(string(name), object.Version(v))
 	retried := false
 	room := req.Spans[2]
 	n := 0
