@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/shared/wire"
@@ -60,44 +59,14 @@ func (e *EC) Put(ctx context.Context, name string, data []byte) (object.Header, 
 	abort := func() {
 		e.c.Do(context.WithoutCancel(ctx), Request{Op: wire.OpECPutEnd, Arg0: handle, Arg1: 1})
 	}
-	// Two chunks in flight: the next is in the window while the agent
-	// takes one.
-	chunk := e.objectChunk()
-	var calls []*Call
-	for off := 0; off < len(data); off += chunk {
-		if len(calls) == 2 {
-			if _, err := e.c.Wait(ctx, calls[0]); err != nil {
-				abort()
-				return object.Header{}, reasonErr("put", Result{}, err)
-			}
-			calls = calls[1:]
-		}
-		if e.progress != nil {
-			e.progress(int64(off), int64(len(data)))
-		}
-		end := min(len(data), off+chunk)
-		call, err := e.c.Go(ctx, Request{Op: wire.OpECPutData, Arg0: handle, Arg1: uint64(off), In: [][]byte{data[off:end]}})
-		if err != nil {
-			abort()
-			return object.Header{}, err
-		}
-		call.long = true // it waits on other agents: sleep, do not spin
-		calls = append(calls, call)
-	}
-	for _, c := range calls {
-		if _, err := e.c.Wait(ctx, c); err != nil {
-			abort()
-			return object.Header{}, reasonErr("put", Result{}, err)
-		}
-	}
-	room := make([]byte, 4096)
-	call, err := e.c.Go(ctx, Request{Op: wire.OpECPutEnd, Arg0: handle, Out: [][]byte{room}})
+	err = e.chunked(ctx, len(data), func(off, end int) (*Call, error) {
+		return e.c.Go(ctx, Request{Op: wire.OpECPutData, Arg0: handle, Arg1: uint64(off), In: [][]byte{data[off:end]}})
+	}, func(_ int, r Result, err error) error { return reasonErr("put", r, err) })
 	if err != nil {
 		abort()
 		return object.Header{}, err
 	}
-	call.long = true
-	r, err = e.c.Wait(ctx, call)
+	r, err = e.do(ctx, Request{Op: wire.OpECPutEnd, Arg0: handle, Out: [][]byte{make([]byte, 4096)}})
 	if err != nil {
 		return object.Header{}, reasonErr("put", r, err)
 	}
@@ -189,52 +158,61 @@ func (e *EC) Get(ctx context.Context, name string) ([]byte, ObjectRead, error) {
 	}
 }
 
-// read fills buf with version h of the object, two chunks in flight, and
-// returns how many things the agent found wrong reading it.
+// read fills buf with version h of the object and returns how many
+// things the agent found wrong reading it.
 func (e *EC) read(ctx context.Context, h object.Header, buf []byte) (int, error) {
-	chunk := e.objectChunk()
 	name, ver := []byte(h.Name), []byte(h.Version)
-	var mu sync.Mutex
-	var first error
 	found := 0
+	err := e.chunked(ctx, len(buf), func(off, end int) (*Call, error) {
+		return e.c.Go(ctx, Request{Op: wire.OpECGet, Arg0: uint64(off), In: [][]byte{name, ver}, Out: [][]byte{buf[off:end]}})
+	}, func(off int, r Result, err error) error {
+		if want := min(e.objectChunk(), len(buf)-off); err == nil && int(r.Arg0) != want {
+			err = fmt.Errorf("%d bytes at %d, want %d: %w", r.Arg0, off, want, wire.StatusInternal)
+		}
+		found = max(found, int(r.Arg1))
+		return reasonErr("get", r, err)
+	})
+	return found, err
+}
+
+// chunked runs an op over each chunk of [0, size), two in flight: the next
+// is in the window while the agent takes one. done sees each completion
+// in order; the first error stops new ops, and chunked returns once every
+// op submitted has completed (its buffers are the caller's again).
+func (e *EC) chunked(ctx context.Context, size int, submit func(off, end int) (*Call, error), done func(off int, r Result, err error) error) error {
+	chunk := e.objectChunk()
 	type part struct {
 		call *Call
 		off  int
 	}
 	var parts []part
-	wait := func(p part) error {
+	var first error
+	finish := func(p part) {
 		r, err := e.c.Wait(ctx, p.call)
-		if err == nil && int(r.Arg0) != min(chunk, len(buf)-p.off) {
-			err = fmt.Errorf("%d bytes at %d, want %d: %w", r.Arg0, p.off, min(chunk, len(buf)-p.off), wire.StatusInternal)
+		if err := done(p.off, r, err); err != nil && first == nil {
+			first = err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && first == nil {
-			first = reasonErr("get", r, err)
-		}
-		found = max(found, int(r.Arg1))
-		return err
 	}
-	for off := 0; off < len(buf); off += chunk {
+	for off := 0; off < size && first == nil; off += chunk {
 		if len(parts) == 2 {
-			if err := wait(parts[0]); err != nil {
+			finish(parts[0])
+			if parts = parts[1:]; first != nil {
 				break
 			}
-			parts = parts[1:]
 		}
 		if e.progress != nil {
-			e.progress(int64(off), int64(len(buf)))
+			e.progress(int64(off), int64(size))
 		}
-		end := min(len(buf), off+chunk)
-		call, err := e.c.Go(ctx, Request{Op: wire.OpECGet, Arg0: uint64(off), In: [][]byte{name, ver}, Out: [][]byte{buf[off:end]}})
+		call, err := submit(off, min(size, off+chunk))
 		if err != nil {
-			return 0, err
+			first = err
+			break
 		}
 		call.long = true // it waits on other agents: sleep, do not spin
 		parts = append(parts, part{call, off})
 	}
 	for _, p := range parts {
-		wait(p)
+		finish(p)
 	}
-	return found, first
+	return first
 }
