@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
@@ -40,7 +38,7 @@ func (f *ecFlags) register(cmd *cobra.Command, shape bool) {
 
 // coder returns the EC of the flags' rails: this process alone for host,
 // through the agent (dialled; close it after) otherwise.
-func (a *app) coder(ctx context.Context, f ecFlags) (*host.EC, func(), error) {
+func (a *app) coder(ctx context.Context, f ecFlags, opts ...host.ECOption) (*host.EC, func(), error) {
 	if err := ec.CheckCounts(f.k, f.m); err != nil {
 		return nil, nil, usageError{fmt.Errorf("--data %d --parity %d: want at least one of each, at most %d shards in all", f.k, f.m, ec.MaxShards)}
 	}
@@ -56,7 +54,7 @@ func (a *app) coder(ctx context.Context, f ecFlags) (*host.EC, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := cl.EC(f.k, f.m, host.WithRails(f.rails))
+	e, err := cl.EC(f.k, f.m, append(opts, host.WithRails(f.rails))...)
 	if err != nil {
 		cl.Close()
 		return nil, nil, err
@@ -66,13 +64,9 @@ func (a *app) coder(ctx context.Context, f ecFlags) (*host.EC, func(), error) {
 
 // ecBar is a progress bar on the terminal for work of barFrom bytes or
 // more, as an ec.Option; done finishes it.
-func ecBar(what string, size int64) (ec.Option, func()) {
-	if size < barFrom || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return ec.WithProgress(nil), func() {}
-	}
-	bar := progressbar.NewOptions64(size, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-	return ec.WithProgress(func(done, _ int64) { bar.Set64(done) }), func() { bar.Finish() }
+func ecBar(what string) (ec.Option, func()) {
+	update, finish := progress(what)
+	return ec.WithProgress(update), finish
 }
 
 // streamOptions are the options that make streaming code through e: its
@@ -126,8 +120,7 @@ func ecEncodeCmd(a *app) *cobra.Command {
 				return usageError{errors.New("ec encode: --in FILE and --out DIR are required")}
 			}
 			ctx := cmd.Context()
-			st, err := os.Stat(in)
-			if err != nil {
+			if _, err := os.Stat(in); err != nil {
 				return err
 			}
 			e, done, err := a.coder(ctx, f)
@@ -135,7 +128,7 @@ func ecEncodeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer done()
-			bar, finish := ecBar("encode "+in, st.Size())
+			bar, finish := ecBar("encode " + in)
 			t0 := time.Now()
 			man, err := ec.EncodeFile(ctx, e, f.k, f.m, in, out, append(streamOptions(e), bar)...)
 			finish()
@@ -182,7 +175,7 @@ func ecDecodeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer done()
-			bar, finish := ecBar("decode "+out, man.Size)
+			bar, finish := ecBar("decode " + out)
 			t0 := time.Now()
 			rep, err := ec.DecodeDir(ctx, e, in, out, append(streamOptions(e), bar)...)
 			finish()

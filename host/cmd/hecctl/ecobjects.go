@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/host"
@@ -22,28 +20,20 @@ import (
 
 // withObjects dials the agent and runs f with its EC of k+m (the code of
 // what it puts) and opts.
-func (a *app) withObjects(ctx context.Context, k, m int, opts []host.ECOption, f func(cl *host.Client, e *host.EC) error) error {
-	cl, err := a.dial(ctx)
+func (a *app) withObjects(ctx context.Context, k, m int, opts []host.ECOption, f func(e *host.EC) error) error {
+	e, done, err := a.coder(ctx, ecFlags{k: k, m: m, rails: host.RailsDPU}, opts...)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	e, err := cl.EC(k, m, append(opts, host.WithRails(host.RailsDPU))...)
-	if err != nil {
-		return err
-	}
-	return f(cl, e)
+	defer done()
+	return f(e)
 }
 
 // objectBar is a progress bar on the terminal for an object of barFrom
 // bytes or more, as an option of the EC that moves it; done finishes it.
-func objectBar(what string, size int64) (opts []host.ECOption, done func()) {
-	if size < barFrom || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return nil, func() {}
-	}
-	bar := progressbar.NewOptions64(size, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-	return []host.ECOption{host.WithObjectProgress(func(done, _ int64) { bar.Set64(done) })}, func() { bar.Finish() }
+func objectBar(what string) (opts []host.ECOption, done func()) {
+	update, finish := progress(what)
+	return []host.ECOption{host.WithObjectProgress(update)}, finish
 }
 
 func ecPutCmd(a *app) *cobra.Command {
@@ -61,10 +51,10 @@ func ecPutCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts, done := objectBar("put "+args[0], int64(len(data)))
+			opts, done := objectBar("put " + args[0])
 			var h object.Header
 			t0 := time.Now()
-			err = a.withObjects(cmd.Context(), k, m, opts, func(_ *host.Client, e *host.EC) (err error) {
+			err = a.withObjects(cmd.Context(), k, m, opts, func(e *host.EC) (err error) {
 				h, err = e.Put(cmd.Context(), args[0], data)
 				done()
 				return err
@@ -91,19 +81,10 @@ func ecGetCmd(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data []byte
 			var h host.ObjectRead
-			err := a.withObjects(cmd.Context(), 1, 1, nil, func(cl *host.Client, e *host.EC) error {
-				st, err := e.Stat(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				opts, done := objectBar("get "+args[0], st.Size)
-				defer done()
-				if len(opts) > 0 {
-					if e, err = cl.EC(1, 1, append(opts, host.WithRails(host.RailsDPU))...); err != nil {
-						return err
-					}
-				}
+			opts, done := objectBar("get " + args[0])
+			err := a.withObjects(cmd.Context(), 1, 1, opts, func(e *host.EC) (err error) {
 				data, h, err = e.Get(cmd.Context(), args[0])
+				done()
 				return err
 			})
 			if err != nil {
@@ -133,7 +114,7 @@ func ecRmCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "rm NAME", Short: "delete object NAME (a tombstone on every agent of its placement)",
 		Args: wantArgs(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) error { return e.Delete(cmd.Context(), args[0]) }); err != nil {
+			if err := a.withObjects(cmd.Context(), 1, 1, nil, func(e *host.EC) error { return e.Delete(cmd.Context(), args[0]) }); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "%s: deleted\n", args[0])
@@ -151,7 +132,7 @@ func ecLsCmd(a *app) *cobra.Command {
 				prefix = args[0]
 			}
 			var l []object.Header
-			err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) (err error) {
+			err := a.withObjects(cmd.Context(), 1, 1, nil, func(e *host.EC) (err error) {
 				l, err = e.List(cmd.Context(), prefix)
 				return err
 			})
@@ -175,7 +156,7 @@ func ecStatCmd(a *app) *cobra.Command {
 		Args: wantArgs(1, 1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st object.Stat
-			err := a.withObjects(cmd.Context(), 1, 1, nil, func(_ *host.Client, e *host.EC) (err error) {
+			err := a.withObjects(cmd.Context(), 1, 1, nil, func(e *host.EC) (err error) {
 				st, err = e.Stat(cmd.Context(), args[0])
 				return err
 			})
