@@ -100,6 +100,9 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 				if err == nil {
 					err = sh.Header.Check(0)
 				}
+				if err == nil && !sh.Tomb() && (len(sh.CRC) != sh.Stripes() || len(sh.DataCRC) != sh.Stripes()) {
+					err = fmt.Errorf("%w: %d and %d stripe CRCs for %d stripes", ErrBadMeta, len(sh.CRC), len(sh.DataCRC), sh.Stripes())
+				}
 				if err != nil || sh.Index < 0 || sh.Index >= len(sh.Place) || s.dirOf(sh.Name) != filepath.Dir(p) {
 					cfg.Log.Warn("object store: unreadable shard record: ignored", "file", p, "err", err)
 					continue
