@@ -116,11 +116,16 @@ type RepairResult struct {
 // again; a tombstone is spread to every agent, then purged. Agents that
 // do not answer are left as they are, and said so.
 func (c *Coordinator) Repair(ctx context.Context, name string) (RepairResult, error) {
-	res := RepairResult{Name: name}
 	view, err := c.look(ctx, name)
 	if err != nil {
-		return res, err
+		return RepairResult{Name: name}, err
 	}
+	return c.repair(ctx, name, view)
+}
+
+// repair is Repair from what the stores answered.
+func (c *Coordinator) repair(ctx context.Context, name string, view *view) (RepairResult, error) {
+	res := RepairResult{Name: name}
 	cur, err := view.current(name)
 	if cur == nil {
 		return res, err
@@ -346,6 +351,6 @@ func (c *Coordinator) Scrub(ctx context.Context, name string, self uint32) (led,
 	if !st.Degraded() && !cur.Tomb() {
 		return true, false, res, nil
 	}
-	res, err = c.Repair(ctx, name)
+	res, err = c.repair(ctx, name, view)
 	return true, !cur.Tomb(), res, err
 }
