@@ -33,8 +33,9 @@
 // agent it reaches, of which it can read k valid shards; a version that
 // never reached its seal quorum is never committed, so a failed Put leaves
 // the previous version what readers get. A store keeps the two newest
-// committed versions of a name (a reader that began on the older one
-// finishes it) and every newer one still being written.
+// committed versions of a name, older ones for a grace period after they
+// were superseded (a reader that began on one finishes it), and every
+// newer one still being written.
 //
 // Deletes are Puts of a tombstone: a reader that finds a tombstone newest
 // reports the object absent. A tombstone stays until every agent of the

@@ -190,6 +190,8 @@ type Shard struct {
 	DataCRC   []uint32 `json:"data_crc"`          // of each stripe's object bytes
 	Corrupt   []int    `json:"corrupt,omitempty"` // stripes found corrupted
 	Holder    uint32   `json:"holder"`            // the node holding it (filled by the reader)
+
+	committedAt time.Time // when this store committed it (not kept across restarts)
 }
 
 // Place picks the n members that hold an object's shards: rendezvous

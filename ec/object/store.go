@@ -24,8 +24,13 @@ import (
 const (
 	maxPending     = 256             // shards being written at once
 	pendingTimeout = 2 * time.Minute // a shard not written to for this long is dropped
-	keepCommitted  = 2               // committed versions kept of a name
-	maxListed      = 100000          // names one List returns
+	keepCommitted  = 2               // committed versions always kept of a name
+	// An older committed version stays while the one that superseded it
+	// is younger than supersededGrace (up to maxKept versions): a reader
+	// that opened it just before finishes it even under a storm of Puts.
+	supersededGrace = 10 * time.Second
+	maxKept         = 8
+	maxListed       = 100000 // names one List returns
 )
 
 // StoreConfig configures a Store.
@@ -351,7 +356,7 @@ func (s *Store) commit(name string, v Version) error {
 			if err := s.record(&c); err != nil {
 				return err
 			}
-			sh.Committed = true
+			sh.Committed, sh.committedAt = true, time.Now()
 		}
 	}
 	if !found {
@@ -371,16 +376,18 @@ func (s *Store) commit(name string, v Version) error {
 }
 
 // collect removes what readers can no longer want (under mu): versions
-// older than the keepCommitted newest committed ones, everything older
-// than a newest committed tombstone.
+// older than the keepCommitted newest committed ones — but for those
+// superseded less than supersededGrace ago — and everything older than a
+// newest committed tombstone.
 func (s *Store) collect(name string) {
 	m := s.names[name]
 	var committed []Version
 	tomb := map[Version]bool{}
+	at := map[Version]time.Time{}
 	for k, sh := range m {
 		if sh.Committed && !slices.Contains(committed, k.v) {
 			committed = append(committed, k.v)
-			tomb[k.v] = sh.Tomb()
+			tomb[k.v], at[k.v] = sh.Tomb(), sh.committedAt
 		}
 	}
 	slices.Sort(committed)
@@ -388,7 +395,11 @@ func (s *Store) collect(name string) {
 	if len(committed) == 0 {
 		return
 	}
-	oldest := committed[min(len(committed), keepCommitted)-1]
+	keep := min(len(committed), keepCommitted)
+	for keep < min(len(committed), maxKept) && time.Since(at[committed[keep-1]]) < supersededGrace {
+		keep++
+	}
+	oldest := committed[keep-1]
 	if tomb[committed[0]] {
 		oldest = committed[0]
 	}
