@@ -233,7 +233,12 @@ func testFullDisk(t *testing.T, d Durability) {
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 2e9, "writes resume", func() bool { return s.WriteErr() == nil })
+	for deadline := time.Now().Add(2 * time.Second); s.WriteErr() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			st := s.Stats()
+			t.Fatalf("writes resume: not within 2s of removing the ballast: %v (free %s, reserve %s)", s.WriteErr(), mib(st.DiskFree), mib(st.DiskReserve))
+		}
+	}
 	for i := range 500 {
 		k := fmt.Sprintf("again/%d", i)
 		if _, err := s.Put([]byte(k), value, PutOptions{}); err != nil {
