@@ -96,6 +96,7 @@ type Peer struct {
 
 	lastHeard, lastSent                          atomic.Int64 // unix nanos
 	pending                                      atomic.Int64
+	beating                                      atomic.Bool // a heartbeat to it is on its way
 	SentBytes, RecvBytes, SentFrames, RecvFrames atomic.Uint64
 	rtt                                          atomic.Int64
 }
@@ -125,6 +126,10 @@ func NewNode(cfg Config) (*Node, error) {
 
 // ID is this node's id.
 func (n *Node) ID() uint32 { return n.cfg.ID }
+
+// Deadline is how long a peer that owes work may stay silent before it is
+// declared dead.
+func (n *Node) Deadline() time.Duration { return n.cfg.Deadline }
 
 // Addr is the listener's address once Run has started it.
 func (n *Node) Addr() string {
@@ -373,7 +378,11 @@ func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer: dial node %d at %s: %w", p.ID, p.Addr, err)
 	}
-	c, err := Handshake(nc, n.cfg.Key, n.cfg.ID, true, time.Now().Add(n.cfg.Deadline))
+	deadline := time.Now().Add(n.cfg.Deadline)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	c, err := Handshake(nc, n.cfg.Key, n.cfg.ID, true, deadline)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("peer: node %d at %s: %w", p.ID, p.Addr, err)
@@ -507,10 +516,19 @@ func (n *Node) watch(ctx context.Context) {
 			// Heartbeats to peers we send to, and to peers that talk to us
 			// (one may be waiting on us while we only receive).
 			heard := now.Sub(time.Unix(0, p.lastHeard.Load())) < n.cfg.Deadline
-			if (connected || heard) && !dead && !busy && now.Sub(time.Unix(0, p.lastSent.Load())) > n.cfg.Deadline/4 {
-				hctx, cancel := context.WithTimeout(ctx, n.cfg.Deadline/4)
-				n.Send(hctx, p.ID, Header{Type: TypeHeartbeat}, nil)
-				cancel()
+			if (connected || heard) && !dead && !busy && now.Sub(time.Unix(0, p.lastSent.Load())) > n.cfg.Deadline/4 &&
+				p.beating.CompareAndSwap(false, true) {
+				// Each on its own goroutine: a peer that does not answer
+				// (stopped, its buffers full, a dial that hangs) must not
+				// hold up the heartbeats the others wait for.
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					defer p.beating.Store(false)
+					hctx, cancel := context.WithTimeout(ctx, n.cfg.Deadline/4)
+					n.Send(hctx, p.ID, Header{Type: TypeHeartbeat}, nil)
+					cancel()
+				}()
 			}
 			if !dead && p.pending.Load() > 0 {
 				if silent := now.Sub(time.Unix(0, p.lastHeard.Load())); silent > n.cfg.Deadline {
