@@ -1,0 +1,385 @@
+package coll
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllReduce reduces every rank's send with op and leaves the result in
+// every rank's recv. send and recv have the same length; they may be the
+// same buffer (in place).
+func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op) error {
+	if err := c.check(dt, op, send, recv); err != nil {
+		return err
+	}
+	if len(send) != len(recv) {
+		return fmt.Errorf("coll: allreduce of %d bytes into %d", len(send), len(recv))
+	}
+	return c.run(ctx, "allreduce", func() error {
+		copyIfOther(recv, send)
+		if c.size == 1 {
+			return nil
+		}
+		if c.Choose(len(recv)) == Tree {
+			return c.allReduceRD(ctx, recv, dt, op)
+		}
+		return c.allReduceRing(ctx, recv, dt, op)
+	})
+}
+
+func copyIfOther(dst, src []byte) {
+	if len(dst) > 0 && &dst[0] != &src[0] {
+		copy(dst, src)
+	}
+}
+
+// reduceScatterRing reduces buf around the ring so that, at the end, this
+// rank holds the full reduction of segment rank. Step s sends segment
+// rank-1-s and reduces the left neighbour's copy of segment rank-2-s (mod
+// n) into its own; each chunk goes on to the right as soon as
+// it is reduced, so a chunk's send, the next one's receive and the
+// reduction overlap.
+func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op Op) error {
+	n, r, es := c.size, c.rank, dt.Size()
+	count := len(buf) / es
+	left, right := mod(r-1, n), mod(r+1, n)
+	seg := func(i int) []byte {
+		off, l := segment(count, n, mod(i, n), es)
+		return buf[off : off+l]
+	}
+	c.sendAll(ctx, right, seg(r-1))
+	for s := 0; s < n-1; s++ {
+		last := s == n-2
+		err := c.chunks(seg(r-2-s), func(p []byte) error {
+			if err := c.recv(ctx, left, p, dt, op, true); err != nil {
+				return err
+			}
+			if !last {
+				c.post(ctx, right, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allGatherRing passes segments around the ring: this rank starts holding
+// segment rank, and at the end holds them all.
+func (c *Comm) allGatherRing(ctx context.Context, buf []byte, es int) error {
+	n, r := c.size, c.rank
+	count := len(buf) / es
+	left, right := mod(r-1, n), mod(r+1, n)
+	seg := func(i int) []byte {
+		off, l := segment(count, n, mod(i, n), es)
+		return buf[off : off+l]
+	}
+	c.sendAll(ctx, right, seg(r))
+	for s := 0; s < n-1; s++ {
+		last := s == n-2
+		err := c.chunks(seg(r-1-s), func(p []byte) error {
+			if err := c.recv(ctx, left, p, 0, 0, false); err != nil {
+				return err
+			}
+			if !last {
+				c.post(ctx, right, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Comm) allReduceRing(ctx context.Context, buf []byte, dt DType, op Op) error {
+	if err := c.reduceScatterRing(ctx, buf, dt, op); err != nil {
+		return err
+	}
+	// The segments sent in the reduce-scatter are received into in the
+	// allgather: their sends must have left.
+	if err := c.flush(); err != nil {
+		return err
+	}
+	off, l := segment(len(buf)/dt.Size(), c.size, c.rank, dt.Size())
+	Finish(buf[off:off+l], dt, op, c.size)
+	return c.allGatherRing(ctx, buf, dt.Size())
+}
+
+// allReduceRD is recursive doubling: log2(p) exchanges of the whole buffer
+// between partners, p the largest power of two not above n; the n−p ranks
+// beyond it first fold their buffer into a partner and get the result back
+// at the end.
+func (c *Comm) allReduceRD(ctx context.Context, buf []byte, dt DType, op Op) error {
+	n, r := c.size, c.rank
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	rem := n - p
+	tmp := c.scratchOf(len(buf))
+	if r >= p {
+		c.sendAll(ctx, r-p, buf)
+		if err := c.flush(); err != nil {
+			return err
+		}
+		return c.recvAll(ctx, r-p, buf, dt, op, false)
+	}
+	if r < rem {
+		if err := c.recvAll(ctx, r+p, buf, dt, op, true); err != nil {
+			return err
+		}
+	}
+	for mask := 1; mask < p; mask <<= 1 {
+		partner := r ^ mask
+		copy(tmp, buf) // what goes out must not change while it does
+		c.sendAll(ctx, partner, tmp)
+		if err := c.recvAll(ctx, partner, buf, dt, op, true); err != nil {
+			return err
+		}
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
+	Finish(buf, dt, op, n)
+	if r < rem {
+		c.sendAll(ctx, r+p, buf)
+	}
+	return nil
+}
+
+// scratchOf returns the communicator's scratch buffer of n bytes, grown
+// when needed and kept (no allocation once warm).
+func (c *Comm) scratchOf(n int) []byte {
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, n)
+	}
+	return c.scratch[:n]
+}
+
+// ReduceScatter reduces every rank's send (Size() blocks of len(recv)
+// bytes) and leaves block i of the result in rank i's recv.
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, op Op) error {
+	if err := c.check(dt, op, send, recv); err != nil {
+		return err
+	}
+	if len(send) != c.size*len(recv) {
+		return fmt.Errorf("coll: reducescatter of %d bytes to %d ranks of %d bytes each", len(send), c.size, len(recv))
+	}
+	return c.run(ctx, "reducescatter", func() error {
+		if c.size == 1 {
+			copy(recv, send)
+			Finish(recv, dt, op, 1)
+			return nil
+		}
+		work := c.scratchOf(len(send))
+		copy(work, send)
+		// Blocks are equal, so segment i is block i: rank i ends with it.
+		if err := c.reduceScatterRing(ctx, work, dt, op); err != nil {
+			return err
+		}
+		copy(recv, work[c.rank*len(recv):])
+		Finish(recv, dt, op, c.size)
+		return nil
+	})
+}
+
+// AllGather gathers every rank's send (len(recv)/Size() bytes) into every
+// rank's recv, rank i's at block i.
+func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error {
+	if err := c.check(dt, 0, send, recv); err != nil {
+		return err
+	}
+	if len(recv) != c.size*len(send) {
+		return fmt.Errorf("coll: allgather of %d bytes from %d ranks into %d", len(send), c.size, len(recv))
+	}
+	return c.run(ctx, "allgather", func() error {
+		copy(recv[c.rank*len(send):], send)
+		if c.size == 1 {
+			return nil
+		}
+		return c.allGatherRing(ctx, recv, dt.Size())
+	})
+}
+
+// Broadcast copies root's buf into every rank's buf.
+func (c *Comm) Broadcast(ctx context.Context, buf []byte, dt DType, root int) error {
+	if err := c.check(dt, 0, buf); err != nil {
+		return err
+	}
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("coll: broadcast from rank %d of %d", root, c.size)
+	}
+	return c.run(ctx, "broadcast", func() error {
+		if c.size == 1 {
+			return nil
+		}
+		if c.Choose(len(buf)) == Tree {
+			return c.bcastTree(ctx, buf, root)
+		}
+		return c.bcastChain(ctx, buf, root)
+	})
+}
+
+// bcastChain pipelines buf's chunks along root, root+1, ...: each rank
+// forwards a chunk as soon as it has it.
+func (c *Comm) bcastChain(ctx context.Context, buf []byte, root int) error {
+	n := c.size
+	vr := mod(c.rank-root, n)
+	next, prev := mod(c.rank+1, n), mod(c.rank-1, n)
+	if vr == 0 {
+		c.sendAll(ctx, next, buf)
+		return nil
+	}
+	return c.chunks(buf, func(p []byte) error {
+		if err := c.recv(ctx, prev, p, 0, 0, false); err != nil {
+			return err
+		}
+		if vr < n-1 {
+			c.post(ctx, next, p)
+		}
+		return nil
+	})
+}
+
+// bcastTree is a binomial tree rooted at root.
+func (c *Comm) bcastTree(ctx context.Context, buf []byte, root int) error {
+	n := c.size
+	vr := mod(c.rank-root, n)
+	mask := 1
+	for mask < n {
+		if vr&mask != 0 {
+			if err := c.recvAll(ctx, mod(c.rank-mask, n), buf, 0, 0, false); err != nil {
+				return err
+			}
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < n {
+			c.sendAll(ctx, mod(c.rank+mask, n), buf)
+		}
+	}
+	return nil
+}
+
+// Reduce reduces every rank's send into root's recv (recv is ignored on
+// the other ranks and may be nil there).
+func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, root int) error {
+	if err := c.check(dt, op, send); err != nil {
+		return err
+	}
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("coll: reduce to rank %d of %d", root, c.size)
+	}
+	if c.rank == root && len(recv) != len(send) {
+		return fmt.Errorf("coll: reduce of %d bytes into %d", len(send), len(recv))
+	}
+	return c.run(ctx, "reduce", func() error {
+		work := c.scratchOf(len(send))
+		copy(work, send)
+		if c.size > 1 {
+			var err error
+			if c.Choose(len(send)) == Tree {
+				err = c.reduceTree(ctx, work, dt, op, root)
+			} else {
+				err = c.reduceRing(ctx, work, dt, op, root)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if c.rank == root {
+			copy(recv, work)
+			Finish(recv, dt, op, c.size)
+		}
+		return nil
+	})
+}
+
+// reduceRing: a reduce-scatter leaves segment i reduced on rank i, and each
+// rank sends its segment to root.
+func (c *Comm) reduceRing(ctx context.Context, buf []byte, dt DType, op Op, root int) error {
+	if err := c.reduceScatterRing(ctx, buf, dt, op); err != nil {
+		return err
+	}
+	es := dt.Size()
+	count := len(buf) / es
+	if c.rank != root {
+		off, l := segment(count, c.size, c.rank, es)
+		c.sendAll(ctx, root, buf[off:off+l])
+		return nil
+	}
+	for i := range c.size {
+		if i == root {
+			continue
+		}
+		off, l := segment(count, c.size, i, es)
+		if err := c.recvAll(ctx, i, buf[off:off+l], dt, op, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reduceTree is a binomial tree towards root.
+func (c *Comm) reduceTree(ctx context.Context, buf []byte, dt DType, op Op, root int) error {
+	n := c.size
+	vr := mod(c.rank-root, n)
+	for mask := 1; mask < n; mask <<= 1 {
+		if vr&mask != 0 {
+			c.sendAll(ctx, mod(c.rank-mask, n), buf)
+			return nil
+		}
+		if vr+mask < n {
+			if err := c.recvAll(ctx, mod(c.rank+mask, n), buf, dt, op, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// AllToAll sends block j of send (Size() blocks of equal length) to rank
+// j, which gets it in block i of its recv, i being the sender's rank.
+func (c *Comm) AllToAll(ctx context.Context, send, recv []byte, dt DType) error {
+	if err := c.check(dt, 0, send, recv); err != nil {
+		return err
+	}
+	if len(send) != len(recv) || len(send)%(c.size*dt.Size()) != 0 {
+		return fmt.Errorf("coll: alltoall of %d bytes into %d: want equal sizes of %d blocks of whole elements", len(send), len(recv), c.size)
+	}
+	blk := len(send) / c.size
+	return c.run(ctx, "alltoall", func() error {
+		copy(recv[c.rank*blk:(c.rank+1)*blk], send[c.rank*blk:])
+		for s := 1; s < c.size; s++ {
+			to := mod(c.rank+s, c.size)
+			c.sendAll(ctx, to, send[to*blk:(to+1)*blk])
+		}
+		for s := 1; s < c.size; s++ {
+			from := mod(c.rank-s, c.size)
+			if err := c.recvAll(ctx, from, recv[from*blk:(from+1)*blk], 0, 0, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Barrier returns once every rank has entered it (dissemination:
+// ceil(log2 n) rounds of one empty message).
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.run(ctx, "barrier", func() error {
+		for k := 1; k < c.size; k <<= 1 {
+			c.post(ctx, mod(c.rank+k, c.size), nil)
+			if err := c.recv(ctx, mod(c.rank-k, c.size), nil, 0, 0, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,353 @@
+package coll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// Algorithm picks how a collective moves its data.
+type Algorithm uint8
+
+const (
+	// Auto picks per call from the α–β model of the links (Config.Alpha,
+	// Config.Rate): the ring for large buffers, recursive doubling or a
+	// binomial tree for small ones.
+	Auto Algorithm = iota
+	// Ring: bandwidth-optimal. AllReduce is a reduce-scatter then an
+	// allgather around the ring (2(n−1)/n of the buffer over each link);
+	// Broadcast a pipelined chain; Reduce a reduce-scatter then a gather.
+	Ring
+	// Tree: latency-optimal, log2(n) steps. AllReduce is recursive
+	// doubling; Broadcast and Reduce binomial trees.
+	Tree
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Auto:
+		return "auto"
+	case Ring:
+		return "ring"
+	case Tree:
+		return "tree"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm reads auto, ring or tree.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a := Auto; a <= Tree; a++ {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("coll: unknown algorithm %q (auto, ring, tree)", s)
+}
+
+// Config tunes a communicator. Zero values take the defaults.
+type Config struct {
+	// Chunk is the largest message (default 512 KiB, at most MaxChunk):
+	// a buffer moves in chunks so that sending, receiving and reducing
+	// overlap.
+	Chunk int
+	// Alpha is one message's latency and Rate one link's bandwidth in
+	// bytes per second: the model that picks the algorithm (defaults
+	// 50 µs and 1 GB/s; the host library sets them from the rails'
+	// calibration).
+	Alpha time.Duration
+	Rate  float64
+	// Algorithm forces an algorithm (default Auto).
+	Algorithm Algorithm
+	// SendTimeout bounds one message's send: a rank that stops reading
+	// fails the sender within it (default 5 s).
+	SendTimeout time.Duration
+}
+
+// MaxChunk bounds Config.Chunk (the peer layer's frame).
+const MaxChunk = 4 << 20
+
+// Comm is a communicator: ranks 0..Size()-1 over a Transport. Every rank
+// calls the same collectives in the same order; a Comm runs one at a time
+// (calls from several goroutines wait their turn). A collective that fails
+// aborts the communicator on every rank: each call then returns an error
+// that names the rank that failed, and the communicator must be rebuilt
+// (a new Transport without that rank).
+type Comm struct {
+	t    Transport
+	cfg  Config
+	rank int
+	size int
+
+	mu      sync.Mutex // one collective at a time
+	seq     uint32
+	broken  error
+	scratch []byte
+
+	sendMu  sync.Mutex
+	senders []chan sendReq
+	pending sync.WaitGroup
+	sendErr error
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type sendReq struct {
+	ctx context.Context
+	seq uint32
+	b   []byte
+}
+
+// New returns a communicator over t.
+func New(t Transport, cfg Config) (*Comm, error) {
+	if t.Size() < 1 || t.Rank() < 0 || t.Rank() >= t.Size() {
+		return nil, fmt.Errorf("coll: rank %d of %d", t.Rank(), t.Size())
+	}
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = 512 << 10
+	}
+	if cfg.Chunk > MaxChunk {
+		return nil, fmt.Errorf("coll: chunk of %d bytes: at most %d", cfg.Chunk, MaxChunk)
+	}
+	cfg.Chunk &^= 7 // whole elements of every type
+	if cfg.Chunk == 0 {
+		cfg.Chunk = 8
+	}
+	if cfg.Alpha <= 0 {
+		cfg.Alpha = 50 * time.Microsecond
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 1e9
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 5 * time.Second
+	}
+	return &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size(), senders: make([]chan sendReq, t.Size())}, nil
+}
+
+// Rank is this process's rank; Size the number of ranks.
+func (c *Comm) Rank() int { return c.rank }
+func (c *Comm) Size() int { return c.size }
+
+// Close stops the communicator's senders. It does not tell the other ranks.
+func (c *Comm) Close() {
+	c.sendMu.Lock()
+	if !c.closed {
+		c.closed = true
+		for _, ch := range c.senders {
+			if ch != nil {
+				close(ch)
+			}
+		}
+	}
+	c.sendMu.Unlock()
+	c.wg.Wait()
+}
+
+// post queues b for rank to; it goes out on that rank's sender goroutine
+// while this one goes on. b must not change until flush.
+func (c *Comm) post(ctx context.Context, to int, b []byte) {
+	c.sendMu.Lock()
+	if c.closed {
+		if c.sendErr == nil {
+			c.sendErr = ErrClosed
+		}
+		c.sendMu.Unlock()
+		return
+	}
+	ch := c.senders[to]
+	if ch == nil {
+		ch = make(chan sendReq, 4096)
+		c.senders[to] = ch
+		c.wg.Add(1)
+		go c.sendLoop(to, ch)
+	}
+	c.pending.Add(1)
+	c.sendMu.Unlock()
+	ch <- sendReq{ctx: ctx, seq: c.seq, b: b}
+}
+
+// sendCtx is a context whose deadline its sender moves before each send:
+// a deadline per message without allocating one.
+type sendCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (s *sendCtx) Deadline() (time.Time, bool) {
+	if dl, ok := s.Context.Deadline(); ok && dl.Before(s.deadline) {
+		return dl, true
+	}
+	return s.deadline, true
+}
+
+func (c *Comm) sendLoop(to int, ch chan sendReq) {
+	defer c.wg.Done()
+	sctx := &sendCtx{}
+	for r := range ch {
+		c.sendMu.Lock()
+		failed := c.sendErr != nil
+		c.sendMu.Unlock()
+		if !failed {
+			sctx.Context, sctx.deadline = r.ctx, time.Now().Add(c.cfg.SendTimeout)
+			err := c.t.Send(sctx, to, r.seq, r.b)
+			sctx.Context = nil
+			if err != nil {
+				var re *RankError
+				if !errors.As(err, &re) {
+					err = &RankError{Rank: to, Why: err.Error()}
+				}
+				c.sendMu.Lock()
+				first := c.sendErr == nil
+				if first {
+					c.sendErr = err
+				}
+				c.sendMu.Unlock()
+				if first {
+					// Fail this rank's waits now, and the others'.
+					c.t.Abort(fmt.Sprintf("rank %d: %v", c.rank, err))
+				}
+			}
+		}
+		c.pending.Done()
+	}
+}
+
+// flush waits until every posted message is sent (or failed).
+func (c *Comm) flush() error {
+	c.pending.Wait()
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.sendErr
+}
+
+// recv receives the next message from rank from into dst: reduced into it
+// when reduce, else copied.
+func (c *Comm) recv(ctx context.Context, from int, dst []byte, dt DType, op Op, reduce bool) error {
+	c.sendMu.Lock()
+	serr := c.sendErr
+	c.sendMu.Unlock()
+	if serr != nil {
+		return serr
+	}
+	m, err := c.t.Recv(ctx, from)
+	if err != nil {
+		return err
+	}
+	defer m.Release()
+	if m.Seq != c.seq {
+		return fmt.Errorf("%w: rank %d sent a message of collective #%d during #%d (are the ranks calling the same collectives in the same order?)",
+			ErrProtocol, from, m.Seq, c.seq)
+	}
+	if len(m.Data) != len(dst) {
+		return fmt.Errorf("%w: rank %d sent %d bytes where %d were due (do the ranks agree on the count?)",
+			ErrProtocol, from, len(m.Data), len(dst))
+	}
+	if reduce {
+		return Reduce(dst, m.Data, dt, op)
+	}
+	copy(dst, m.Data)
+	return nil
+}
+
+// chunks calls f for each chunk of b (none when b is empty).
+func (c *Comm) chunks(b []byte, f func([]byte) error) error {
+	for off := 0; off < len(b); off += c.cfg.Chunk {
+		if err := f(b[off:min(off+c.cfg.Chunk, len(b))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Comm) sendAll(ctx context.Context, to int, b []byte) {
+	c.chunks(b, func(p []byte) error { c.post(ctx, to, p); return nil })
+}
+
+func (c *Comm) recvAll(ctx context.Context, from int, b []byte, dt DType, op Op, reduce bool) error {
+	return c.chunks(b, func(p []byte) error { return c.recv(ctx, from, p, dt, op, reduce) })
+}
+
+// run runs one collective: it takes the communicator, numbers the
+// collective, and on failure aborts it everywhere and waits for its sends
+// before returning (the caller may then reuse its buffers).
+func (c *Comm) run(ctx context.Context, name string, f func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil {
+		return fmt.Errorf("coll: %s: communicator unusable since an earlier failure (rebuild it): %w", name, c.broken)
+	}
+	c.seq = (c.seq + 1) & (1<<SeqBits - 1)
+	err := f()
+	var re *RankError
+	if ferr := c.flush(); err == nil || (ferr != nil && errors.As(ferr, &re) && !errors.As(err, &re)) {
+		err = ferr // a send's failure names the rank that failed
+	}
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ErrAborted) {
+		c.t.Abort(fmt.Sprintf("rank %d: %s: %v", c.rank, name, err))
+	}
+	c.broken = err
+	return fmt.Errorf("coll: %s on rank %d of %d: %w", name, c.rank, c.size, err)
+}
+
+func (c *Comm) check(dt DType, op Op, bufs ...[]byte) error {
+	if !dt.Valid() {
+		return fmt.Errorf("coll: unknown dtype %v", dt)
+	}
+	if op != 0 && !op.Valid() {
+		return fmt.Errorf("coll: unknown reduction %v", op)
+	}
+	for _, b := range bufs {
+		if len(b)%dt.Size() != 0 {
+			return fmt.Errorf("coll: a buffer of %d bytes is not a whole number of %v", len(b), dt)
+		}
+	}
+	return nil
+}
+
+// segment returns the bytes of segment i when count elements of es bytes
+// are cut into n nearly equal segments (the first count%n one longer).
+func segment(count, n, i, es int) (off, length int) {
+	q, r := count/n, count%n
+	start := i*q + min(i, r)
+	l := q
+	if i < r {
+		l++
+	}
+	return start * es, l * es
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// ringTime and treeTime are the model's times for an allreduce of n bytes.
+func (c *Comm) ringTime(n int) float64 {
+	p := float64(c.size)
+	steps := 2 * (p - 1)
+	chunks := max(1, float64(n)/p/float64(c.cfg.Chunk))
+	return (steps+chunks-1)*c.cfg.Alpha.Seconds() + 2*(p-1)/p*float64(n)/c.cfg.Rate
+}
+
+func (c *Comm) treeTime(n int) float64 {
+	steps := float64(bits.Len(uint(c.size - 1)))
+	if c.size&(c.size-1) != 0 {
+		steps += 2
+	}
+	return steps * (c.cfg.Alpha.Seconds() + float64(n)/c.cfg.Rate)
+}
+
+// Choose returns the algorithm an allreduce of n bytes uses.
+func (c *Comm) Choose(n int) Algorithm {
+	if c.cfg.Algorithm != Auto {
+		return c.cfg.Algorithm
+	}
+	if c.treeTime(n) < c.ringTime(n) {
+		return Tree
+	}
+	return Ring
+}

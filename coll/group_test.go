@@ -1,0 +1,259 @@
+package coll
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var testKey = []byte("0123456789abcdef-coll-test-key")
+
+func TestMain(m *testing.M) {
+	if os.Getenv("HEC_COLL_RANK") != "" {
+		os.Exit(runRank())
+	}
+	os.Exit(m.Run())
+}
+
+// runRank is one rank of TestRankKilledOrStopped, in its own process: it
+// allreduces 1 MiB in a loop, printing a line after each, until one fails.
+func runRank() int {
+	rank, _ := strconv.Atoi(os.Getenv("HEC_COLL_RANK"))
+	size, _ := strconv.Atoi(os.Getenv("HEC_COLL_SIZE"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := Open(ctx, GroupConfig{Root: os.Getenv("HEC_COLL_ROOT"), Rank: rank, Size: size, Key: testKey,
+		Deadline: time.Second, Comm: Config{Chunk: 64 << 10}})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer g.Close()
+	b := make([]byte, 1<<20)
+	for i := 0; ; i++ {
+		if err := g.AllReduce(ctx, b, b, Float32, Sum); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("step", i)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func openGroup(t *testing.T, n int, cfg Config) []*Group {
+	t.Helper()
+	root := freeAddr(t)
+	gs := make([]*Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[r], errs[r] = Open(ctx, GroupConfig{Root: root, Rank: r, Size: n, Key: testKey, Comm: cfg})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	})
+	return gs
+}
+
+// TestGroupOverPeers runs the collectives over the peer layer (TCP on
+// loopback, authenticated and sealed) between ranks that found each other
+// at a root address.
+func TestGroupOverPeers(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		gs := openGroup(t, n, Config{Chunk: 16 << 10})
+		for _, count := range []int{1, 3, 100_001} {
+			for _, alg := range []Algorithm{Ring, Tree} {
+				in := make([][]byte, n)
+				ref := make([][]float64, n)
+				for r := range n {
+					in[r], ref[r] = values(newRNG(r, count), Float64, Sum, count)
+				}
+				var wg sync.WaitGroup
+				errs := make([]error, n)
+				for r, g := range gs {
+					g.cfg.Algorithm = alg
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						errs[r] = g.AllReduce(context.Background(), in[r], in[r], Float64, Sum)
+					}()
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("n=%d count=%d %v rank %d: %v", n, count, alg, r, err)
+					}
+				}
+				for i := 0; i < count; i += 101 {
+					want, tol := expected(ref, Float64, Sum, i)
+					for r := range n {
+						if got := element(in[r], Float64, i); math.Abs(got-want) > tol {
+							t.Fatalf("n=%d count=%d %v rank %d element %d = %v, want %v", n, count, alg, r, i, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestRebuildWithoutDeadRank: after a rank dies, the survivors rebuild the
+// communicator without it and go on; frames of the old epoch are dropped.
+func TestRebuildWithoutDeadRank(t *testing.T) {
+	gs := openGroup(t, 4, Config{Chunk: 16 << 10})
+	gs[3].Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 4096)
+			if err := gs[r].AllReduce(context.Background(), b, b, Float32, Sum); err == nil || !strings.Contains(err.Error(), "rank 3") {
+				errs[r] = fmt.Errorf("rank %d: %v, want an error naming rank 3", r, err)
+				return
+			}
+			if err := gs[r].Rebuild(3); err != nil {
+				errs[r] = err
+				return
+			}
+			b[0] = 1
+			if err := gs[r].AllReduce(context.Background(), b, b, Uint8, Sum); err != nil {
+				errs[r] = fmt.Errorf("after the rebuild: %w", err)
+				return
+			}
+			if b[0] != 3 || gs[r].Size() != 3 {
+				errs[r] = fmt.Errorf("after the rebuild: sum %d over %d ranks, want 3 over 3", b[0], gs[r].Size())
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRankKilledOrStopped kills (SIGKILL) or stops (SIGSTOP) one of four
+// rank processes in the middle of an allreduce loop, twenty times: every
+// other rank must fail with an error naming it, within the deadline and
+// what it takes to spread the abort — never a hang.
+func TestRankKilledOrStopped(t *testing.T) {
+	rounds := 20
+	if testing.Short() {
+		rounds = 4
+	}
+	const deadline = time.Second
+	for round := range rounds {
+		sig := syscall.SIGKILL
+		if round%2 == 1 {
+			sig = syscall.SIGSTOP
+		}
+		victim := 1 + round%3
+		root := freeAddr(t)
+		type line struct {
+			rank int
+			text string
+			at   time.Time
+		}
+		lines := make(chan line, 1024)
+		cmds := make([]*exec.Cmd, 4)
+		for r := range 4 {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "HEC_COLL_RANK="+strconv.Itoa(r), "HEC_COLL_SIZE=4", "HEC_COLL_ROOT="+root)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds[r] = cmd
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- line{r, sc.Text(), time.Now()}
+				}
+			}()
+		}
+		cleanup := func() {
+			for _, c := range cmds {
+				c.Process.Kill()
+				c.Wait()
+			}
+		}
+		steps := map[int]int{}
+		timeout := time.After(60 * time.Second)
+		for steps[victim] < 3 {
+			select {
+			case l := <-lines:
+				if strings.HasPrefix(l.text, "error") {
+					cleanup()
+					t.Fatalf("round %d: rank %d before the fault: %s", round, l.rank, l.text)
+				}
+				steps[l.rank]++
+			case <-timeout:
+				cleanup()
+				t.Fatalf("round %d: no progress", round)
+			}
+		}
+		cmds[victim].Process.Signal(sig)
+		faulted := time.Now()
+		errs := map[int]line{}
+		timeout = time.After(3*deadline + 10*time.Second)
+		for len(errs) < 3 {
+			select {
+			case l := <-lines:
+				if l.rank != victim && strings.HasPrefix(l.text, "error") {
+					errs[l.rank] = l
+				}
+			case <-timeout:
+				cleanup()
+				t.Fatalf("round %d: %v to rank %d: only %d of 3 ranks failed: a hang", round, sig, victim, len(errs))
+			}
+		}
+		cleanup()
+		var slowest time.Duration
+		for r, l := range errs {
+			if !strings.Contains(l.text, fmt.Sprintf("rank %d", victim)) {
+				t.Fatalf("round %d: rank %d: %q does not name rank %d", round, r, l.text, victim)
+			}
+			slowest = max(slowest, l.at.Sub(faulted))
+		}
+		t.Logf("round %d: %v to rank %d: every other rank failed within %v", round, sig, victim, slowest.Round(time.Millisecond))
+	}
+}

@@ -1,0 +1,315 @@
+package coll
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hecsys/hec/shared/peer"
+)
+
+// Bounds on what peers can make an endpoint hold.
+const (
+	// MaxBuffered bounds the bytes one communicator holds from its peers
+	// before they are received: more means a peer sends what nobody
+	// asked for, and the communicator is aborted.
+	MaxBuffered = 1 << 30
+	// maxEarly bounds the bytes held for communicators not joined yet (a
+	// rank that starts before this one), all together.
+	maxEarly = 256 << 20
+)
+
+// Endpoint routes one peer node's collective frames (TypeData, TypeAbort)
+// to its communicators, by communicator id and epoch. Frames that arrive
+// before this node joins their communicator are held (up to a bound) until
+// it does.
+type Endpoint struct {
+	node *peer.Node
+
+	mu         sync.Mutex
+	comms      map[commKey]*PeerTransport
+	early      map[commKey][]earlyFrame
+	earlyBytes int
+	aborts     map[commKey]string // aborts of communicators not joined yet
+
+	// Dropped counts frames refused: from a non-member, over a bound.
+	Dropped atomic.Uint64
+}
+
+type commKey struct{ comm, epoch uint64 }
+
+type earlyFrame struct {
+	from uint32
+	seq  uint32
+	b    []byte
+}
+
+// NewEndpoint serves node's data and abort frames. The node must not have
+// other handlers of those types.
+func NewEndpoint(node *peer.Node) *Endpoint {
+	e := &Endpoint{node: node, comms: map[commKey]*PeerTransport{}, early: map[commKey][]earlyFrame{},
+		aborts: map[commKey]string{}}
+	node.Handle(peer.TypeData, e.serveData)
+	node.Handle(peer.TypeAbort, e.serveAbort)
+	return e
+}
+
+// Node is the endpoint's peer node.
+func (e *Endpoint) Node() *peer.Node { return e.node }
+
+func (e *Endpoint) serveData(from uint32, h peer.Header, payload []byte) {
+	k := commKey{h.Comm, h.Epoch}
+	seq := h.Flags >> 8
+	e.mu.Lock()
+	t := e.comms[k]
+	if t == nil {
+		if e.earlyBytes+len(payload) > maxEarly || len(e.early) > 4096 {
+			e.mu.Unlock()
+			e.Dropped.Add(1)
+			go e.tellAbort(from, h.Comm, h.Epoch, "too much data for communicators not joined yet")
+			return
+		}
+		e.early[k] = append(e.early[k], earlyFrame{from: from, seq: seq, b: append([]byte(nil), payload...)})
+		e.earlyBytes += len(payload)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	t.deliver(from, seq, payload)
+}
+
+func (e *Endpoint) serveAbort(from uint32, h peer.Header, payload []byte) {
+	why := string(payload[:min(len(payload), 1024)])
+	k := commKey{h.Comm, h.Epoch}
+	e.mu.Lock()
+	t := e.comms[k]
+	if t == nil && len(e.aborts) < 4096 {
+		e.aborts[k] = why
+	}
+	e.mu.Unlock()
+	if t != nil {
+		t.aborted(why)
+	}
+}
+
+func (e *Endpoint) tellAbort(to uint32, comm, epoch uint64, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.node.Deadline())
+	defer cancel()
+	e.node.Send(ctx, to, peer.Header{Type: peer.TypeAbort, Comm: comm, Epoch: epoch}, []byte(why))
+}
+
+// Join returns this node's transport in communicator comm at epoch: the
+// ranks are nodes, in rank order, this node among them. Frames of older
+// epochs of comm are dropped from now on.
+func (e *Endpoint) Join(comm, epoch uint64, nodes []uint32) (*PeerTransport, error) {
+	me := e.node.ID()
+	rank := slices.Index(nodes, me)
+	if rank < 0 {
+		return nil, fmt.Errorf("coll: node %d is not among the communicator's nodes %v", me, nodes)
+	}
+	t := &PeerTransport{e: e, comm: comm, epoch: epoch, nodes: slices.Clone(nodes), rank: rank,
+		rankOf: map[uint32]int{}, boxes: make([]*mailbox, len(nodes)), abort: make(chan struct{})}
+	for i, id := range nodes {
+		if _, dup := t.rankOf[id]; dup {
+			return nil, fmt.Errorf("coll: node %d twice among the communicator's nodes", id)
+		}
+		t.rankOf[id] = i
+		t.boxes[i] = newMailbox()
+	}
+	k := commKey{comm, epoch}
+	e.node.SetEpoch(comm, epoch)
+	e.mu.Lock()
+	if e.comms[k] != nil {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("coll: communicator %#x epoch %d joined twice", comm, epoch)
+	}
+	e.comms[k] = t
+	early := e.early[k]
+	delete(e.early, k)
+	why, wasAborted := e.aborts[k]
+	delete(e.aborts, k)
+	for ek := range e.early {
+		if ek.comm == comm && ek.epoch < epoch {
+			for _, f := range e.early[ek] {
+				e.earlyBytes -= len(f.b)
+			}
+			delete(e.early, ek)
+		}
+	}
+	for _, f := range early {
+		e.earlyBytes -= len(f.b)
+	}
+	e.mu.Unlock()
+	for _, f := range early {
+		t.deliver(f.from, f.seq, f.b)
+	}
+	if wasAborted {
+		t.aborted(why)
+	}
+	return t, nil
+}
+
+// PeerTransport is one rank of a communicator whose ranks are peer nodes.
+type PeerTransport struct {
+	e           *Endpoint
+	comm, epoch uint64
+	nodes       []uint32
+	rank        int
+	rankOf      map[uint32]int
+	boxes       []*mailbox
+
+	mu     sync.Mutex
+	abort  chan struct{}
+	why    string
+	closed bool
+}
+
+func (t *PeerTransport) Rank() int { return t.rank }
+func (t *PeerTransport) Size() int { return len(t.nodes) }
+
+// Nodes are the ranks' node ids; Comm and Epoch the communicator's.
+func (t *PeerTransport) Nodes() []uint32 { return slices.Clone(t.nodes) }
+func (t *PeerTransport) Comm() uint64    { return t.comm }
+func (t *PeerTransport) Epoch() uint64   { return t.epoch }
+
+func (t *PeerTransport) deliver(from uint32, seq uint32, b []byte) {
+	r, ok := t.rankOf[from]
+	if !ok || r == t.rank {
+		t.e.Dropped.Add(1)
+		return
+	}
+	if t.boxes[r].push(seq, b) > MaxBuffered {
+		t.Abort(fmt.Sprintf("rank %d (node %d) sent more than %d bytes nobody received", r, from, MaxBuffered))
+	}
+}
+
+func (t *PeerTransport) aborted(why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.why == "" {
+		t.why = why
+		if t.why == "" {
+			t.why = "no reason given"
+		}
+		close(t.abort)
+	}
+}
+
+func (t *PeerTransport) Send(ctx context.Context, to int, seq uint32, b []byte) error {
+	if to < 0 || to >= len(t.nodes) || to == t.rank {
+		return fmt.Errorf("coll: send to rank %d of %d", to, len(t.nodes))
+	}
+	select {
+	case <-t.abort:
+		return fmt.Errorf("%w: %s", ErrAborted, t.why)
+	default:
+	}
+	h := peer.Header{Type: peer.TypeData, Comm: t.comm, Epoch: t.epoch, Flags: (seq & (1<<SeqBits - 1)) << 8}
+	if err := t.e.node.Send(ctx, t.nodes[to], h, b); err != nil {
+		return t.failed(to, err.Error())
+	}
+	return nil
+}
+
+// abortGrace is how long a rank that lost a peer waits for an abort that
+// may be on its way: a rank that failed aborts before it exits, so a peer
+// gone for that reason reports the first failure, not the exit.
+const abortGrace = 250 * time.Millisecond
+
+func (t *PeerTransport) failed(rank int, why string) error {
+	select {
+	case <-t.abort:
+	case <-time.After(abortGrace):
+		return &RankError{Rank: rank, Node: t.nodes[rank], Why: why}
+	}
+	return fmt.Errorf("%w: %s", ErrAborted, t.why)
+}
+
+func (t *PeerTransport) Recv(ctx context.Context, from int) (Msg, error) {
+	if from < 0 || from >= len(t.nodes) || from == t.rank {
+		return Msg{}, fmt.Errorf("coll: receive from rank %d of %d", from, len(t.nodes))
+	}
+	box := t.boxes[from]
+	if m, ok := box.pop(); ok {
+		return m, nil
+	}
+	id := t.nodes[from]
+	done := t.e.node.Expect(id) // silence while we wait declares it dead
+	defer done()
+	tick := time.NewTicker(t.e.node.Deadline() / 8)
+	defer tick.Stop()
+	for {
+		if m, ok := box.pop(); ok {
+			return m, nil
+		}
+		select {
+		case <-box.notify:
+		case <-t.abort:
+			if m, ok := box.pop(); ok {
+				return m, nil
+			}
+			return Msg{}, fmt.Errorf("%w: %s", ErrAborted, t.why)
+		case <-tick.C:
+			if why := t.e.node.Dead(id); why != "" {
+				return Msg{}, t.failed(from, why)
+			}
+		case <-ctx.Done():
+			return Msg{}, ctx.Err()
+		}
+	}
+}
+
+// Abort fails this rank's waits and tells every other rank, at once, each
+// within the node's deadline; it returns when the aborts are sent (so a
+// process may exit after it) or that deadline passed.
+func (t *PeerTransport) Abort(reason string) {
+	t.aborted(reason)
+	var wg sync.WaitGroup
+	for r, id := range t.nodes {
+		if r != t.rank && t.e.node.Dead(id) == "" { // the dead would hold us up
+			wg.Add(1)
+			go func() { defer wg.Done(); t.e.tellAbort(id, t.comm, t.epoch, reason) }()
+		}
+	}
+	wg.Wait()
+}
+
+// Close leaves the communicator: its frames are no longer taken.
+func (t *PeerTransport) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	t.mu.Unlock()
+	t.e.mu.Lock()
+	if t.e.comms[commKey{t.comm, t.epoch}] == t {
+		delete(t.e.comms, commKey{t.comm, t.epoch})
+	}
+	t.e.mu.Unlock()
+	for _, b := range t.boxes {
+		b.drain()
+	}
+}
+
+// Without returns the transport of the communicator rebuilt without the
+// given ranks (the dead ones every survivor was told of), at the next
+// epoch: the survivors keep their order and are renumbered. It closes t.
+// Every survivor must call it with the same ranks.
+func (t *PeerTransport) Without(dead ...int) (*PeerTransport, error) {
+	var nodes []uint32
+	for r, id := range t.nodes {
+		if !slices.Contains(dead, r) {
+			nodes = append(nodes, id)
+		}
+	}
+	if !slices.Contains(nodes, t.e.node.ID()) {
+		return nil, fmt.Errorf("coll: this rank (%d) is among the ranks left out", t.rank)
+	}
+	t.Close()
+	return t.e.Join(t.comm, t.epoch+1, nodes)
+}
