@@ -93,8 +93,21 @@ const (
 	// store, Spans[1] room for its encoded reply (Arg0 = its length): the
 	// path of a client that codes and places shards itself.
 	OpECShard Op = OpECBase + 0x17
-	// OpCollBase .. OpCollBase+0xff are reserved for the coll service.
+	// OpCollBase .. OpCollBase+0xff are the coll service's: collectives
+	// the agents run among themselves over the peer layer, on the host's
+	// buffers.
 	OpCollBase Op = 0x0300
+	// OpCollJoin makes this agent a rank of a communicator: Spans[0] an
+	// encoded CollSpec (its id, epoch and the ranks' agents, this one
+	// among them). Joining an id again replaces the communicator.
+	OpCollJoin Op = OpCollBase + 1
+	// OpCollRun runs one collective: Arg0 the communicator's id, Arg1
+	// CollArgs; Spans[0] the send buffer, Spans[1] the receive buffer
+	// (written), Spans[2] room for a reason (naming the rank that failed)
+	// when it fails. Completes when the collective has.
+	OpCollRun Op = OpCollBase + 2
+	// OpCollLeave drops a communicator: Arg0 its id.
+	OpCollLeave Op = OpCollBase + 3
 )
 
 // Flags of OpKVPut's Arg1.
@@ -125,6 +138,10 @@ var opNames = map[Op]string{
 	OpECDelete:      "ec_delete",
 	OpECList:        "ec_list",
 	OpECShard:       "ec_shard",
+
+	OpCollJoin:  "coll_join",
+	OpCollRun:   "coll_run",
+	OpCollLeave: "coll_leave",
 }
 
 // ECShards packs the shard counts of an EC op into its Arg0.
