@@ -28,7 +28,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op
 }
 
 func copyIfOther(dst, src []byte) {
-	if len(dst) > 0 && &dst[0] != &src[0] {
+	if len(dst) > 0 && len(src) > 0 && &dst[0] != &src[0] {
 		copy(dst, src)
 	}
 }
