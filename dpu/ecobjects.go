@@ -271,8 +271,12 @@ func (o *objects) expire() {
 
 // fail completes resp with the status of err and, when the request's last
 // span is room, its text.
-func fail(req *Request, resp *wire.Desc, err error) {
-	resp.Status = objectStatus(err)
+func fail(req *Request, resp *wire.Desc, err error) { failWith(req, resp, objectStatus(err), err) }
+
+// failWith completes resp with status and, when the request's last span
+// is room, err's text (Arg1 its length).
+func failWith(req *Request, resp *wire.Desc, status wire.Status, err error) {
+	resp.Status = status
 	if req.NSpan == 0 {
 		return
 	}

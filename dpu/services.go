@@ -23,5 +23,5 @@ func (c *Config) sections() []section {
 // it.
 func (c *Config) services() []Service {
 	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile)}
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService()}
 }
