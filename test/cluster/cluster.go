@@ -178,7 +178,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			return nil, fmt.Errorf("cluster: %s not found (apt-get install iproute2)", tool)
 		}
 	}
-	hecd, err := findHecd(o.Hecd)
+	hecd, err := FindHecd(o.Hecd)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +321,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	return st, nil
 }
 
-func findHecd(path string) (string, error) {
+// FindHecd returns path, or else the hecd beside this program, on PATH
+// or in bin/.
+func FindHecd(path string) (string, error) {
 	if path != "" {
 		return path, nil
 	}
@@ -429,7 +431,7 @@ func (st *State) Start(ctx context.Context, i int, wipe bool) error {
 	hecd := st.Hecd
 	if hecd == "" {
 		var err error
-		if hecd, err = findHecd(""); err != nil {
+		if hecd, err = FindHecd(""); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/test/cluster"
+)
+
+func collCmd(a *app) *cobra.Command {
+	c := groupCmd("coll", "collectives on the host rail, the DPU rail or both: bench")
+	c.AddCommand(collBenchCmd(a), collRankCmd())
+	return c
+}
+
+// benchOptions are coll bench's flags.
+type benchOptions struct {
+	world              int
+	rails              []string
+	kind, dtype, redop string
+	sizes              []string
+	iters, warmup      int
+	plot, hecd         string
+	deadline           time.Duration
+}
+
+func collBenchCmd(a *app) *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{Use: "bench", Short: "start N ranks (a host process and an agent each) on loopback and print nccl-tests' table for each rail",
+		Long: `bench starts --world ranks on this machine: each a host process and, for
+the dpu and auto rails, an agent (hecd) of its own, joined over loopback by
+the peer layer. Rail host: the host processes run the collective among
+themselves. Rail dpu: each hands its buffer to its agent and the agents
+run it. Rail auto: the buffer is split between the two by the planner,
+from a calibration of each, and both run at once.
+
+Columns as nccl-tests prints them: size (bytes), count (elements), type,
+redop, time (µs, the slowest rank's mean), algbw and busbw (GB/s), and
+wrong (elements that differ from the expected result, over every rank and
+iteration), plus host-cpu: the host process's CPU per collective (ms, mean
+over the ranks) — what offloading to the DPU frees.
+
+A rank or agent that dies makes every other rank fail within --deadline
+with an error naming it: the command then stops them all and says so.`,
+		Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.collBench(cmd.Context(), o) }}
+	f := cmd.Flags()
+	f.IntVar(&o.world, "world", 4, "ranks (1 to 64)")
+	f.StringSliceVar(&o.rails, "rail", []string{"host", "dpu", "auto"}, "rails to run, in order: host, dpu, auto (comma-separated)")
+	f.StringVar(&o.kind, "op", "allreduce", "collective: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
+	f.StringVar(&o.dtype, "dtype", "float32", "float32, float64, float16, bfloat16, int32, int64, uint8")
+	f.StringVar(&o.redop, "redop", "sum", "sum, prod, min, max, avg")
+	f.StringSliceVar(&o.sizes, "sizes", []string{"8", "64K", "1M", "16M", "64M"}, "sizes in bytes (K, M, G: powers of 1024)")
+	f.IntVar(&o.iters, "iters", 5, "timed iterations per size")
+	f.IntVar(&o.warmup, "warmup", 1, "untimed iterations first")
+	f.StringVar(&o.plot, "plot", "", "draw busbw against size for each rail into this PNG")
+	f.StringVar(&o.hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")
+	f.DurationVar(&o.deadline, "deadline", 3*time.Second, "a rank or agent silent this long while others wait on it is declared dead")
+	return uses(cmd, useOutput)
+}
+
+func (o *benchOptions) check() error {
+	if o.world < 1 || o.world > 64 {
+		return usageError{fmt.Errorf("--world %d: want 1 to 64", o.world)}
+	}
+	for _, r := range o.rails {
+		if r != "host" && r != "dpu" && r != "auto" {
+			return usageError{fmt.Errorf("--rail %s: want host, dpu or auto", r)}
+		}
+	}
+	k, err := coll.ParseKind(o.kind)
+	if err != nil || k == coll.KindBarrier {
+		return usageError{fmt.Errorf("--op %s: want allreduce, reducescatter, allgather, broadcast, reduce or alltoall", o.kind)}
+	}
+	if slices.Contains(o.rails, "auto") && k != coll.KindAllReduce {
+		return usageError{fmt.Errorf("--rail auto splits allreduce only")}
+	}
+	if _, err := coll.ParseDType(o.dtype); err != nil {
+		return usageError{err}
+	}
+	if _, err := coll.ParseOp(o.redop); err != nil {
+		return usageError{err}
+	}
+	if _, err := parseSizes(o.sizes); err != nil {
+		return usageError{fmt.Errorf("--sizes: %w", err)}
+	}
+	if o.iters < 1 || o.warmup < 0 {
+		return usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration", o.iters, o.warmup)}
+	}
+	if o.deadline < 100*time.Millisecond {
+		return usageError{fmt.Errorf("--deadline %v: want at least 100ms", o.deadline)}
+	}
+	return nil
+}
+
+// freePorts returns n loopback ports free right now.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// benchProc is a process the bench started: a rank or an agent.
+type benchProc struct {
+	what   string // "rank 2", "the agent of rank 2"
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	done   chan struct{}
+	err    error
+}
+
+func (a *app) collBench(ctx context.Context, o benchOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	sizes, _ := parseSizes(o.sizes)
+	needAgents := slices.Contains(o.rails, "dpu") || slices.Contains(o.rails, "auto")
+	dir, err := os.MkdirTemp("", "hec-coll-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	key := make([]byte, 32)
+	rand.Read(key)
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var procs []*benchProc
+	defer func() {
+		for _, p := range procs {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}()
+	start := func(what string, argv []string) (*benchProc, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		p := &benchProc{what: what, cmd: cmd, stderr: &tailBuffer{}, done: make(chan struct{})}
+		cmd.Stderr = p.stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		return p, nil
+	}
+	run := func(p *benchProc) error {
+		if err := p.cmd.Start(); err != nil {
+			return fmt.Errorf("%s: %w", p.what, err)
+		}
+		procs = append(procs, p)
+		go func() { p.err = p.cmd.Wait(); close(p.done) }()
+		return nil
+	}
+	shms := make([]string, o.world)
+	if needAgents {
+		hecd, err := cluster.FindHecd(o.hecd)
+		if err != nil {
+			return err
+		}
+		ports, err := freePorts(o.world)
+		if err != nil {
+			return err
+		}
+		var peers []string
+		for i, p := range ports {
+			peers = append(peers, fmt.Sprintf("%d@127.0.0.1:%d", i+1, p))
+		}
+		// Two queue pairs with windows that hold the largest size's send
+		// and recv buffers, so they are handed over in place.
+		region := max(64<<20, 2*(2*sizes[len(sizes)-1]+(16<<20)))
+		for i := range o.world {
+			shms[i] = fmt.Sprintf("/dev/shm/hec-coll-%d-%d", os.Getpid(), i)
+			state := filepath.Join(dir, fmt.Sprintf("agent%d", i))
+			argv := []string{hecd, "--shm", shms[i], "--region-size", strconv.Itoa(region), "--queue-pairs", "2",
+				"--tcp", "off", "--mgmt", "off", "--resp", "off", "--udp", "off", "--state-dir", state,
+				"--peer", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(peers, ","),
+				"--node-id", strconv.Itoa(i + 1), "--cluster-key-file", keyFile, "--peer-deadline", o.deadline.String(),
+				"--log-level", "warn"}
+			p, _ := start(fmt.Sprintf("the agent of rank %d", i), argv)
+			if err := run(p); err != nil {
+				return err
+			}
+			defer os.Remove(shms[i])
+		}
+	}
+	if needAgents {
+		if err := waitAgents(ctx, procs, shms); err != nil {
+			return err
+		}
+	}
+	rootPort, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	results := make(chan rankResult, 64)
+	var ranks []*benchProc
+	for r := range o.world {
+		argv := []string{self, "coll", "rank", "--root", fmt.Sprintf("127.0.0.1:%d", rootPort[0]), "--rank", strconv.Itoa(r),
+			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rail", strings.Join(o.rails, ","), "--op", o.kind,
+			"--dtype", o.dtype, "--redop", o.redop, "--sizes", strings.Join(o.sizes, ","), "--iters", strconv.Itoa(o.iters),
+			"--warmup", strconv.Itoa(o.warmup), "--deadline", o.deadline.String()}
+		if needAgents {
+			argv = append(argv, "--agent-at", shms[r])
+		}
+		p, _ := start(fmt.Sprintf("rank %d", r), argv)
+		if r == 0 {
+			out, err := p.cmd.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					var res rankResult
+					if json.Unmarshal(sc.Bytes(), &res) == nil {
+						results <- res
+					}
+				}
+				close(results)
+			}()
+		}
+		if err := run(p); err != nil {
+			return err
+		}
+		ranks = append(ranks, p)
+	}
+	// Print rows as rank 0 reports them; watch every process.
+	if !a.jsonOut() {
+		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks on loopback, rails %s; %d iterations per size\n",
+			o.kind, o.dtype, o.redop, o.world, strings.Join(o.rails, ", "), o.iters)
+		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "host-share")
+	}
+	var rows []rankResult
+	failed := make(chan *benchProc, len(procs))
+	for _, p := range procs {
+		go func() {
+			<-p.done
+			if p.err != nil {
+				failed <- p
+			}
+		}()
+	}
+	var firstFail *benchProc
+	var failAt time.Time
+	var grace <-chan time.Time
+	allDone := make(chan struct{})
+	go func() {
+		for _, r := range ranks {
+			<-r.done
+		}
+		close(allDone)
+	}()
+loop:
+	for {
+		select {
+		case res, ok := <-results:
+			if !ok {
+				results = nil
+				continue
+			}
+			rows = append(rows, res)
+			if a.jsonOut() {
+				json.NewEncoder(a.out).Encode(res)
+				continue
+			}
+			share := ""
+			if res.Rail == "auto" {
+				share = fmt.Sprintf("%.0f%%", 100*res.HostFrac)
+			}
+			fmt.Fprintf(a.out, benchRow, res.Rail, strconv.Itoa(res.Size), strconv.Itoa(res.Count), res.Type, res.Redop,
+				fmt.Sprintf("%.1f", res.TimeUS), fmt.Sprintf("%.3f", res.AlgBW), fmt.Sprintf("%.3f", res.BusBW),
+				strconv.FormatInt(res.Wrong, 10), fmt.Sprintf("%.3f", res.HostCPU), share)
+		case p := <-failed:
+			if firstFail == nil {
+				// Give the others the deadline to notice on their own and
+				// say which rank failed.
+				firstFail, failAt = p, time.Now()
+				wait := o.deadline + 2*time.Second
+				if len(rows) == 0 {
+					wait += 5 * time.Second // ranks starting: dialling their agents
+				}
+				grace = time.After(wait)
+			}
+		case <-allDone:
+			break loop
+		case <-grace:
+			break loop
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if firstFail != nil {
+		return benchFailure(firstFail, ranks, failAt, o.deadline)
+	}
+	for _, r := range rows {
+		if r.Wrong != 0 {
+			return fmt.Errorf("coll bench: %d wrong elements on the %s rail at %d bytes", r.Wrong, r.Rail, r.Size)
+		}
+	}
+	if o.plot != "" {
+		if err := plotBusBW(o, rows); err != nil {
+			return err
+		}
+		if !a.jsonOut() {
+			fmt.Fprintf(a.out, "# busbw against size: %s\n", o.plot)
+		}
+	}
+	return nil
+}
+
+// waitAgents waits until every agent has sized its region (formatting
+// follows at once), or one has exited.
+func waitAgents(ctx context.Context, agents []*benchProc, shms []string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for i, path := range shms {
+		for {
+			if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+				break
+			}
+			select {
+			case <-agents[i].done:
+				return fmt.Errorf("coll bench: %s exited starting: %v: %s", agents[i].what, agents[i].err, agents[i].stderr.last())
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("coll bench: %s made no region at %s within 20s", agents[i].what, path)
+			}
+		}
+	}
+	return nil
+}
+
+// benchRow is a row of the table, in nccl-tests' order.
+const benchRow = "%5s %10s %9s %8s %5s %11s %11s %11s %6s %12s %10s\n"
+
+// benchFailure says what failed: the first process that exited with an
+// error, and what every rank said (each names the rank it lost), one line
+// per rank on stderr and the first of them in the error.
+func benchFailure(first *benchProc, ranks []*benchProc, at time.Time, deadline time.Duration) error {
+	var lines []string
+	hung := 0
+	for _, r := range ranks {
+		select {
+		case <-r.done:
+			if r.err != nil {
+				if msg := strings.TrimSpace(r.stderr.last()); msg != "" {
+					lines = append(lines, msg)
+				} else {
+					lines = append(lines, fmt.Sprintf("%s: %v", r.what, r.err))
+				}
+			}
+		default:
+			// A bug: keep its goroutines (SIGQUIT makes Go print them)
+			// for the report.
+			hung++
+			r.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-r.done:
+			case <-time.After(2 * time.Second):
+			}
+			dump := filepath.Join(os.TempDir(), fmt.Sprintf("hec-coll-hang-%d-%s.txt", os.Getpid(), strings.ReplaceAll(r.what, " ", "")))
+			os.WriteFile(dump, r.stderr.bytes(), 0o644)
+			lines = append(lines, fmt.Sprintf("%s: still running %v after the first failure (its goroutines: %s)", r.what,
+				time.Since(at).Round(time.Millisecond), dump))
+		}
+	}
+	for _, l := range lines {
+		fmt.Fprintln(os.Stderr, "  "+l)
+	}
+	why := first.err.Error()
+	if msg := strings.TrimSpace(first.stderr.last()); msg != "" && first.cmd.Path != "" && strings.HasPrefix(first.what, "rank") {
+		why = msg
+	}
+	what := fmt.Sprintf("coll bench: %s failed (%s)", first.what, why)
+	if hung > 0 {
+		return fmt.Errorf("%s, and %d ranks did not notice within %v: a hang", what, hung, deadline+2*time.Second)
+	}
+	if len(lines) > 0 && !strings.HasPrefix(first.what, "rank") {
+		return fmt.Errorf("%s; %s", what, lines[0])
+	}
+	return errors.New(what)
+}
+
+// tailBuffer keeps the last lines a process wrote.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 1<<20 {
+		t.buf = t.buf[len(t.buf)-512<<10:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.buf...)
+}
+
+// last is the last non-empty line.
+func (t *tailBuffer) last() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	return lines[len(lines)-1]
+}
+
+// plotBusBW draws bus bandwidth against size, a line per rail.
+func plotBusBW(o benchOptions, rows []rankResult) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s of %s, %d ranks", o.kind, o.dtype, o.world)
+	p.X.Label.Text = "size (bytes)"
+	p.Y.Label.Text = "busbw (GB/s)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	var args []any
+	for _, r := range o.rails {
+		var pts plotter.XYs
+		for _, row := range rows {
+			if row.Rail == r {
+				pts = append(pts, plotter.XY{X: float64(row.Size), Y: row.BusBW})
+			}
+		}
+		if len(pts) > 0 {
+			args = append(args, r, pts)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, o.plot); err != nil {
+		return fmt.Errorf("--plot %s: %w", o.plot, err)
+	}
+	return nil
+}
+
+var _ io.Writer = (*tailBuffer)(nil)

@@ -1,0 +1,530 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// rankOptions is one rank of hecctl coll bench: a host process, with its
+// agent when a rail needs it. The driver passes them as flags.
+type rankOptions struct {
+	root, agent, keyFile string
+	rank, world          int
+	rails                []string
+	kind                 string
+	dtype, redop         string
+	sizes                []string
+	iters, warmup        int
+	deadline             time.Duration
+}
+
+// rankResult is one row of the table, as rank 0 prints it (JSON lines).
+type rankResult struct {
+	Rail     string  `json:"rail"`
+	Size     int     `json:"size"`
+	Count    int     `json:"count"`
+	Type     string  `json:"type"`
+	Redop    string  `json:"redop"`
+	TimeUS   float64 `json:"time_us"`
+	AlgBW    float64 `json:"algbw_gbs"`
+	BusBW    float64 `json:"busbw_gbs"`
+	Wrong    int64   `json:"wrong"`
+	HostCPU  float64 `json:"host_cpu_ms"` // host CPU per collective, mean over the ranks
+	HostFrac float64 `json:"host_fraction,omitempty"`
+}
+
+func collRankCmd() *cobra.Command {
+	var o rankOptions
+	cmd := &cobra.Command{Use: "rank", Hidden: true, Short: "one rank of coll bench (started by it)", Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := runRank(cmd.Context(), o)
+			if err != nil {
+				// One line the driver shows: it names this rank.
+				fmt.Fprintf(os.Stderr, "rank %d: %v\n", o.rank, err)
+				os.Exit(1)
+			}
+			return nil
+		}}
+	f := cmd.Flags()
+	f.StringVar(&o.root, "root", "", "rank 0's rendezvous address")
+	f.StringVar(&o.agent, "agent-at", "", "this rank's agent (a region file)")
+	f.StringVar(&o.keyFile, "key-file", "", "the group's key")
+	f.IntVar(&o.rank, "rank", 0, "")
+	f.IntVar(&o.world, "world", 0, "")
+	f.StringSliceVar(&o.rails, "rail", nil, "")
+	f.StringVar(&o.kind, "op", "allreduce", "")
+	f.StringVar(&o.dtype, "dtype", "float32", "")
+	f.StringVar(&o.redop, "redop", "sum", "")
+	f.StringSliceVar(&o.sizes, "sizes", nil, "")
+	f.IntVar(&o.iters, "iters", 5, "")
+	f.IntVar(&o.warmup, "warmup", 1, "")
+	f.DurationVar(&o.deadline, "deadline", 3*time.Second, "")
+	return cmd
+}
+
+// rankBench is a rank's state while it runs the sizes.
+type rankBench struct {
+	o     rankOptions
+	g     *coll.Group
+	cl    *host.Client
+	dpu   *host.DPUComm
+	kind  coll.Kind
+	dt    coll.DType
+	op    coll.Op
+	split float64 // auto: the host rail's fraction, from the calibration
+}
+
+func runRank(ctx context.Context, o rankOptions) error {
+	key, err := os.ReadFile(o.keyFile)
+	if err != nil {
+		return err
+	}
+	b := &rankBench{o: o}
+	if b.kind, err = coll.ParseKind(o.kind); err != nil {
+		return err
+	}
+	if b.dt, err = coll.ParseDType(o.dtype); err != nil {
+		return err
+	}
+	if b.op, err = coll.ParseOp(o.redop); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if b.g, err = coll.Open(octx, coll.GroupConfig{Root: o.root, Rank: o.rank, Size: o.world, Key: key, Deadline: o.deadline}); err != nil {
+		return err
+	}
+	defer b.g.Close()
+	if o.agent != "" {
+		if b.cl, err = dialAgent(octx, o.agent); err != nil {
+			return fmt.Errorf("its agent at %s: %w", o.agent, err)
+		}
+		defer b.cl.Close()
+		nodes := make([]uint32, o.world)
+		for i := range nodes {
+			nodes[i] = uint32(i) + 1 // the driver numbers the agents so
+		}
+		if b.dpu, err = b.cl.JoinColl(octx, wire.CollSpec{Comm: b.g.Transport.Comm(), Epoch: 1, Nodes: nodes}); err != nil {
+			return err
+		}
+		defer b.dpu.Leave(context.WithoutCancel(ctx))
+	}
+	sizes, err := parseSizes(o.sizes)
+	if err != nil {
+		return err
+	}
+	for _, r := range o.rails {
+		if r == "auto" {
+			if err := b.calibrate(ctx, sizes); err != nil {
+				return fmt.Errorf("calibrating the rails: %w", err)
+			}
+		}
+		for _, size := range sizes {
+			res, err := b.measure(ctx, r, size)
+			if err != nil {
+				return fmt.Errorf("%s rail, %v of %d bytes: %w", r, b.kind, size, err)
+			}
+			if o.rank == 0 {
+				json.NewEncoder(os.Stdout).Encode(res)
+			}
+		}
+	}
+	return b.g.Barrier(ctx)
+}
+
+// dialAgent dials the agent, trying again for a few seconds while it
+// formats its region (the driver waited for the file's size).
+func dialAgent(ctx context.Context, target string) (*host.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		cl, err := host.Dial(ctx, host.ParseTarget(target))
+		if err == nil || errors.Is(err, host.ErrTarget) {
+			return cl, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// buffers returns send and recv buffers for a collective of size bytes on
+// rail r: in the agent's window when the DPU rail takes them (handed over
+// in place) and they fit, else ordinary memory; free returns them.
+func (b *rankBench) buffers(r string, size int) (send, recv []byte, free func()) {
+	sn, rn := b.kind.Sizes(size, b.o.world)
+	if r != "host" && b.cl != nil && sn+rn+(1<<20) <= b.cl.WindowSize() {
+		s, err1 := b.cl.Alloc(max(sn, 64))
+		q, err2 := b.cl.Alloc(max(rn, 64))
+		if err1 == nil && err2 == nil {
+			return s[:sn], q[:rn], func() { b.cl.Free(s); b.cl.Free(q) }
+		}
+		if err1 == nil {
+			b.cl.Free(s)
+		}
+		if err2 == nil {
+			b.cl.Free(q)
+		}
+	}
+	return make([]byte, sn), make([]byte, rn), func() {}
+}
+
+// run runs one collective on rail r; for auto, the buffer split between
+// the rails at b.split, both at once.
+func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error {
+	switch r {
+	case "host":
+		return b.g.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
+	case "dpu":
+		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
+	}
+	es := b.dt.Size()
+	h := int(math.Round(b.split*float64(len(send)/es))) * es
+	if h == 0 {
+		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
+	}
+	if h == len(send) {
+		return b.g.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
+	}
+	var wg sync.WaitGroup
+	var derr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		derr = b.dpu.Run(ctx, b.kind, send[h:], recv[h:], b.dt, b.op, 0)
+	}()
+	herr := b.g.Run(ctx, b.kind, send[:h], recv[:h], b.dt, b.op, 0)
+	wg.Wait()
+	return errors.Join(herr, derr)
+}
+
+// calibrate times each rail alone at a small and a large size, and rank 0
+// plans the split (shared/rail: both rails finishing together); every
+// rank takes rank 0's plan.
+func (b *rankBench) calibrate(ctx context.Context, sizes []int) error {
+	if b.kind != coll.KindAllReduce {
+		return fmt.Errorf("--rail auto splits allreduce only")
+	}
+	big := min(16<<20, sizes[len(sizes)-1])
+	big = max(big, 1<<20)
+	var rails []rail.Rail
+	for _, r := range []string{"host", "dpu"} {
+		small, err := b.timeOne(ctx, r, 64)
+		if err != nil {
+			return err
+		}
+		large, err := b.timeOne(ctx, r, big)
+		if err != nil {
+			return err
+		}
+		rate := float64(big) / max((large-small).Seconds(), 1e-9)
+		rails = append(rails, rail.Rail{Name: r, Alpha: small, Rate: rate})
+	}
+	frac := make([]byte, 8)
+	if b.o.rank == 0 {
+		plan := rail.Split(rails, 1<<30, 1)
+		for _, s := range plan.Shares {
+			if s.Rail == "host" {
+				binary.LittleEndian.PutUint64(frac, math.Float64bits(float64(s.Bytes)/float64(1<<30)))
+			}
+		}
+	}
+	if err := b.g.Broadcast(ctx, frac, coll.Float64, 0); err != nil {
+		return err
+	}
+	b.split = math.Float64frombits(binary.LittleEndian.Uint64(frac))
+	return nil
+}
+
+// timeOne is the slowest rank's time for one collective of size bytes on
+// rail r (the best of three).
+func (b *rankBench) timeOne(ctx context.Context, r string, size int) (time.Duration, error) {
+	send, recv, free := b.buffers(r, size)
+	defer free()
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		if err := b.g.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := b.run(ctx, r, send, recv); err != nil {
+			return 0, err
+		}
+		best = min(best, time.Since(t0))
+	}
+	t, err := b.maxOver(ctx, best.Seconds())
+	return time.Duration(t * float64(time.Second)), err
+}
+
+func (b *rankBench) maxOver(ctx context.Context, v float64) (float64, error) {
+	buf := make([]byte, 8)
+	binary.LittleEndian.PutUint64(buf, math.Float64bits(v))
+	if err := b.g.AllReduce(ctx, buf, buf, coll.Float64, coll.Max); err != nil {
+		return 0, err
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(buf)), nil
+}
+
+func (b *rankBench) sumOver(ctx context.Context, v float64) (float64, error) {
+	buf := make([]byte, 8)
+	binary.LittleEndian.PutUint64(buf, math.Float64bits(v))
+	if err := b.g.AllReduce(ctx, buf, buf, coll.Float64, coll.Sum); err != nil {
+		return 0, err
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(buf)), nil
+}
+
+// measure runs warmup and timed iterations of one size on rail r, checks
+// every result, and returns the row (meaningful on rank 0).
+func (b *rankBench) measure(ctx context.Context, r string, size int) (rankResult, error) {
+	n, es := b.o.world, b.dt.Size()
+	size -= size % (es * n) // whole elements, a whole block per rank
+	size = max(size, es*n)
+	send, recv, free := b.buffers(r, size)
+	defer free()
+	fillInput(b.kind, b.dt, b.op, b.o.rank, n, send)
+	want := expectedOutput(b.kind, b.dt, b.op, b.o.rank, n, len(recv))
+	var wrong int64
+	var elapsed time.Duration
+	var cpu time.Duration
+	for it := 0; it < b.o.warmup+b.o.iters; it++ {
+		clear(recv)
+		if err := b.g.Barrier(ctx); err != nil {
+			return rankResult{}, err
+		}
+		c0 := cpuTime()
+		t0 := time.Now()
+		if err := b.run(ctx, r, send, recv); err != nil {
+			return rankResult{}, err
+		}
+		d, c := time.Since(t0), cpuTime()-c0
+		if it >= b.o.warmup {
+			elapsed += d
+			cpu += c
+		}
+		wrong += countWrong(b.kind, b.dt, b.o.rank, recv, want)
+	}
+	perOp := elapsed.Seconds() / float64(b.o.iters)
+	tmax, err := b.maxOver(ctx, perOp)
+	if err != nil {
+		return rankResult{}, err
+	}
+	w, err := b.sumOver(ctx, float64(wrong))
+	if err != nil {
+		return rankResult{}, err
+	}
+	cpuSum, err := b.sumOver(ctx, cpu.Seconds()/float64(b.o.iters))
+	if err != nil {
+		return rankResult{}, err
+	}
+	res := rankResult{Rail: r, Size: size, Count: size / es, Type: b.dt.String(), Redop: b.op.String(),
+		TimeUS: tmax * 1e6, Wrong: int64(w), HostCPU: cpuSum / float64(n) * 1e3}
+	if !b.kind.Reduces() {
+		res.Redop = "none"
+	}
+	if tmax > 0 {
+		res.AlgBW = float64(size) / tmax / 1e9
+		res.BusBW = res.AlgBW * b.kind.BusFactor(n)
+	}
+	if r == "auto" {
+		res.HostFrac = b.split
+	}
+	return res, nil
+}
+
+// cpuTime is this process's CPU time (user and system, every thread).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The bench's data: element i of rank r's input is a small integer, so
+// that every type holds every sum, product and mean exactly as the
+// kernels compute them, and a result is right or wrong bit for bit.
+func inputValue(op coll.Op, r, i int) float64 {
+	if op == coll.Prod {
+		return float64((r+i)%2 + 1)
+	}
+	return float64((r+i)%5 + 1)
+}
+
+// fillInput writes rank's send buffer of collective k.
+func fillInput(k coll.Kind, dt coll.DType, op coll.Op, rank, n int, send []byte) {
+	for i := range len(send) / dt.Size() {
+		putElem(dt, send, i, inputValue(op, rank, i))
+	}
+}
+
+// expectedOutput is what rank's recv must hold after collective k of n
+// ranks' fillInput buffers (nil where nothing is checked: Reduce off the
+// root, Barrier).
+func expectedOutput(k coll.Kind, dt coll.DType, op coll.Op, rank, n, recvLen int) []byte {
+	es := dt.Size()
+	count := recvLen / es
+	out := make([]byte, recvLen)
+	reduced := func(i int) {
+		// op over the ranks, in float64: exact for these inputs.
+		acc := inputValue(op, 0, i)
+		for r := 1; r < n; r++ {
+			v := inputValue(op, r, i)
+			switch op {
+			case coll.Sum, coll.Avg:
+				acc += v
+			case coll.Prod:
+				acc *= v
+			case coll.Min:
+				acc = min(acc, v)
+			case coll.Max:
+				acc = max(acc, v)
+			}
+		}
+		if op == coll.Avg {
+			putAvg(dt, out, i-offsetOf(k, rank, count), acc, n)
+			return
+		}
+		putElem(dt, out, i-offsetOf(k, rank, count), acc)
+	}
+	switch k {
+	case coll.KindAllReduce:
+		for i := range count {
+			reduced(i)
+		}
+	case coll.KindReduce:
+		if rank != 0 {
+			return nil
+		}
+		for i := range count {
+			reduced(i)
+		}
+	case coll.KindReduceScatter:
+		for j := range count {
+			reduced(rank*count + j)
+		}
+	case coll.KindAllGather:
+		c := count / n
+		for src := range n {
+			for j := range c {
+				putElem(dt, out, src*c+j, inputValue(op, src, j))
+			}
+		}
+	case coll.KindBroadcast:
+		for i := range count {
+			putElem(dt, out, i, inputValue(op, 0, i))
+		}
+	case coll.KindAllToAll:
+		c := count / n
+		for src := range n {
+			for j := range c {
+				putElem(dt, out, src*c+j, inputValue(op, src, rank*c+j))
+			}
+		}
+	default:
+		return nil
+	}
+	return out
+}
+
+func offsetOf(k coll.Kind, rank, count int) int {
+	if k == coll.KindReduceScatter {
+		return rank * count
+	}
+	return 0
+}
+
+// countWrong counts the elements of got that differ from want.
+func countWrong(k coll.Kind, dt coll.DType, rank int, got, want []byte) int64 {
+	if want == nil {
+		return 0
+	}
+	es := dt.Size()
+	var n int64
+	for i := 0; i+es <= len(want); i += es {
+		if string(got[i:i+es]) != string(want[i:i+es]) {
+			n++
+		}
+	}
+	return n
+}
+
+func putElem(dt coll.DType, b []byte, i int, v float64) {
+	switch dt {
+	case coll.Float32:
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+	case coll.Float64:
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	case coll.Float16:
+		binary.LittleEndian.PutUint16(b[2*i:], coll.F32ToF16(float32(v)))
+	case coll.BFloat16:
+		binary.LittleEndian.PutUint16(b[2*i:], coll.F32ToBF16(float32(v)))
+	case coll.Int32:
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(int64(v))))
+	case coll.Int64:
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(v)))
+	case coll.Uint8:
+		b[i] = uint8(int64(v))
+	}
+}
+
+// putAvg writes the mean of n ranks whose sum is sum, divided as the
+// kernels divide: in the type's own arithmetic.
+func putAvg(dt coll.DType, b []byte, i int, sum float64, n int) {
+	switch dt {
+	case coll.Float32, coll.Float16, coll.BFloat16:
+		putElem(dt, b, i, float64(float32(sum)/float32(n)))
+	case coll.Float64:
+		putElem(dt, b, i, sum/float64(n))
+	case coll.Uint8:
+		putElem(dt, b, i, float64(uint8(int64(sum))/uint8(n)))
+	default:
+		putElem(dt, b, i, float64(int64(sum)/int64(n)))
+	}
+}
+
+// parseSizes reads sizes as nccl-tests writes them: 8, 64K, 1M, 16M
+// (K, M, G: powers of 1024).
+func parseSizes(ss []string) ([]int, error) {
+	var out []int
+	for _, s := range ss {
+		s = strings.TrimSpace(strings.ToUpper(s))
+		mult := 1
+		switch {
+		case strings.HasSuffix(s, "K"):
+			mult, s = 1<<10, s[:len(s)-1]
+		case strings.HasSuffix(s, "M"):
+			mult, s = 1<<20, s[:len(s)-1]
+		case strings.HasSuffix(s, "G"):
+			mult, s = 1<<30, s[:len(s)-1]
+		}
+		var v int
+		if _, err := fmt.Sscanf(s, "%d", &v); err != nil || v <= 0 || fmt.Sprint(v) != s {
+			return nil, fmt.Errorf("size %q: want a count of bytes, as 8, 64K, 1M or 16M", s)
+		}
+		if v > (1<<30)/mult {
+			return nil, fmt.Errorf("size %s: at most 1G", s)
+		}
+		out = append(out, v*mult)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no sizes")
+	}
+	return out, nil
+}
