@@ -86,6 +86,7 @@ type Comm struct {
 	seq     uint32
 	broken  error
 	scratch []byte
+	sink    Sink // the receive under way (one at a time)
 
 	sendMu  sync.Mutex
 	senders []chan sendReq
@@ -233,24 +234,17 @@ func (c *Comm) recv(ctx context.Context, from int, dst []byte, dt DType, op Op, 
 	if serr != nil {
 		return serr
 	}
+	c.sink = Sink{Seq: c.seq, Dst: dst, DType: dt, Op: op, Reduce: reduce}
+	defer func() { c.sink.Dst = nil }()
+	if dr, ok := c.t.(DirectReceiver); ok {
+		return dr.RecvInto(ctx, from, &c.sink)
+	}
 	m, err := c.t.Recv(ctx, from)
 	if err != nil {
 		return err
 	}
 	defer m.Release()
-	if m.Seq != c.seq {
-		return fmt.Errorf("%w: rank %d sent a message of collective #%d during #%d (are the ranks calling the same collectives in the same order?)",
-			ErrProtocol, from, m.Seq, c.seq)
-	}
-	if len(m.Data) != len(dst) {
-		return fmt.Errorf("%w: rank %d sent %d bytes where %d were due (do the ranks agree on the count?)",
-			ErrProtocol, from, len(m.Data), len(dst))
-	}
-	if reduce {
-		return Reduce(dst, m.Data, dt, op)
-	}
-	copy(dst, m.Data)
-	return nil
+	return c.sink.Apply(from, m.Seq, m.Data)
 }
 
 // chunks calls f for each chunk of b (none when b is empty).

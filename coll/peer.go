@@ -181,7 +181,7 @@ func (t *PeerTransport) deliver(from uint32, seq uint32, b []byte) {
 		t.e.Dropped.Add(1)
 		return
 	}
-	if t.boxes[r].push(seq, b) > MaxBuffered {
+	if t.boxes[r].deliver(r, seq, b) > MaxBuffered {
 		t.Abort(fmt.Sprintf("rank %d (node %d) sent more than %d bytes nobody received", r, from, MaxBuffered))
 	}
 }
@@ -258,6 +258,42 @@ func (t *PeerTransport) Recv(ctx context.Context, from int) (Msg, error) {
 			}
 		case <-ctx.Done():
 			return Msg{}, ctx.Err()
+		}
+	}
+}
+
+// RecvInto receives the next message from rank from into s: on the
+// connection's reader, as it arrives, when nothing was queued before.
+func (t *PeerTransport) RecvInto(ctx context.Context, from int, s *Sink) error {
+	if from < 0 || from >= len(t.nodes) || from == t.rank {
+		return fmt.Errorf("coll: receive from rank %d of %d", from, len(t.nodes))
+	}
+	box := t.boxes[from]
+	if m, ok := box.post(s); ok {
+		err := s.Apply(from, m.Seq, m.Data)
+		m.Release()
+		return err
+	}
+	id := t.nodes[from]
+	done := t.e.node.Expect(id)
+	defer done()
+	tick := time.NewTicker(t.e.node.Deadline() / 8)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-box.done:
+			return err
+		case <-t.abort:
+			box.unpost(s)
+			return fmt.Errorf("%w: %s", ErrAborted, t.why)
+		case <-tick.C:
+			if why := t.e.node.Dead(id); why != "" {
+				box.unpost(s)
+				return t.failed(from, why)
+			}
+		case <-ctx.Done():
+			box.unpost(s)
+			return ctx.Err()
 		}
 	}
 }

@@ -48,6 +48,41 @@ func (m Msg) Release() {
 	}
 }
 
+// Sink is where a receive puts a message: reduced into Dst, or copied.
+type Sink struct {
+	Seq    uint32
+	Dst    []byte
+	DType  DType
+	Op     Op
+	Reduce bool
+}
+
+// Apply checks that data (message seq from rank from) is what the sink
+// waits for, and puts it there.
+func (s *Sink) Apply(from int, seq uint32, data []byte) error {
+	if seq != s.Seq {
+		return fmt.Errorf("%w: rank %d sent a message of collective #%d during #%d (are the ranks calling the same collectives in the same order?)",
+			ErrProtocol, from, seq, s.Seq)
+	}
+	if len(data) != len(s.Dst) {
+		return fmt.Errorf("%w: rank %d sent %d bytes where %d were due (do the ranks agree on the count?)",
+			ErrProtocol, from, len(data), len(s.Dst))
+	}
+	if s.Reduce {
+		return Reduce(s.Dst, data, s.DType, s.Op)
+	}
+	copy(s.Dst, data)
+	return nil
+}
+
+// A DirectReceiver is a Transport that puts a message straight into its
+// destination when the receive was posted before it arrived: one pass over
+// the bytes, on the core that just read them, instead of a copy into a
+// buffer and a second pass.
+type DirectReceiver interface {
+	RecvInto(ctx context.Context, from int, s *Sink) error
+}
+
 // Errors of a communicator.
 var (
 	// ErrAborted: a rank abandoned the communicator (its reason follows).
@@ -109,31 +144,91 @@ func (p *bufPool) put(b *[]byte) {
 	}
 }
 
-// mailbox holds one sender's messages in order until they are received.
+// mailbox holds one sender's messages in order until they are received,
+// or the one receive posted before its message came.
 type mailbox struct {
 	mu     sync.Mutex
 	q      []Msg // q[head:] are waiting; the backing array is kept
 	head   int
 	bytes  int
 	notify chan struct{} // capacity 1: something arrived
+	posted *Sink         // a receive waiting, the queue empty
+	done   chan error    // capacity 1: the posted receive was served
 }
 
-func newMailbox() *mailbox { return &mailbox{notify: make(chan struct{}, 1)} }
+func newMailbox() *mailbox { return &mailbox{notify: make(chan struct{}, 1), done: make(chan error, 1)} }
+
+// deliver serves the posted receive with b when there is one and nothing
+// is queued before b; else it queues a copy. It returns the bytes queued.
+func (m *mailbox) deliver(from int, seq uint32, b []byte) int {
+	m.mu.Lock()
+	if s := m.posted; s != nil && m.head == len(m.q) {
+		m.posted = nil
+		m.mu.Unlock()
+		m.done <- s.Apply(from, seq, b)
+		return 0
+	}
+	// Queue it under the same lock: a receive posted between a check and
+	// a later push would wait for a message already queued.
+	n := m.pushLocked(seq, b)
+	m.mu.Unlock()
+	m.wake()
+	return n
+}
+
+// post posts s, or returns the first queued message when there is one.
+func (m *mailbox) post(s *Sink) (Msg, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.head < len(m.q) {
+		msg := m.q[m.head]
+		m.q[m.head] = Msg{}
+		m.head++
+		if m.head == len(m.q) {
+			m.q, m.head = m.q[:0], 0
+		}
+		m.bytes -= len(msg.Data)
+		return msg, true
+	}
+	m.posted = s
+	return Msg{}, false
+}
+
+// unpost withdraws s; when a delivery has taken it already, it waits for
+// that to finish (it must not write into s.Dst after the caller returns).
+func (m *mailbox) unpost(s *Sink) {
+	m.mu.Lock()
+	if m.posted == s {
+		m.posted = nil
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	<-m.done
+}
 
 // push copies b in and returns the bytes now waiting.
 func (m *mailbox) push(seq uint32, b []byte) int {
+	m.mu.Lock()
+	n := m.pushLocked(seq, b)
+	m.mu.Unlock()
+	m.wake()
+	return n
+}
+
+func (m *mailbox) pushLocked(seq uint32, b []byte) int {
 	buf := pool.get(len(b))
 	copy(*buf, b)
-	m.mu.Lock()
 	m.q = append(m.q, Msg{Seq: seq, Data: *buf, buf: buf})
 	m.bytes += len(b)
-	n := m.bytes
-	m.mu.Unlock()
+	return m.bytes
+}
+
+func (m *mailbox) wake() {
 	select {
 	case m.notify <- struct{}{}:
 	default:
 	}
-	return n
 }
 
 func (m *mailbox) pop() (Msg, bool) {
