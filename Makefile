@@ -74,6 +74,7 @@ bench: test-deps ## benchmarks side by side with their peers; figures in bench-o
 	@test/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
 	@test/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
 	@test/need /usr/include/isa-l/erasure_code.h libisal-dev gcc || echo "SKIP: no libisal-dev: the ec scenario will fail to find its peer"
+	@test/need mpicc openmpi-bin libopenmpi-dev || echo "SKIP: no Open MPI: the coll scenario will fail to find its peer"
 	@mkdir -p bench-out
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out

@@ -151,6 +151,7 @@ var scenarios = []scenario{
 	{"ec", benchEC},
 	{"ec-objects", benchECObjects},
 	{"peers", benchPeers},
+	{"coll", benchColl},
 	{"xdp", benchXDP},
 }
 

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// The coll scenario (issue: collectives reduced by the DPUs): allreduce of
+// float32 among N = 2 and 4 ranks on loopback, each rank a host process
+// with an agent of its own (hecctl coll bench), on the host rail (the
+// host processes among themselves) and on the DPU rail (the agents among
+// themselves, the hosts handing their buffers over), beside Open MPI's
+// MPI_Allreduce (test/bench/mpi/allreduce.c, Debian's openmpi-bin) over
+// TCP on loopback and over shared memory, on the same machine, in the
+// same run, interleaved, timed the same way (a barrier, the call; the
+// slowest rank's mean). Host CPU per allreduce is the ranks' own (an
+// agent's is the DPU's).
+func benchColl(ctx context.Context, rep *Report, quick bool) error {
+	const s = "coll"
+	for _, bin := range []string{"mpirun", "mpicc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not installed (make bench installs openmpi-bin and libopenmpi-dev as root): %w", bin, err)
+		}
+	}
+	dir, hecd, err := scratchHecd("coll")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hecctl, err := testutil.Build("./host/cmd/hecctl")
+	if err != nil {
+		return err
+	}
+	mpiBin := filepath.Join(dir, "mpi_allreduce")
+	src := filepath.Join(testutil.ModuleRoot(), "test", "bench", "mpi", "allreduce.c")
+	if out, err := exec.Command("mpicc", "-O2", "-o", mpiBin, src).CombinedOutput(); err != nil {
+		return fmt.Errorf("mpicc: %v: %s", err, out)
+	}
+	sizes := []int{1 << 20, 16 << 20, 64 << 20}
+	reps, iters := 3, 5
+	if quick {
+		sizes, reps, iters = []int{1 << 20, 16 << 20}, 1, 2
+	}
+	var sizeArgs []string
+	for _, z := range sizes {
+		sizeArgs = append(sizeArgs, strconv.Itoa(z))
+	}
+	type key struct {
+		n    int
+		path string
+		size int
+	}
+	busbw := map[key][]float64{}
+	cpu := map[key][]float64{}
+	for rep := range reps {
+		for _, n := range []int{2, 4} {
+			progress(s, "repetition %d of %d: %d ranks", rep+1, reps, n)
+			rows, err := runCollBench(ctx, hecctl, hecd, n, iters, sizeArgs)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if r.Wrong != 0 {
+					return fmt.Errorf("hecctl coll bench: %d wrong elements, %s rail, %d bytes", r.Wrong, r.Rail, r.Size)
+				}
+				k := key{n, r.Rail, r.Size}
+				busbw[k] = append(busbw[k], r.BusBW)
+				cpu[k] = append(cpu[k], r.HostCPU)
+			}
+			for _, btl := range []string{"tcp", "shm"} {
+				mrows, err := runMPI(ctx, mpiBin, n, iters, btl, sizeArgs)
+				if err != nil {
+					return err
+				}
+				for _, r := range mrows {
+					k := key{n, "mpi-" + btl, r.size}
+					busbw[k] = append(busbw[k], r.busbw)
+					cpu[k] = append(cpu[k], r.cpuMS)
+				}
+			}
+		}
+	}
+	for _, n := range []int{2, 4} {
+		for _, z := range sizes {
+			label := fmt.Sprintf("N=%d %s", n, sizeName(z))
+			for _, p := range []string{"host", "dpu", "mpi-tcp", "mpi-shm"} {
+				rep.addN(s, fmt.Sprintf("%s busbw, %s", label, p), busbw[key{n, p, z}], "GB/s")
+				rep.addN(s, fmt.Sprintf("%s host CPU per allreduce, %s", label, p), cpu[key{n, p, z}], "ms")
+			}
+			for _, p := range []string{"host", "dpu"} {
+				rep.atLeastN(s, fmt.Sprintf("%s busbw: %s rail / Open MPI over TCP", label, p),
+					ratio(busbw[key{n, p, z}], busbw[key{n, "mpi-tcp", z}]), 1.0, "×")
+			}
+			rep.atMostN(s, fmt.Sprintf("%s host CPU per allreduce: DPU rail / host rail", label),
+				ratio(cpu[key{n, "dpu", z}], cpu[key{n, "host", z}]), 0.2, "×")
+		}
+	}
+	return nil
+}
+
+func sizeName(z int) string {
+	if z >= 1<<20 {
+		return fmt.Sprintf("%d MiB", z>>20)
+	}
+	return fmt.Sprintf("%d KiB", z>>10)
+}
+
+// ratio pairs the repetitions of two figures: a[i]/b[i].
+func ratio(a, b []float64) []float64 {
+	var out []float64
+	for i := range min(len(a), len(b)) {
+		out = append(out, a[i]/b[i])
+	}
+	return out
+}
+
+type collRow struct {
+	Rail    string  `json:"rail"`
+	Size    int     `json:"size"`
+	BusBW   float64 `json:"busbw_gbs"`
+	Wrong   int64   `json:"wrong"`
+	HostCPU float64 `json:"host_cpu_ms"`
+}
+
+func runCollBench(ctx context.Context, hecctl, hecd string, n, iters int, sizes []string) ([]collRow, error) {
+	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--world", strconv.Itoa(n), "--rail", "host,dpu",
+		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters), "--hecd", hecd)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("hecctl coll bench --world %d: %v: %s", n, err, stderr.String())
+	}
+	var rows []collRow
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var r collRow
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("hecctl coll bench: %q: %w", sc.Text(), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+type mpiRow struct {
+	size         int
+	busbw, cpuMS float64
+}
+
+func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []string) ([]mpiRow, error) {
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(n), "--mca", "pml", "ob1"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-run-as-root")
+	}
+	if btl == "tcp" {
+		args = append(args, "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo")
+	} else {
+		args = append(args, "--mca", "btl", "vader,self")
+	}
+	args = append(append(args, bin, strconv.Itoa(iters)), sizes...)
+	out, err := exec.CommandContext(ctx, "mpirun", args...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("mpirun (%s): %v: %s", btl, err, out)
+	}
+	var rows []mpiRow
+	for _, line := range strings.Split(string(out), "\n") {
+		var size, wrong int
+		var t, c float64
+		if _, err := fmt.Sscanf(line, "%d %g %g %d", &size, &t, &c, &wrong); err != nil {
+			continue
+		}
+		if wrong != 0 {
+			return nil, fmt.Errorf("Open MPI (%s): %d wrong elements at %d bytes", btl, wrong, size)
+		}
+		rows = append(rows, mpiRow{size: size, busbw: float64(size) / t / 1e9 * 2 * float64(n-1) / float64(n), cpuMS: c * 1e3})
+	}
+	if len(rows) != len(sizes) {
+		return nil, fmt.Errorf("Open MPI (%s) printed %d of %d sizes: %s", btl, len(rows), len(sizes), out)
+	}
+	return rows, nil
+}
