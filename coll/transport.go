@@ -156,7 +156,9 @@ type mailbox struct {
 	done   chan error    // capacity 1: the posted receive was served
 }
 
-func newMailbox() *mailbox { return &mailbox{notify: make(chan struct{}, 1), done: make(chan error, 1)} }
+func newMailbox() *mailbox {
+	return &mailbox{notify: make(chan struct{}, 1), done: make(chan error, 1)}
+}
 
 // deliver serves the posted receive with b when there is one and nothing
 // is queued before b; else it queues a copy. It returns the bytes queued.

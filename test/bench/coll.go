@@ -181,12 +181,12 @@ func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []s
 			continue
 		}
 		if wrong != 0 {
-			return nil, fmt.Errorf("Open MPI (%s): %d wrong elements at %d bytes", btl, wrong, size)
+			return nil, fmt.Errorf("open MPI (%s): %d wrong elements at %d bytes", btl, wrong, size)
 		}
 		rows = append(rows, mpiRow{size: size, busbw: float64(size) / t / 1e9 * 2 * float64(n-1) / float64(n), cpuMS: c * 1e3})
 	}
 	if len(rows) != len(sizes) {
-		return nil, fmt.Errorf("Open MPI (%s) printed %d of %d sizes: %s", btl, len(rows), len(sizes), out)
+		return nil, fmt.Errorf("open MPI (%s) printed %d of %d sizes: %s", btl, len(rows), len(sizes), out)
 	}
 	return rows, nil
 }
