@@ -123,7 +123,6 @@ func runRank(ctx context.Context, o rankOptions) error {
 		if b.dpu, err = b.cl.JoinColl(octx, wire.CollSpec{Comm: b.g.Transport.Comm(), Epoch: 1, Nodes: nodes}); err != nil {
 			return err
 		}
-		defer b.dpu.Leave(context.WithoutCancel(ctx))
 	}
 	sizes, err := parseSizes(o.sizes)
 	if err != nil {
@@ -145,7 +144,17 @@ func runRank(ctx context.Context, o rankOptions) error {
 			}
 		}
 	}
-	return b.g.Barrier(ctx)
+	if err := b.g.Barrier(ctx); err != nil {
+		return err
+	}
+	if b.dpu != nil {
+		// Only after a run that went well: an agent that failed is not
+		// waited for (the host library would try to attach again).
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		b.dpu.Leave(lctx)
+	}
+	return nil
 }
 
 // dialAgent dials the agent, trying again for a few seconds while it
