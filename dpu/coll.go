@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,6 +17,14 @@ import (
 
 // maxColls bounds the communicators one agent keeps for its hosts.
 const maxColls = 256
+
+// collStall ends a collective that has received nothing for this long:
+// its peers' agents are alive (else the peer layer's deadline would have
+// ended it sooner) but some rank's host never called it. Long, since
+// ranks legitimately arrive at different times (an application's uneven
+// work); bounded, so the queue pair of a host that died meanwhile is not
+// held for ever.
+var collStall = time.Minute
 
 // collService runs collectives for hosts (the DPU rail): a host hands its
 // buffer over the handoff, this agent runs the collective with the other
@@ -158,6 +167,33 @@ func (s *collService) serveLeave(_ context.Context, req *Request, resp *wire.Des
 	go c.close()
 }
 
+// watchStall cancels ctx when c receives nothing for collStall; the
+// returned func stops watching.
+func watchStall(ctx context.Context, c *coll.Comm, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(collStall / 10)
+		defer tick.Stop()
+		last, since := c.Received(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				if got := c.Received(); got != last {
+					last, since = got, now
+				} else if now.Sub(since) >= collStall {
+					cancel(fmt.Errorf("nothing received for %v: a rank's host has not called the collective", collStall))
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Desc) {
 	s.mu.Lock()
 	c := s.comms[req.Arg0]
@@ -192,7 +228,14 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 	if kind == coll.KindBroadcast && int(root) != c.c.Rank() {
 		send = recv // only the root's bytes matter
 	}
-	err := c.c.Run(ctx, kind, send, recv, dtype, redop, int(root))
+	rctx, cancel := context.WithCancelCause(ctx)
+	stopWatch := watchStall(rctx, c.c, cancel)
+	err := c.c.Run(rctx, kind, send, recv, dtype, redop, int(root))
+	stopWatch()
+	if cause := context.Cause(rctx); err != nil && cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	cancel(nil)
 	s.runs.WithLabelValues(kind.String()).Inc()
 	s.bytes.Add(float64(sendSp.Len))
 	if err != nil {
