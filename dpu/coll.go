@@ -18,13 +18,13 @@ import (
 // maxColls bounds the communicators one agent keeps for its hosts.
 const maxColls = 256
 
-// collStall ends a collective that has received nothing for this long:
+// defaultCollStall ends a collective that has received nothing for this long:
 // its peers' agents are alive (else the peer layer's deadline would have
 // ended it sooner) but some rank's host never called it. Long, since
 // ranks legitimately arrive at different times (an application's uneven
 // work); bounded, so the queue pair of a host that died meanwhile is not
 // held for ever.
-var collStall = time.Minute
+const defaultCollStall = time.Minute
 
 // collService runs collectives for hosts (the DPU rail): a host hands its
 // buffer over the handoff, this agent runs the collective with the other
@@ -36,6 +36,7 @@ type collService struct {
 	mu    sync.Mutex
 	comms map[uint64]*collComm
 
+	stall    time.Duration // defaultCollStall; tests shorten it
 	runs     *prometheus.CounterVec
 	bytes    prometheus.Counter
 	failures prometheus.Counter
@@ -51,7 +52,9 @@ type collComm struct {
 	send, recv []byte
 }
 
-func newCollService() *collService { return &collService{comms: map[uint64]*collComm{}} }
+func newCollService() *collService {
+	return &collService{comms: map[uint64]*collComm{}, stall: defaultCollStall}
+}
 
 func (s *collService) Name() string { return "coll" }
 
@@ -167,12 +170,12 @@ func (s *collService) serveLeave(_ context.Context, req *Request, resp *wire.Des
 	go c.close()
 }
 
-// watchStall cancels ctx when c receives nothing for collStall; the
-// returned func stops watching.
-func watchStall(ctx context.Context, c *coll.Comm, cancel context.CancelCauseFunc) (stop func()) {
+// watchStall cancels ctx when c receives nothing for stall; the returned
+// func stops watching.
+func watchStall(ctx context.Context, c *coll.Comm, stall time.Duration, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(collStall / 10)
+		tick := time.NewTicker(stall / 10)
 		defer tick.Stop()
 		last, since := c.Received(), time.Now()
 		for {
@@ -184,8 +187,8 @@ func watchStall(ctx context.Context, c *coll.Comm, cancel context.CancelCauseFun
 			case now := <-tick.C:
 				if got := c.Received(); got != last {
 					last, since = got, now
-				} else if now.Sub(since) >= collStall {
-					cancel(fmt.Errorf("nothing received for %v: a rank's host has not called the collective", collStall))
+				} else if now.Sub(since) >= stall {
+					cancel(fmt.Errorf("nothing received for %v: a rank's host has not called the collective", stall))
 					return
 				}
 			}
@@ -229,7 +232,7 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 		send = recv // only the root's bytes matter
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
-	stopWatch := watchStall(rctx, c.c, cancel)
+	stopWatch := watchStall(rctx, c.c, s.stall, cancel)
 	err := c.c.Run(rctx, kind, send, recv, dtype, redop, int(root))
 	stopWatch()
 	if cause := context.Cause(rctx); err != nil && cause != nil && cause != ctx.Err() {

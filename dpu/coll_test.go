@@ -139,9 +139,7 @@ func TestCollOps(t *testing.T) {
 
 	// Agent 1 alone in a communicator whose other rank never calls: the
 	// stall watchdog ends it, naming why.
-	old := collStall
-	collStall = 300 * time.Millisecond
-	defer func() { collStall = old }()
+	s.stall = 300 * time.Millisecond
 	lone := wire.CollSpec{Comm: 43, Epoch: 1, Nodes: []uint32{1, 2}}
 	var w window
 	w.add(lone.Marshal(), 0)
