@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
-	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -87,7 +85,7 @@ type rankBench struct {
 	kind  coll.Kind
 	dt    coll.DType
 	op    coll.Op
-	split float64 // auto: the host rail's fraction, from the calibration
+	multi *host.MultiRail // auto
 }
 
 func runRank(ctx context.Context, o rankOptions) error {
@@ -123,6 +121,7 @@ func runRank(ctx context.Context, o rankOptions) error {
 		if b.dpu, err = b.cl.JoinColl(octx, wire.CollSpec{Comm: b.g.Transport.Comm(), Epoch: 1, Nodes: nodes}); err != nil {
 			return err
 		}
+		b.multi = host.NewMultiRail(b.g.Comm, b.dpu)
 	}
 	sizes, err := parseSizes(o.sizes)
 	if err != nil {
@@ -196,8 +195,7 @@ func (b *rankBench) buffers(r string, size int) (send, recv []byte, free func())
 	return make([]byte, sn), make([]byte, rn), func() {}
 }
 
-// run runs one collective on rail r; for auto, the buffer split between
-// the rails at b.split, both at once.
+// run runs one collective on rail r; auto splits it between the rails.
 func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error {
 	switch r {
 	case "host":
@@ -205,82 +203,16 @@ func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error 
 	case "dpu":
 		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
 	}
-	es := b.dt.Size()
-	h := int(math.Round(b.split*float64(len(send)/es))) * es
-	if h == 0 {
-		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
-	}
-	if h == len(send) {
-		return b.g.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
-	}
-	var wg sync.WaitGroup
-	var derr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		derr = b.dpu.Run(ctx, b.kind, send[h:], recv[h:], b.dt, b.op, 0)
-	}()
-	herr := b.g.Run(ctx, b.kind, send[:h], recv[:h], b.dt, b.op, 0)
-	wg.Wait()
-	return errors.Join(herr, derr)
+	return b.multi.AllReduce(ctx, send, recv, b.dt, b.op)
 }
 
-// calibrate times each rail alone at a small and a large size, and rank 0
-// plans the split (shared/rail: both rails finishing together); every
-// rank takes rank 0's plan.
+// calibrate has the split planned from each rail's times (host.MultiRail).
 func (b *rankBench) calibrate(ctx context.Context, sizes []int) error {
 	if b.kind != coll.KindAllReduce {
 		return fmt.Errorf("--rail auto splits allreduce only")
 	}
-	big := min(16<<20, sizes[len(sizes)-1])
-	big = max(big, 1<<20)
-	var rails []rail.Rail
-	for _, r := range []string{"host", "dpu"} {
-		small, err := b.timeOne(ctx, r, 64)
-		if err != nil {
-			return err
-		}
-		large, err := b.timeOne(ctx, r, big)
-		if err != nil {
-			return err
-		}
-		rate := float64(big) / max((large-small).Seconds(), 1e-9)
-		rails = append(rails, rail.Rail{Name: r, Alpha: small, Rate: rate})
-	}
-	frac := make([]byte, 8)
-	if b.o.rank == 0 {
-		plan := rail.Split(rails, 1<<30, 1)
-		for _, s := range plan.Shares {
-			if s.Rail == "host" {
-				binary.LittleEndian.PutUint64(frac, math.Float64bits(float64(s.Bytes)/float64(1<<30)))
-			}
-		}
-	}
-	if err := b.g.Broadcast(ctx, frac, coll.Float64, 0); err != nil {
-		return err
-	}
-	b.split = math.Float64frombits(binary.LittleEndian.Uint64(frac))
-	return nil
-}
-
-// timeOne is the slowest rank's time for one collective of size bytes on
-// rail r (the best of three).
-func (b *rankBench) timeOne(ctx context.Context, r string, size int) (time.Duration, error) {
-	send, recv, free := b.buffers(r, size)
-	defer free()
-	best := time.Duration(math.MaxInt64)
-	for range 3 {
-		if err := b.g.Barrier(ctx); err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		if err := b.run(ctx, r, send, recv); err != nil {
-			return 0, err
-		}
-		best = min(best, time.Since(t0))
-	}
-	t, err := b.maxOver(ctx, best.Seconds())
-	return time.Duration(t * float64(time.Second)), err
+	_, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1]))
+	return err
 }
 
 func (b *rankBench) maxOver(ctx context.Context, v float64) (float64, error) {
@@ -354,7 +286,7 @@ func (b *rankBench) measure(ctx context.Context, r string, size int) (rankResult
 		res.BusBW = res.AlgBW * b.kind.BusFactor(n)
 	}
 	if r == "auto" {
-		res.HostFrac = b.split
+		res.HostFrac = b.multi.HostShare()
 	}
 	return res, nil
 }
