@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,6 +241,11 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			argv = append(argv, "--agent-at", shms[r])
 		}
 		p, _ := start(fmt.Sprintf("rank %d", r), argv)
+		if os.Getenv("GOMAXPROCS") == "" {
+			// A core's share per rank, as MPI binds a rank to a core:
+			// more threads than that only contend for the cores.
+			p.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/o.world)))
+		}
 		if r == 0 {
 			out, err := p.cmd.StdoutPipe()
 			if err != nil {
