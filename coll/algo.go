@@ -33,13 +33,12 @@ func copyIfOther(dst, src []byte) {
 	}
 }
 
-// reduceScatterRing reduces buf around the ring so that, at the end, this
-// rank holds the full reduction of segment rank. Step s sends segment
-// rank-1-s and reduces the left neighbour's copy of segment rank-2-s (mod
-// n) into its own; each chunk goes on to the right as soon as
-// it is reduced, so a chunk's send, the next one's receive and the
-// reduction overlap.
-func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op Op) error {
+// ringPass moves segments of buf around the ring: this rank sends segment
+// first, and at step s (n−1 steps) takes the left neighbour's segment
+// first−1−s — reduced into its own when reduce, else copied — and passes
+// each chunk on to the right as soon as it has it (but the last step's),
+// so a chunk's send, the next one's receive and the reduction overlap.
+func (c *Comm) ringPass(ctx context.Context, buf []byte, dt DType, op Op, reduce bool, first int) error {
 	n, r, es := c.size, c.rank, dt.Size()
 	count := len(buf) / es
 	left, right := mod(r-1, n), mod(r+1, n)
@@ -47,11 +46,11 @@ func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op O
 		off, l := segment(count, n, mod(i, n), es)
 		return buf[off : off+l]
 	}
-	c.sendAll(ctx, right, seg(r-1))
+	c.sendAll(ctx, right, seg(first))
 	for s := 0; s < n-1; s++ {
 		last := s == n-2
-		err := c.chunks(seg(r-2-s), func(p []byte) error {
-			if err := c.recv(ctx, left, p, dt, op, true); err != nil {
+		err := c.chunks(seg(first-1-s), func(p []byte) error {
+			if err := c.recv(ctx, left, p, dt, op, reduce); err != nil {
 				return err
 			}
 			if !last {
@@ -66,33 +65,17 @@ func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op O
 	return nil
 }
 
+// reduceScatterRing reduces buf around the ring so that, at the end, this
+// rank holds the full reduction of segment rank (it starts by sending
+// segment rank−1).
+func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op Op) error {
+	return c.ringPass(ctx, buf, dt, op, true, c.rank-1)
+}
+
 // allGatherRing passes segments around the ring: this rank starts holding
 // segment rank, and at the end holds them all.
-func (c *Comm) allGatherRing(ctx context.Context, buf []byte, es int) error {
-	n, r := c.size, c.rank
-	count := len(buf) / es
-	left, right := mod(r-1, n), mod(r+1, n)
-	seg := func(i int) []byte {
-		off, l := segment(count, n, mod(i, n), es)
-		return buf[off : off+l]
-	}
-	c.sendAll(ctx, right, seg(r))
-	for s := 0; s < n-1; s++ {
-		last := s == n-2
-		err := c.chunks(seg(r-1-s), func(p []byte) error {
-			if err := c.recv(ctx, left, p, 0, 0, false); err != nil {
-				return err
-			}
-			if !last {
-				c.post(ctx, right, p)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+func (c *Comm) allGatherRing(ctx context.Context, buf []byte, dt DType) error {
+	return c.ringPass(ctx, buf, dt, 0, false, c.rank)
 }
 
 func (c *Comm) allReduceRing(ctx context.Context, buf []byte, dt DType, op Op) error {
@@ -106,7 +89,7 @@ func (c *Comm) allReduceRing(ctx context.Context, buf []byte, dt DType, op Op) e
 	}
 	off, l := segment(len(buf)/dt.Size(), c.size, c.rank, dt.Size())
 	Finish(buf[off:off+l], dt, op, c.size)
-	return c.allGatherRing(ctx, buf, dt.Size())
+	return c.allGatherRing(ctx, buf, dt)
 }
 
 // allReduceRD is recursive doubling: log2(p) exchanges of the whole buffer
@@ -201,7 +184,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 		if c.size == 1 {
 			return nil
 		}
-		return c.allGatherRing(ctx, recv, dt.Size())
+		return c.allGatherRing(ctx, recv, dt)
 	})
 }
 

@@ -182,14 +182,7 @@ func (m *mailbox) deliver(from int, seq uint32, b []byte) int {
 func (m *mailbox) post(s *Sink) (Msg, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.head < len(m.q) {
-		msg := m.q[m.head]
-		m.q[m.head] = Msg{}
-		m.head++
-		if m.head == len(m.q) {
-			m.q, m.head = m.q[:0], 0
-		}
-		m.bytes -= len(msg.Data)
+	if msg, ok := m.popLocked(); ok {
 		return msg, true
 	}
 	m.posted = s
@@ -236,6 +229,10 @@ func (m *mailbox) wake() {
 func (m *mailbox) pop() (Msg, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.popLocked()
+}
+
+func (m *mailbox) popLocked() (Msg, bool) {
 	if m.head == len(m.q) {
 		return Msg{}, false
 	}
