@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -174,12 +173,12 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			<-p.done
 		}
 	}()
-	start := func(what string, argv []string) (*benchProc, error) {
+	start := func(what string, argv []string) *benchProc {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		p := &benchProc{what: what, cmd: cmd, stderr: &tailBuffer{}, done: make(chan struct{})}
 		cmd.Stderr = p.stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		return p, nil
+		return p
 	}
 	run := func(p *benchProc) error {
 		if err := p.cmd.Start(); err != nil {
@@ -214,7 +213,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 				"--peer", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(peers, ","),
 				"--node-id", strconv.Itoa(i + 1), "--cluster-key-file", keyFile, "--peer-deadline", o.deadline.String(),
 				"--log-level", "warn"}
-			p, _ := start(fmt.Sprintf("the agent of rank %d", i), argv)
+			p := start(fmt.Sprintf("the agent of rank %d", i), argv)
 			if err := run(p); err != nil {
 				return err
 			}
@@ -240,7 +239,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		if needAgents {
 			argv = append(argv, "--agent-at", shms[r])
 		}
-		p, _ := start(fmt.Sprintf("rank %d", r), argv)
+		p := start(fmt.Sprintf("rank %d", r), argv)
 		if os.Getenv("GOMAXPROCS") == "" {
 			// A core's share per rank, as MPI binds a rank to a core:
 			// more threads than that only contend for the cores.
@@ -484,5 +483,3 @@ func plotBusBW(o benchOptions, rows []rankResult) error {
 	}
 	return nil
 }
-
-var _ io.Writer = (*tailBuffer)(nil)

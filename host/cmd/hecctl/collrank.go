@@ -241,7 +241,7 @@ func (b *rankBench) measure(ctx context.Context, r string, size int) (rankResult
 	size = max(size, es*n)
 	send, recv, free := b.buffers(r, size)
 	defer free()
-	fillInput(b.kind, b.dt, b.op, b.o.rank, n, send)
+	fillInput(b.dt, b.op, b.o.rank, send)
 	want := expectedOutput(b.kind, b.dt, b.op, b.o.rank, n, len(recv))
 	var wrong int64
 	var elapsed time.Duration
@@ -261,7 +261,7 @@ func (b *rankBench) measure(ctx context.Context, r string, size int) (rankResult
 			elapsed += d
 			cpu += c
 		}
-		wrong += countWrong(b.kind, b.dt, b.o.rank, recv, want)
+		wrong += countWrong(b.dt, recv, want)
 	}
 	perOp := elapsed.Seconds() / float64(b.o.iters)
 	tmax, err := b.maxOver(ctx, perOp)
@@ -308,8 +308,8 @@ func inputValue(op coll.Op, r, i int) float64 {
 	return float64((r+i)%5 + 1)
 }
 
-// fillInput writes rank's send buffer of collective k.
-func fillInput(k coll.Kind, dt coll.DType, op coll.Op, rank, n int, send []byte) {
+// fillInput writes rank's send buffer.
+func fillInput(dt coll.DType, op coll.Op, rank int, send []byte) {
 	for i := range len(send) / dt.Size() {
 		putElem(dt, send, i, inputValue(op, rank, i))
 	}
@@ -392,7 +392,7 @@ func offsetOf(k coll.Kind, rank, count int) int {
 }
 
 // countWrong counts the elements of got that differ from want.
-func countWrong(k coll.Kind, dt coll.DType, rank int, got, want []byte) int64 {
+func countWrong(dt coll.DType, got, want []byte) int64 {
 	if want == nil {
 		return 0
 	}
