@@ -36,6 +36,13 @@ type Options struct {
 	// Rates limit links: node index → tc rate ("1gbit", "500mbit"); index
 	// 0 applies to every node's link.
 	Rates map[int]string
+	// HostRail gives every node a second link, eth1 on a second bridge,
+	// for its host processes' own traffic (the host rail: HostAddr),
+	// rate-limited apart from the agents' link by HostRates (indexed as
+	// Rates). A VM's host processes run in the switch, whose address on
+	// that bridge they share.
+	HostRail  bool
+	HostRates map[int]string
 	// Membership is "static" (default: each agent gets the member list) or
 	// "etcd" (an etcd in the switch namespace; agents register there).
 	Membership string
@@ -60,7 +67,11 @@ type Node struct {
 	Addr  string `json:"addr"` // its address on the cluster's bridge
 	PID   int    `json:"pid"`  // its agent, or its VM's QEMU
 	Rate  string `json:"rate,omitempty"`
-	VM    bool   `json:"vm,omitempty"` // an arm64 VM on the bridge; NS is then the switch's
+	// HostAddr is the node's address on the host-rail bridge, HostRate
+	// that link's limit (Options.HostRail).
+	HostAddr string `json:"host_addr,omitempty"`
+	HostRate string `json:"host_rate,omitempty"`
+	VM       bool   `json:"vm,omitempty"` // an arm64 VM on the bridge; NS is then the switch's
 	// TokenFile holds the operator's token its agent requires (the
 	// cluster's: every node has the same).
 	TokenFile string `json:"token_file,omitempty"`
@@ -123,6 +134,8 @@ type State struct {
 const (
 	subnetPrefix = "10.77.0." // a private range, only inside the cluster's namespaces
 	switchAddr   = subnetPrefix + "254"
+	hostPrefix   = "10.78.0." // the host-rail bridge's
+	switchHost   = hostPrefix + "254"
 )
 
 var validName = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
@@ -223,6 +236,17 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			return nil, err
 		}
 	}
+	if o.HostRail {
+		for _, c := range [][]string{
+			{"-n", sw, "link", "add", "br1", "type", "bridge"},
+			{"-n", sw, "addr", "add", switchHost + "/24", "dev", "br1"},
+			{"-n", sw, "link", "set", "br1", "up"},
+		} {
+			if err := run(o.Log, "ip", c...); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for i := 1; i <= o.Agents; i++ {
 		n := Node{Index: i, NS: nsName(o.Name, i), Addr: subnetPrefix + strconv.Itoa(i)}
 		v := "v" + strconv.Itoa(i)
@@ -237,6 +261,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 				if err := run(o.Log, "ip", c...); err != nil {
 					return nil, err
 				}
+			}
+			if o.HostRail {
+				n.HostAddr = switchHost
 			}
 			st.Nodes = append(st.Nodes, n)
 			continue
@@ -264,20 +291,26 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 				return nil, fmt.Errorf("xdp on the switch side of node %d: %w", i, err)
 			}
 		}
-		rate := o.Rates[i]
-		if rate == "" {
-			rate = o.Rates[0]
+		if n.Rate, err = limit(o.Log, o.Rates, i, [2]string{n.NS, "eth0"}, [2]string{sw, v}); err != nil {
+			return nil, err
 		}
-		if rate != "" {
-			// Both directions: out of the node, and out of the switch
-			// towards it.
-			for _, at := range [][2]string{{n.NS, "eth0"}, {sw, v}} {
-				if err := run(o.Log, "ip", "netns", "exec", at[0], "tc", "qdisc", "add", "dev", at[1], "root", "tbf",
-					"rate", rate, "burst", "256kb", "latency", "50ms"); err != nil {
-					return nil, fmt.Errorf("rate %s on node %d: %w", rate, i, err)
+		if o.HostRail {
+			h := "h" + strconv.Itoa(i)
+			n.HostAddr = hostPrefix + strconv.Itoa(i)
+			for _, c := range [][]string{
+				{"-n", sw, "link", "add", h, "type", "veth", "peer", "name", "eth1", "netns", n.NS},
+				{"-n", sw, "link", "set", h, "master", "br1"},
+				{"-n", sw, "link", "set", h, "up"},
+				{"-n", n.NS, "addr", "add", n.HostAddr + "/24", "dev", "eth1"},
+				{"-n", n.NS, "link", "set", "eth1", "up"},
+			} {
+				if err := run(o.Log, "ip", c...); err != nil {
+					return nil, err
 				}
 			}
-			n.Rate = rate
+			if n.HostRate, err = limit(o.Log, o.HostRates, i, [2]string{n.NS, "eth1"}, [2]string{sw, h}); err != nil {
+				return nil, err
+			}
 		}
 		st.Nodes = append(st.Nodes, n)
 	}
@@ -319,6 +352,26 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	fmt.Fprintf(o.Log, "cluster %s: %d agents up (%s membership), state in %s\n", o.Name, len(st.Nodes), o.Membership, st.Dir)
 	return st, nil
+}
+
+// limit puts node i's rate from rates (its own, else index 0's) on both
+// ends of its link, {namespace, device} each: out of the node, and out of
+// the switch towards it. It returns the rate, "" for none.
+func limit(log io.Writer, rates map[int]string, i int, ends ...[2]string) (string, error) {
+	rate := rates[i]
+	if rate == "" {
+		rate = rates[0]
+	}
+	if rate == "" {
+		return "", nil
+	}
+	for _, at := range ends {
+		if err := run(log, "ip", "netns", "exec", at[0], "tc", "qdisc", "add", "dev", at[1], "root", "tbf",
+			"rate", rate, "burst", "256kb", "latency", "50ms"); err != nil {
+			return "", fmt.Errorf("rate %s on node %d's %s: %w", rate, i, at[1], err)
+		}
+	}
+	return rate, nil
 }
 
 // FindHecd returns path, or else the hecd beside this program, on PATH
