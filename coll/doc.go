@@ -30,7 +30,9 @@
 // or host processes — through an Endpoint that routes frames by
 // communicator id and epoch. Open (group.go) is how host processes form a
 // group: rank 0 listens at a root address, every rank registers its peer
-// address there (NCCL's unique id, as an address).
+// address there (NCCL's unique id, as an address) — or they meet in etcd
+// (registry.go, a root etcd://HOST:PORT/NAME), spoken to over its JSON
+// gateway so that programs linking the host library carry no gRPC.
 //
 // # Faults
 //

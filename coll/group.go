@@ -18,9 +18,11 @@ import (
 // GroupConfig is how a host process joins a group of ranks (the host
 // rail): rank 0 listens at Root, every rank registers its peer address
 // there, and rank 0 answers with every rank's — like NCCL's unique id,
-// with an address in place of the id.
+// with an address in place of the id. Or the ranks meet in etcd: Root
+// "etcd://HOST:PORT/NAME", NAME the group's, unique among the groups
+// meeting there at once.
 type GroupConfig struct {
-	Root   string // rank 0's rendezvous address, host:port
+	Root   string // rank 0's rendezvous address, host:port, or etcd://HOST:PORT/NAME
 	Rank   int
 	Size   int
 	Listen string // this rank's peer listener (default 127.0.0.1:0)
@@ -73,7 +75,7 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		cfg.Deadline = 3 * time.Second
 	}
 	var rootLn net.Listener
-	if cfg.Rank == 0 {
+	if cfg.Rank == 0 && !isRegistry(cfg.Root) {
 		var err error
 		if rootLn, err = net.Listen("tcp", cfg.Root); err != nil {
 			return nil, fmt.Errorf("coll: rendezvous at %s: %w", cfg.Root, err)
@@ -105,7 +107,11 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		go func() { rootErr <- serveRendezvous(ctx, rootLn, cfg.Size) }()
 	}
 	var nodes []uint32
-	r, err := registerAt(ctx, cfg.Root, register{Member: me, Size: cfg.Size}, func(r roster) {
+	meet := registerAt
+	if isRegistry(cfg.Root) {
+		meet = registerEtcd
+	}
+	r, err := meet(ctx, cfg.Root, register{Member: me, Size: cfg.Size}, func(r roster) {
 		// Every rank knows the others before any sends: the root says go
 		// once all are ready.
 		peers := map[uint32]string{}

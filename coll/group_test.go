@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/test/testutil"
 )
 
 var testKey = []byte("0123456789abcdef-coll-test-key")
@@ -61,7 +63,12 @@ func freeAddr(t *testing.T) string {
 
 func openGroup(t *testing.T, n int, cfg Config) []*Group {
 	t.Helper()
-	root := freeAddr(t)
+	return openGroupAt(t, freeAddr(t), n, cfg)
+}
+
+// openGroupAt opens n ranks meeting at root.
+func openGroupAt(t *testing.T, root string, n int, cfg Config) []*Group {
+	t.Helper()
 	gs := make([]*Group, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -126,6 +133,76 @@ func TestGroupOverPeers(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestGroupInEtcd: ranks that meet in etcd (Root etcd://HOST:PORT/NAME)
+// form a working communicator; the same name serves again once a group
+// has formed (its records withdrawn); ranks that disagree on the size, or
+// wait for a rank that never comes, get an error, not a hang.
+func TestGroupInEtcd(t *testing.T) {
+	etcd := testutil.Etcd(t)
+	for i, n := range []int{1, 4, 3, 4} {
+		gs := openGroupAt(t, "etcd://"+etcd+"/job"+strconv.Itoa(n), n, Config{})
+		count := 1001 + i
+		in := make([][]byte, n)
+		ref := make([][]float64, n)
+		for r := range n {
+			in[r], ref[r] = values(newRNG(r, count), Float64, Sum, count)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for r, g := range gs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = g.AllReduce(context.Background(), in[r], in[r], Float64, Sum)
+			}()
+		}
+		wg.Wait()
+		for r := range n {
+			if errs[r] != nil {
+				t.Fatalf("n=%d rank %d: %v", n, r, errs[r])
+			}
+			for e := 0; e < count; e += 7 {
+				if want, tol := expected(ref, Float64, Sum, e); math.Abs(element(in[r], Float64, e)-want) > tol {
+					t.Fatalf("n=%d rank %d element %d = %v, want %v", n, r, e, element(in[r], Float64, e), want)
+				}
+			}
+		}
+		for _, g := range gs {
+			g.Close()
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	root := "etcd://" + etcd + "/mismatch"
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, size := range []int{2, 3} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := Open(ctx, GroupConfig{Root: root, Rank: r, Size: size, Key: testKey})
+			if err == nil {
+				g.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 says 3 ranks") {
+		t.Fatalf("rank 0 of 2 beside a rank of 3: %v", errs[0])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "not every rank registered") {
+		t.Fatalf("rank 1 of 3, one other rank only: %v", errs[1])
+	}
+	for _, bad := range []string{"etcd://" + etcd, "etcd://" + etcd + "/a/b", "etcd:///name"} {
+		if _, err := Open(context.Background(), GroupConfig{Root: bad, Rank: 0, Size: 1, Key: testKey}); err == nil ||
+			!strings.Contains(err.Error(), "want etcd://HOST:PORT/NAME") {
+			t.Errorf("root %q: %v", bad, err)
 		}
 	}
 }

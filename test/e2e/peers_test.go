@@ -98,37 +98,10 @@ func TestAgentsTalkToAgents(t *testing.T) {
 	}
 }
 
-// startEtcd runs Debian's etcd on loopback ports for the test.
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("etcd"); err != nil {
-		t.Skip("etcd not installed (make test installs etcd-server as root)")
-	}
-	ports := testutil.FreeAddrs(t, 2)
-	client, peerURL := "http://"+ports[0], "http://"+ports[1]
-	cmd := exec.Command("etcd", "--data-dir", t.TempDir(), "--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(client + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return ports[0]
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("etcd not healthy within 20 s")
-		}
-	}
-}
-
 // Members from etcd: each agent registers under a lease and follows the
 // set; an agent killed with SIGKILL leaves it when its lease expires.
 func TestEtcdMembership(t *testing.T) {
-	etcd := startEtcd(t)
+	etcd := testutil.Etcd(t)
 	key := clusterKey(t)
 	addrs := testutil.FreeAddrs(t, 3)
 	var agents []*testAgent

@@ -3,6 +3,7 @@ package testutil
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,4 +147,33 @@ func SmallDisk(tb testing.TB, size, ballast int64) (dir, ballastPath string) {
 		tb.Fatal(err)
 	}
 	return dir, ballastPath
+}
+
+// Etcd runs Debian's etcd on loopback ports for the test and returns its
+// client address (host:port); it skips the test where etcd is not
+// installed (make test installs etcd-server as root).
+func Etcd(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("etcd not installed (make test installs etcd-server as root)")
+	}
+	ports := FreeAddrs(t, 2)
+	client, peerURL := "http://"+ports[0], "http://"+ports[1]
+	cmd := exec.Command("etcd", "--data-dir", t.TempDir(), "--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(client + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return ports[0]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("etcd not healthy within 20 s")
+		}
+	}
 }
