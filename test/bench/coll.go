@@ -105,6 +105,41 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 				ratio(cpu[key{n, "dpu", z}], cpu[key{n, "host", z}]), 0.2, "×")
 		}
 	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the coll scenario's split across rate-limited rails makes network namespaces: run make bench as root")
+	}
+	return benchCollSplit(ctx, rep, hecctl, hecd, reps, iters)
+}
+
+// benchCollSplit: two ranks in namespaces, the host rail's links limited
+// to 200 Mbit/s and the agents' to 400 Mbit/s (tc), allreduce on each rail
+// and split between them (--rail auto, the planner's shares): the split's
+// bus bandwidth against the sum of the two rails', and the host rail's
+// share (a third, were the planner exact).
+func benchCollSplit(ctx context.Context, rep *Report, hecctl, hecd string, reps, iters int) error {
+	const s = "coll"
+	var sum, share []float64
+	for r := range reps {
+		progress(s, "split across rate-limited rails, repetition %d of %d", r+1, reps)
+		rows, err := collBenchRows(ctx, hecctl, hecd, "--net", "netns", "--world", "2", "--rail", "host,dpu,auto",
+			"--host-rate", "200mbit", "--dpu-rate", "400mbit", "--sizes", "16M", "--iters", strconv.Itoa(iters))
+		if err != nil {
+			return err
+		}
+		bw := map[string]float64{}
+		for _, row := range rows {
+			if row.Wrong != 0 {
+				return fmt.Errorf("hecctl coll bench: %d wrong elements, %s rail", row.Wrong, row.Rail)
+			}
+			bw[row.Rail] = row.BusBW
+			if row.Rail == "auto" {
+				share = append(share, row.HostFrac)
+			}
+		}
+		sum = append(sum, bw["auto"]/(bw["host"]+bw["dpu"]))
+	}
+	rep.addN(s, "N=2 16 MiB split, host rail 200 Mbit/s beside agents 400 Mbit/s: host rail's share", share, "")
+	rep.atLeastN(s, "N=2 16 MiB busbw: split / (host rail + DPU rail), rails 1:2 by tc", sum, 0.85, "×")
 	return nil
 }
 
@@ -125,21 +160,29 @@ func ratio(a, b []float64) []float64 {
 }
 
 type collRow struct {
-	Rail    string  `json:"rail"`
-	Size    int     `json:"size"`
-	BusBW   float64 `json:"busbw_gbs"`
-	Wrong   int64   `json:"wrong"`
-	HostCPU float64 `json:"host_cpu_ms"`
+	Rail     string  `json:"rail"`
+	Size     int     `json:"size"`
+	BusBW    float64 `json:"busbw_gbs"`
+	Wrong    int64   `json:"wrong"`
+	HostCPU  float64 `json:"host_cpu_ms"`
+	HostFrac float64 `json:"host_fraction"`
 }
 
+// runCollBench runs coll bench on loopback, the topology Open MPI's runs
+// here have.
 func runCollBench(ctx context.Context, hecctl, hecd string, n, iters int, sizes []string) ([]collRow, error) {
-	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--world", strconv.Itoa(n), "--rail", "host,dpu",
-		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters), "--hecd", hecd)
+	return collBenchRows(ctx, hecctl, hecd, "--net", "loopback", "--world", strconv.Itoa(n), "--rail", "host,dpu",
+		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters))
+}
+
+// collBenchRows runs hecctl coll bench with args and returns its rows.
+func collBenchRows(ctx context.Context, hecctl, hecd string, args ...string) ([]collRow, error) {
+	cmd := exec.CommandContext(ctx, hecctl, append([]string{"coll", "bench", "-o", "json", "--hecd", hecd}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("hecctl coll bench --world %d: %v: %s", n, err, stderr.String())
+		return nil, fmt.Errorf("hecctl coll bench %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	var rows []collRow
 	sc := bufio.NewScanner(bytes.NewReader(out))

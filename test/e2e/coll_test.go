@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +64,7 @@ func TestCollBenchAgentKilled(t *testing.T) {
 	for round := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rail", "dpu", "--sizes", "4M", "--iters", "100000",
-			"--deadline", "3s")
+			"--deadline", "3s", "--net", "loopback") // the agents are its own processes: found by their region files
 		var out lockedBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -98,6 +99,77 @@ func TestCollBenchAgentKilled(t *testing.T) {
 			t.Fatalf("%s left behind", shm)
 		}
 	}
+}
+
+// TestCollSplitFollowsTheRates runs coll bench in namespaces with the host
+// rail's links limited to half the agents' (tc: 100 and 200 Mbit/s): the
+// planner must give the host rail about a third of the buffer, and every
+// row must be exact. (That the split's speed reaches 0.85× the sum of the
+// two rails' is a bench figure: make bench.)
+func TestCollSplitFollowsTheRates(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("coll bench --net netns makes network namespaces: root only (CI runs as root)")
+	}
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--net", "netns", "--world", "2",
+		"--rail", "host,dpu,auto", "--host-rate", "100mbit", "--dpu-rate", "200mbit", "--sizes", "4M", "--iters", "3")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("hecctl coll bench, host rail 100mbit, agents 200mbit:\n%s%s", out, stderr.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	busbw := map[string]float64{}
+	share := -1.0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Rail     string  `json:"rail"`
+			BusBW    float64 `json:"busbw_gbs"`
+			Wrong    int64   `json:"wrong"`
+			HostFrac float64 `json:"host_fraction"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if row.Wrong != 0 {
+			t.Errorf("%s rail: %d wrong", row.Rail, row.Wrong)
+		}
+		busbw[row.Rail] = row.BusBW
+		if row.Rail == "auto" {
+			share = row.HostFrac
+		}
+	}
+	if len(busbw) != 3 {
+		t.Fatalf("rows for %v, want host, dpu and auto", busbw)
+	}
+	// The links make the rails 1:2 (each rank's link carries its ring's
+	// traffic): a third for the host rail, give or take what the
+	// calibration's noise moves.
+	if share < 0.2 || share > 0.47 {
+		t.Fatalf("host rail's share %.2f, want about 1/3 (0.20 to 0.47)", share)
+	}
+	t.Logf("host share %.2f; busbw host %.4f, dpu %.4f, split %.4f GB/s (%.2f× the sum)", share, busbw["host"], busbw["dpu"],
+		busbw["auto"], busbw["auto"]/(busbw["host"]+busbw["dpu"]))
+	if left := namespacesNamed("hec-cb"); len(left) > 0 {
+		t.Fatalf("namespaces left behind: %v", left)
+	}
+}
+
+// namespacesNamed lists the network namespaces whose names start with
+// prefix.
+func namespacesNamed(prefix string) []string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var ns []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
 }
 
 // lockedBuffer is a bytes.Buffer a process writes while the test reads.

@@ -1,10 +1,15 @@
 package vm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hecsys/hec/test/testutil"
 
@@ -47,5 +52,46 @@ func TestClusterWithAVM(t *testing.T) {
 	}
 	if left := cluster.Remains(name, dir, pids); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// TestCollWithAnArm64Rank runs hecctl coll bench among three ranks whose
+// third agent is the arm64 VM: on the DPU rail that agent reduces its
+// share in arm64 code, and every result must still be exact.
+func TestCollWithAnArm64Rank(t *testing.T) {
+	b := bundle(t)
+	if os.Geteuid() != 0 {
+		t.Skip("coll bench --net netns makes network namespaces: root only (CI runs as root)")
+	}
+	hecd := testutil.Hecd(t)
+	hecctl := testutil.Hecctl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--net", "netns", "--world", "3", "--vm", "1",
+		"--bundle", b, "--hecd", hecd, "--rail", "dpu,host", "--sizes", "8,64K,1M,4M", "--iters", "2", "--deadline", "10s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("hecctl coll bench --world 3 --vm 1:\n%s%s", out, stderr.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var row struct {
+			Rail  string `json:"rail"`
+			Size  int    `json:"size"`
+			Wrong int64  `json:"wrong"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if row.Wrong != 0 {
+			t.Errorf("%s rail, %d bytes: %d wrong", row.Rail, row.Size, row.Wrong)
+		}
+		rows++
+	}
+	if rows != 8 {
+		t.Fatalf("%d rows, want 2 rails × 4 sizes", rows)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -45,17 +46,31 @@ type benchOptions struct {
 	iters, warmup      int
 	plot, hecd         string
 	deadline           time.Duration
+	// Where the ranks run: netns, loopback or auto (netns when root);
+	// in namespaces, the links' rates and the arm64 VMs among the agents.
+	net               string
+	hostRate, dpuRate string
+	vms               int
+	bundle            string
 }
 
 func collBenchCmd(a *app) *cobra.Command {
 	var o benchOptions
-	cmd := &cobra.Command{Use: "bench", Short: "start N ranks (a host process and an agent each) on loopback and print nccl-tests' table for each rail",
+	cmd := &cobra.Command{Use: "bench", Short: "start N ranks (a host process and an agent each) and print nccl-tests' table for each rail",
 		Long: `bench starts --world ranks on this machine: each a host process and, for
-the dpu and auto rails, an agent (hecd) of its own, joined over loopback by
-the peer layer. Rail host: the host processes run the collective among
-themselves. Rail dpu: each hands its buffer to its agent and the agents
-run it. Rail auto: the buffer is split between the two by the planner,
-from a calibration of each, and both run at once.
+the dpu and auto rails, an agent (hecd) of its own. Rail host: the host
+processes run the collective among themselves. Rail dpu: each hands its
+buffer to its agent and the agents run it over the peer layer. Rail auto:
+the buffer is split between the two by the planner, from a calibration of
+each, and both run at once.
+
+As root (--net netns, the default then) each rank is a network namespace
+of a cluster made for the run (hecctl cluster): its agent on the agents'
+bridge (eth0), its host process also on a second bridge (eth1) for the
+host rail, so --dpu-rate and --host-rate can limit the two rails apart
+(tc rates: 200mbit, 1gbit), and --vm N makes the last N agents arm64 VMs
+(make image first). Otherwise (--net loopback) everything runs on
+loopback.
 
 Columns as nccl-tests prints them: size (bytes), count (elements), type,
 redop, time (µs, the slowest rank's mean), algbw and busbw (GB/s), and
@@ -79,6 +94,11 @@ with an error naming it: the command then stops them all and says so.`,
 	f.StringVar(&o.plot, "plot", "", "draw busbw against size for each rail into this PNG")
 	f.StringVar(&o.hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")
 	f.DurationVar(&o.deadline, "deadline", 3*time.Second, "a rank or agent silent this long while others wait on it is declared dead")
+	f.StringVar(&o.net, "net", "auto", "where the ranks run: netns (root only), loopback, or auto (netns when root)")
+	f.StringVar(&o.hostRate, "host-rate", "", "limit each rank's host-rail link to this tc rate (netns only)")
+	f.StringVar(&o.dpuRate, "dpu-rate", "", "limit each agent's link to this tc rate (netns only)")
+	f.IntVar(&o.vms, "vm", 0, "the last N agents are arm64 VMs (netns only; make image first)")
+	f.StringVar(&o.bundle, "bundle", "", "the VMs' image bundle (default .cache/images/qemu)")
 	return uses(cmd, useOutput)
 }
 
@@ -113,7 +133,60 @@ func (o *benchOptions) check() error {
 	if o.deadline < 100*time.Millisecond {
 		return usageError{fmt.Errorf("--deadline %v: want at least 100ms", o.deadline)}
 	}
+	if o.net == "auto" {
+		o.net = "loopback"
+		if os.Geteuid() == 0 {
+			o.net = "netns"
+		}
+	}
+	switch o.net {
+	case "netns":
+		if os.Geteuid() != 0 {
+			return usageError{errors.New("--net netns: making network namespaces needs root (or --net loopback)")}
+		}
+	case "loopback":
+		if o.hostRate != "" || o.dpuRate != "" || o.vms != 0 {
+			return usageError{errors.New("--host-rate, --dpu-rate and --vm need --net netns (root)")}
+		}
+	default:
+		return usageError{fmt.Errorf("--net %s: want netns, loopback or auto", o.net)}
+	}
+	if o.vms < 0 || o.vms > o.world {
+		return usageError{fmt.Errorf("--vm %d: want 0 to --world (%d)", o.vms, o.world)}
+	}
 	return nil
+}
+
+// rankPlace is where a rank runs: its agent, its host-rail listener, and
+// the command prefix that puts a process there.
+type rankPlace struct {
+	agent, tokenFile string
+	listen           string
+	prefix           []string
+}
+
+// rootPort is rank 0's rendezvous port inside a namespace of its own.
+const rootPort = 7470
+
+// benchCluster makes the cluster a netns bench runs in: a node per rank,
+// agents sized for the bench's buffers, links limited as asked. It
+// returns the cluster, each rank's place and rank 0's rendezvous address.
+func benchCluster(ctx context.Context, o benchOptions, dir string, region int) (*cluster.State, []rankPlace, string, error) {
+	name := fmt.Sprintf("cb%d", os.Getpid()%1_000_000)
+	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: o.world, VMs: o.vms, Bundle: o.bundle, Hecd: o.hecd,
+		StateDir: filepath.Join(dir, "cluster"), Rates: map[int]string{0: o.dpuRate},
+		HostRail: true, HostRates: map[int]string{0: o.hostRate},
+		AgentArgs: []string{"--region-size", strconv.Itoa(region), "--queue-pairs", "2",
+			"--peer-deadline", o.deadline.String(), "--log-level", "warn"}})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("coll bench: %w", err)
+	}
+	places := make([]rankPlace, o.world)
+	for i, n := range st.Nodes {
+		places[i] = rankPlace{agent: n.Agent(), tokenFile: n.TokenFile, listen: net.JoinHostPort(n.HostAddr, "0"),
+			prefix: []string{"ip", "netns", "exec", n.NS}}
+	}
+	return st, places, net.JoinHostPort(st.Nodes[0].HostAddr, strconv.Itoa(rootPort)), nil
 }
 
 // freePorts returns n loopback ports free right now.
@@ -188,8 +261,29 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		go func() { p.err = p.cmd.Wait(); close(p.done) }()
 		return nil
 	}
+	// Two queue pairs with windows that hold the largest size's send and
+	// recv buffers, so they are handed over in place.
+	region := max(64<<20, 2*(2*sizes[len(sizes)-1]+(16<<20)))
+	places := make([]rankPlace, o.world)
+	var root, where string
+	if o.net == "netns" {
+		st, p, r, err := benchCluster(ctx, o, dir, region)
+		if err != nil {
+			return err
+		}
+		defer cluster.Down(st.Name, st.Dir, nil)
+		places, root = p, r
+		where = fmt.Sprintf("in network namespaces (cluster %s", st.Name)
+		if o.dpuRate != "" || o.hostRate != "" {
+			where += fmt.Sprintf("; links: agents %s, host rail %s", cmp.Or(o.dpuRate, "unlimited"), cmp.Or(o.hostRate, "unlimited"))
+		}
+		if o.vms > 0 {
+			where += fmt.Sprintf("; %d arm64 VMs", o.vms)
+		}
+		where += ")"
+	}
 	shms := make([]string, o.world)
-	if needAgents {
+	if needAgents && o.net == "loopback" {
 		hecd, err := cluster.FindHecd(o.hecd)
 		if err != nil {
 			return err
@@ -202,9 +296,6 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		for i, p := range ports {
 			peers = append(peers, fmt.Sprintf("%d@127.0.0.1:%d", i+1, p))
 		}
-		// Two queue pairs with windows that hold the largest size's send
-		// and recv buffers, so they are handed over in place.
-		region := max(64<<20, 2*(2*sizes[len(sizes)-1]+(16<<20)))
 		for i := range o.world {
 			shms[i] = fmt.Sprintf("/dev/shm/hec-coll-%d-%d", os.Getpid(), i)
 			state := filepath.Join(dir, fmt.Sprintf("agent%d", i))
@@ -218,26 +309,35 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 				return err
 			}
 			defer os.Remove(shms[i])
+			places[i].agent = shms[i]
 		}
-	}
-	if needAgents {
 		if err := waitAgents(ctx, procs, shms); err != nil {
 			return err
 		}
 	}
-	rootPort, err := freePorts(1)
-	if err != nil {
-		return err
+	if o.net == "loopback" {
+		port, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		root, where = fmt.Sprintf("127.0.0.1:%d", port[0]), "on loopback"
 	}
 	results := make(chan rankResult, 64)
 	var ranks []*benchProc
 	for r := range o.world {
-		argv := []string{self, "coll", "rank", "--root", fmt.Sprintf("127.0.0.1:%d", rootPort[0]), "--rank", strconv.Itoa(r),
+		pl := places[r]
+		argv := append(slices.Clone(pl.prefix), self, "coll", "rank", "--root", root, "--rank", strconv.Itoa(r),
 			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rail", strings.Join(o.rails, ","), "--op", o.kind,
 			"--dtype", o.dtype, "--redop", o.redop, "--sizes", strings.Join(o.sizes, ","), "--iters", strconv.Itoa(o.iters),
-			"--warmup", strconv.Itoa(o.warmup), "--deadline", o.deadline.String()}
+			"--warmup", strconv.Itoa(o.warmup), "--deadline", o.deadline.String())
 		if needAgents {
-			argv = append(argv, "--agent-at", shms[r])
+			argv = append(argv, "--agent-at", pl.agent)
+			if pl.tokenFile != "" {
+				argv = append(argv, "--token-file", pl.tokenFile)
+			}
+		}
+		if pl.listen != "" {
+			argv = append(argv, "--listen", pl.listen)
 		}
 		p := start(fmt.Sprintf("rank %d", r), argv)
 		if os.Getenv("GOMAXPROCS") == "" {
@@ -268,8 +368,8 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	}
 	// Print rows as rank 0 reports them; watch every process.
 	if !a.jsonOut() {
-		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks on loopback, rails %s; %d iterations per size\n",
-			o.kind, o.dtype, o.redop, o.world, strings.Join(o.rails, ", "), o.iters)
+		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s, rails %s; %d iterations per size\n",
+			o.kind, o.dtype, o.redop, o.world, where, strings.Join(o.rails, ", "), o.iters)
 		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "host-share")
 	}
 	var rows []rankResult

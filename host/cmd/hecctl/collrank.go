@@ -23,6 +23,7 @@ import (
 // agent when a rail needs it. The driver passes them as flags.
 type rankOptions struct {
 	root, agent, keyFile string
+	listen, tokenFile    string
 	rank, world          int
 	rails                []string
 	kind                 string
@@ -61,7 +62,9 @@ func collRankCmd() *cobra.Command {
 		}}
 	f := cmd.Flags()
 	f.StringVar(&o.root, "root", "", "rank 0's rendezvous address")
-	f.StringVar(&o.agent, "agent-at", "", "this rank's agent (a region file)")
+	f.StringVar(&o.agent, "agent-at", "", "this rank's agent (a region file, or tcp://ADDR)")
+	f.StringVar(&o.tokenFile, "token-file", "", "the token its agent asks for on the TCP handoff")
+	f.StringVar(&o.listen, "listen", "", "this rank's host-rail listener (default 127.0.0.1:0)")
 	f.StringVar(&o.keyFile, "key-file", "", "the group's key")
 	f.IntVar(&o.rank, "rank", 0, "")
 	f.IntVar(&o.world, "world", 0, "")
@@ -105,12 +108,20 @@ func runRank(ctx context.Context, o rankOptions) error {
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if b.g, err = coll.Open(octx, coll.GroupConfig{Root: o.root, Rank: o.rank, Size: o.world, Key: key, Deadline: o.deadline}); err != nil {
+	if b.g, err = coll.Open(octx, coll.GroupConfig{Root: o.root, Listen: o.listen, Rank: o.rank, Size: o.world, Key: key, Deadline: o.deadline}); err != nil {
 		return err
 	}
 	defer b.g.Close()
 	if o.agent != "" {
-		if b.cl, err = dialAgent(octx, o.agent); err != nil {
+		var opts []host.Option
+		if o.tokenFile != "" {
+			tok, err := os.ReadFile(o.tokenFile)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, host.WithToken(strings.TrimSpace(string(tok))))
+		}
+		if b.cl, err = dialAgent(octx, o.agent, opts...); err != nil {
 			return fmt.Errorf("its agent at %s: %w", o.agent, err)
 		}
 		defer b.cl.Close()
@@ -158,11 +169,11 @@ func runRank(ctx context.Context, o rankOptions) error {
 
 // dialAgent dials the agent, trying again for a few seconds while it
 // formats its region (the driver waited for the file's size).
-func dialAgent(ctx context.Context, target string) (*host.Client, error) {
+func dialAgent(ctx context.Context, target string, opts ...host.Option) (*host.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		cl, err := host.Dial(ctx, host.ParseTarget(target))
+		cl, err := host.Dial(ctx, host.ParseTarget(target), opts...)
 		if err == nil || errors.Is(err, host.ErrTarget) {
 			return cl, err
 		}
