@@ -150,15 +150,6 @@ func sizeName(z int) string {
 	return fmt.Sprintf("%d KiB", z>>10)
 }
 
-// ratio pairs the repetitions of two figures: a[i]/b[i].
-func ratio(a, b []float64) []float64 {
-	var out []float64
-	for i := range min(len(a), len(b)) {
-		out = append(out, a[i]/b[i])
-	}
-	return out
-}
-
 type collRow struct {
 	Rail     string  `json:"rail"`
 	Size     int     `json:"size"`

@@ -68,8 +68,9 @@ func benchHandoff(ctx context.Context, rep *Report, quick bool) error {
 		{"ring round trip, 64 B descriptor", func(x run) Latency { return x.rtt }},
 		{"unix socket round trip, 64 B", func(x run) Latency { return x.unix }},
 	} {
-		rep.addN(s, x.name+" p50", each(func(r run) float64 { return x.l(r).P50 }), "ns")
-		rep.addN(s, x.name+" p99", each(func(r run) float64 { return x.l(r).P99 }), "ns")
+		for _, pc := range percentiles {
+			rep.addN(s, x.name+" "+pc.name, each(func(r run) float64 { return pc.of(x.l(r)) }), "ns")
+		}
 	}
 	rep.addN(s, "ring batched, one queue pair", each(func(x run) float64 { return x.batch }), "desc/s")
 	rep.atMostN(s, "ring p50 / floor p50", each(func(x run) float64 { return x.rtt.P50 / x.floor.P50 }), 3, "×")

@@ -69,11 +69,64 @@ func benchHostile(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	d, reps := hostileFor, 3
+	if quick {
+		d, reps = 2*time.Second, 1
+	}
+	const s = "hostile"
+	var rs []hostileRound
+	for r := range reps {
+		progress(s, "repetition %d of %d: a full completion ring, a flood, two burning threads (%v each)", r+1, reps, d)
+		h, err := hostileRun(ctx, hecd, filepath.Join(dir, strconv.Itoa(r)), d)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, h)
+	}
+	col := func(f func(h hostileRound) float64) []float64 {
+		var out []float64
+		for _, h := range rs {
+			out = append(out, f(h))
+		}
+		return out
+	}
+	rep.addN(s, "hecd CPU, one client attached and quiet", col(func(h hostileRound) float64 { return h.idle }), "% of a core")
+	rep.addN(s, "hecd CPU, one client holding its completion ring full with a descriptor pending", col(func(h hostileRound) float64 { return h.full }), "% of a core")
+	// CPU-seconds per wall second: a fraction, the same on any machine.
+	rep.atMostN(s, "hecd CPU with a completion ring held full (share of a core)", col(func(h hostileRound) float64 { return h.full }), 2, "%")
+	f0 := rs[0].flood
+	rep.addN(s, fmt.Sprintf("one costly descriptor alone (CRC of %d MiB through a list)", f0.touch>>20), col(func(h hostileRound) float64 { return h.flood.costly.Seconds() * 1e3 }), "ms")
+	rep.addN(s, fmt.Sprintf("a slice (%d KiB of that work)", dpu.YieldEvery>>10), col(func(h hostileRound) float64 { return h.slice * 1e6 }), "µs")
+	rep.addN(s, "1 MiB checksums alone", col(func(h hostileRound) float64 { return h.flood.alone }), "ops/s")
+	rep.addN(s, "1 MiB checksums beside a pair flooding costly descriptors", col(func(h hostileRound) float64 { return h.flood.beside }), "ops/s")
+	rep.addN(s, "1 MiB checksums beside two CPU-burning threads of another process (no agent work: the machine's share)", col(func(h hostileRound) float64 { return h.burn.beside }), "ops/s")
+	rep.addN(s, "1 MiB checksum latency alone, median", col(func(h hostileRound) float64 { return h.flood.aloneP50.Seconds() * 1e3 }), "ms")
+	rep.addN(s, "1 MiB checksum latency beside the flood, p50", col(func(h hostileRound) float64 { return h.flood.p50.Seconds() * 1e3 }), "ms")
+	rep.addN(s, "1 MiB checksum latency beside the flood, p99", col(func(h hostileRound) float64 { return h.flood.p99.Seconds() * 1e3 }), "ms")
+	rep.addN(s, "client's worst wait beside the flood (latency beyond its median alone)", col(func(h hostileRound) float64 { return h.flood.worstWait.Seconds() * 1e3 }), "ms")
+	rep.addN(s, "agent's worst wait for a worker of a pair's lone request (hec_worker_lone_wait_max_seconds)", col(func(h hostileRound) float64 { return h.lone * 1e3 }), "ms")
+	rep.addN(s, "flood descriptors served meanwhile", col(func(h hostileRound) float64 { return float64(h.flood.floods) }), "descriptors")
+	rep.atLeastN(s, "1 MiB checksum rate beside the flood / alone", col(func(h hostileRound) float64 { return h.flood.beside / h.flood.alone }), 0.4, "×")
+	rep.atMostN(s, "agent's worst wait of a lone request beside the flood, in slices", col(func(h hostileRound) float64 { return h.lone / h.slice }), 1, " slice")
+	return nil
+}
+
+// hostileRound is one repetition's figures, from an agent of its own (the
+// worst-wait metric is a maximum over the agent's life).
+type hostileRound struct {
+	idle, full  float64 // hecd CPU, % of a core
+	flood, burn floodResult
+	lone        float64 // seconds
+	slice       float64 // seconds
+}
+
+func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostileRound, error) {
+	var h hostileRound
 	shm := shmPath("hostile")
 	defer os.Remove(shm)
 	addrs, err := loopbackAddrs(2)
 	if err != nil {
-		return err
+		return h, err
 	}
 	// Every default of the region (64 MiB, 16 pairs of 256 entries); only
 	// the handoff's transports.
@@ -81,56 +134,28 @@ func benchHostile(ctx context.Context, rep *Report, quick bool) error {
 		"--resp", "off", "--udp", "off", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return err
+		return h, err
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
 	if err := waitCalibrated(ctx, addrs[1]); err != nil {
-		return err
+		return h, err
 	}
-	pid := cmd.Process.Pid
-	d := hostileFor
-	if quick {
-		d = 2 * time.Second
+	if h.idle, h.full, err = fullCompletionRing(shm, cmd.Process.Pid, d); err != nil {
+		return h, fmt.Errorf("full completion ring: %w", err)
 	}
-	const s = "hostile"
-
-	idle, full, err := fullCompletionRing(shm, pid, d)
-	if err != nil {
-		return fmt.Errorf("full completion ring: %w", err)
+	if h.flood, err = floodBeside(ctx, shm, d, "flood"); err != nil {
+		return h, fmt.Errorf("flood: %w", err)
 	}
-	rep.add(s, "hecd CPU, one client attached and quiet", idle, "% of a core")
-	rep.add(s, "hecd CPU, one client holding its completion ring full with a descriptor pending", full, "% of a core")
-	rep.atMost(s, "hecd CPU with a completion ring held full", full, 2, "%")
-
-	f, err := floodBeside(ctx, shm, d, "flood")
-	if err != nil {
-		return fmt.Errorf("flood: %w", err)
+	if h.lone, err = metricValue(ctx, addrs[1], "hec_worker_lone_wait_max_seconds"); err != nil {
+		return h, err
 	}
-	lone, err := metricValue(ctx, addrs[1], "hec_worker_lone_wait_max_seconds")
-	if err != nil {
-		return err
-	}
-	burn, err := floodBeside(ctx, shm, d, "burn")
-	if err != nil {
-		return fmt.Errorf("burn: %w", err)
+	if h.burn, err = floodBeside(ctx, shm, d, "burn"); err != nil {
+		return h, fmt.Errorf("burn: %w", err)
 	}
 	// A slice is YieldEvery bytes of a long request's work: its time is
 	// taken from a costly descriptor served alone.
-	slice := f.costly.Seconds() * float64(dpu.YieldEvery) / float64(f.touch)
-	rep.add(s, fmt.Sprintf("one costly descriptor alone (CRC of %d MiB through a list)", f.touch>>20), f.costly.Seconds()*1e3, "ms")
-	rep.add(s, fmt.Sprintf("a slice (%d KiB of that work)", dpu.YieldEvery>>10), slice*1e6, "µs")
-	rep.add(s, "1 MiB checksums alone", f.alone, "ops/s")
-	rep.add(s, "1 MiB checksums beside a pair flooding costly descriptors", f.beside, "ops/s")
-	rep.add(s, "1 MiB checksums beside two CPU-burning threads of another process (no agent work: the machine's share)", burn.beside, "ops/s")
-	rep.add(s, "1 MiB checksum latency alone, median", f.aloneP50.Seconds()*1e3, "ms")
-	rep.add(s, "1 MiB checksum latency beside the flood, p50", f.p50.Seconds()*1e3, "ms")
-	rep.add(s, "1 MiB checksum latency beside the flood, p99", f.p99.Seconds()*1e3, "ms")
-	rep.add(s, "client's worst wait beside the flood (latency beyond its median alone)", f.worstWait.Seconds()*1e3, "ms")
-	rep.add(s, "agent's worst wait for a worker of a pair's lone request (hec_worker_lone_wait_max_seconds)", lone*1e3, "ms")
-	rep.add(s, "flood descriptors served meanwhile", float64(f.floods), "descriptors")
-	rep.atLeast(s, "1 MiB checksum rate beside the flood / alone", f.beside/f.alone, 0.4, "×")
-	rep.atMost(s, "agent's worst wait of a lone request beside the flood, in slices", lone/slice, 1, " slice")
-	return nil
+	h.slice = h.flood.costly.Seconds() * float64(dpu.YieldEvery) / float64(h.flood.touch)
+	return h, nil
 }
 
 // metricValue scrapes one unlabelled metric from hecd's /metrics.

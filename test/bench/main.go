@@ -63,6 +63,33 @@ func spread(samples []float64) (med, lo, hi float64, ok bool) {
 	return med, samples[0], samples[n-1], true
 }
 
+// ratio pairs the repetitions of two figures: a[i]/b[i].
+func ratio(a, b []float64) []float64 {
+	var out []float64
+	for i := range min(len(a), len(b)) {
+		out = append(out, a[i]/b[i])
+	}
+	return out
+}
+
+// scale returns each sample times k.
+func scale(samples []float64, k float64) []float64 {
+	out := make([]float64, len(samples))
+	for i, v := range samples {
+		out[i] = v * k
+	}
+	return out
+}
+
+// inverse returns k over each sample.
+func inverse(samples []float64, k float64) []float64 {
+	out := make([]float64, len(samples))
+	for i, v := range samples {
+		out[i] = k / v
+	}
+	return out
+}
+
 // Report is what a run writes.
 type Report struct {
 	When    time.Time `json:"when"`
@@ -96,11 +123,7 @@ func (r *Report) addN(scenario, metric string, samples []float64, unit string) {
 	r.Rows = append(r.Rows, Row{Scenario: scenario, Metric: metric, Value: med, Unit: unit, Min: lo, Max: hi, N: len(samples)})
 }
 
-// atMost and atLeast record a check of value against a bound.
-func (r *Report) atMost(scenario, what string, v, bound float64, unit string) {
-	r.atMostN(scenario, what, []float64{v}, bound, unit)
-}
-
+// atLeast records a check of one value against a bound.
 func (r *Report) atLeast(scenario, what string, v, bound float64, unit string) {
 	r.atLeastN(scenario, what, []float64{v}, bound, unit)
 }

@@ -15,19 +15,21 @@ import (
 // A figure is a grouped bar chart drawn from the report's rows: for each
 // group (a position on the x axis) one bar per series. A row missing from
 // the report (its scenario did not run) leaves its bar out; a figure with
-// no bar at all is not drawn.
+// no bar at all is not drawn. A distribution is drawn as lines instead,
+// a point per group, on a logarithmic axis.
 type figure struct {
 	file, title, unit string
 	groups, series    []string
 	metric            func(group, series string) string // the row's metric name
 	scenario          string
+	distribution      bool
 }
 
 // figures are the pictures make bench writes beside results.md.
 var figures = []figure{
 	{
-		file: "handoff.png", title: "Round trip: the ring beside the floor and a Unix socket", unit: "ns", scenario: "",
-		groups: []string{"p50", "p99"},
+		file: "handoff.png", title: "Round-trip latency distribution: the ring beside the floor and a Unix socket", unit: "ns (log)", scenario: "",
+		groups: []string{"p10", "p50", "p90", "p99", "p99.9"}, distribution: true,
 		series: []string{"shared-memory ping-pong (floor)", "ring round trip, 64 B descriptor", "PING through the dispatcher (shm)", "unix socket round trip, 64 B"},
 		metric: func(g, s string) string { return s + " " + g },
 	},
@@ -70,6 +72,12 @@ var figures = []figure{
 		},
 	},
 	{
+		file: "rails-sizes.png", title: "Checksum across rails by size (bf2 profile): the planner's prediction and what the split achieved", unit: "GB/s", scenario: "rails",
+		groups: []string{"16 MiB", "64 MiB", "256 MiB"},
+		series: []string{"predicted", "achieved (split)", "host alone", "dpu alone"},
+		metric: func(g, s string) string { return g + " checksum, learned model: " + s },
+	},
+	{
 		file: "hostile.png", title: "1 MiB checksums per second: alone, beside a flooding pair, beside CPU burners", unit: "ops/s", scenario: "hostile",
 		groups: []string{"alone", "beside a pair flooding costly descriptors", "beside two CPU-burning threads of another process (no agent work: the machine's share)"},
 		series: []string{"1 MiB checksums"},
@@ -95,7 +103,11 @@ func drawFigures(dir string, rep *Report) (string, error) {
 		if !any {
 			continue
 		}
-		if err := barChart(filepath.Join(dir, f.file), f, vals); err != nil {
+		draw := barChart
+		if f.distribution {
+			draw = distributionChart
+		}
+		if err := draw(filepath.Join(dir, f.file), f, vals); err != nil {
 			return md.String(), fmt.Errorf("plot %s: %w", f.file, err)
 		}
 		fmt.Fprintf(&md, "\n![%s](%s)\n", f.title, f.file)
@@ -148,6 +160,40 @@ func barChart(path string, f figure, vals [][]float64) error {
 		names[i] = wrap(g, 24)
 	}
 	p.NominalX(names...)
+	if err := p.Save(9*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// distributionChart draws a line per series through its groups'
+// values (percentiles), on a logarithmic axis; missing values are left
+// out.
+func distributionChart(path string, f figure, vals [][]float64) error {
+	p := plot.New()
+	p.Title.Text = f.title
+	p.Y.Label.Text = f.unit
+	p.X.Label.Text = "percentile"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	var args []any
+	for i, s := range f.series {
+		var pts plotter.XYs
+		for j, v := range vals[i] {
+			if v > 0 {
+				pts = append(pts, plotter.XY{X: float64(j), Y: v})
+			}
+		}
+		if len(pts) > 0 {
+			args = append(args, s, pts)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.NominalX(f.groups...)
 	if err := p.Save(9*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		os.Remove(path)
 		return err

@@ -33,15 +33,27 @@ func emit(v any) error { return json.NewEncoder(os.Stdout).Encode(v) }
 
 // Latency is a child's answer for a round-trip scenario.
 type Latency struct {
-	P50, P90, P99 float64 // nanoseconds
-	N             int
+	P10, P50, P90, P99, P999 float64 // nanoseconds
+	N                        int
+}
+
+// percentiles name Latency's fields as the report's rows do.
+var percentiles = []struct {
+	name string
+	of   func(Latency) float64
+}{
+	{"p10", func(l Latency) float64 { return l.P10 }},
+	{"p50", func(l Latency) float64 { return l.P50 }},
+	{"p90", func(l Latency) float64 { return l.P90 }},
+	{"p99", func(l Latency) float64 { return l.P99 }},
+	{"p99.9", func(l Latency) float64 { return l.P999 }},
 }
 
 // latencies turns consecutive timestamps' deltas into percentiles.
 func latencies(d []time.Duration) Latency {
 	slices.Sort(d)
 	at := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) }
-	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), N: len(d)}
+	return Latency{P10: at(0.10), P50: at(0.50), P90: at(0.90), P99: at(0.99), P999: at(0.999), N: len(d)}
 }
 
 func atoi(s string) int {
