@@ -103,35 +103,45 @@ func TestGroupOverPeers(t *testing.T) {
 		gs := openGroup(t, n, Config{Chunk: 16 << 10})
 		for _, count := range []int{1, 3, 100_001} {
 			for _, alg := range []Algorithm{Ring, Tree} {
-				in := make([][]byte, n)
-				ref := make([][]float64, n)
-				for r := range n {
-					in[r], ref[r] = values(newRNG(r, count), Float64, Sum, count)
-				}
-				var wg sync.WaitGroup
-				errs := make([]error, n)
-				for r, g := range gs {
+				for _, g := range gs {
 					g.cfg.Algorithm = alg
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						errs[r] = g.AllReduce(context.Background(), in[r], in[r], Float64, Sum)
-					}()
 				}
-				wg.Wait()
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("n=%d count=%d %v rank %d: %v", n, count, alg, r, err)
-					}
-				}
-				for i := 0; i < count; i += 101 {
-					want, tol := expected(ref, Float64, Sum, i)
-					for r := range n {
-						if got := element(in[r], Float64, i); math.Abs(got-want) > tol {
-							t.Fatalf("n=%d count=%d %v rank %d element %d = %v, want %v", n, count, alg, r, i, got, want)
-						}
-					}
-				}
+				checkGroupAllReduce(t, gs, count, 101, fmt.Sprintf("n=%d count=%d %v", n, count, alg))
+			}
+		}
+	}
+}
+
+// checkGroupAllReduce has every rank of gs allreduce count float64s (sum) and
+// checks every step-th element of each rank's result.
+func checkGroupAllReduce(t *testing.T, gs []*Group, count, step int, what string) {
+	t.Helper()
+	n := len(gs)
+	in := make([][]byte, n)
+	ref := make([][]float64, n)
+	for r := range n {
+		in[r], ref[r] = values(newRNG(r, count), Float64, Sum, count)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r, g := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = g.AllReduce(context.Background(), in[r], in[r], Float64, Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s rank %d: %v", what, r, err)
+		}
+	}
+	for i := 0; i < count; i += step {
+		want, tol := expected(ref, Float64, Sum, i)
+		for r := range n {
+			if got := element(in[r], Float64, i); math.Abs(got-want) > tol {
+				t.Fatalf("%s rank %d element %d = %v, want %v", what, r, i, got, want)
 			}
 		}
 	}
@@ -145,32 +155,7 @@ func TestGroupInEtcd(t *testing.T) {
 	etcd := testutil.Etcd(t)
 	for i, n := range []int{1, 4, 3, 4} {
 		gs := openGroupAt(t, "etcd://"+etcd+"/job"+strconv.Itoa(n), n, Config{})
-		count := 1001 + i
-		in := make([][]byte, n)
-		ref := make([][]float64, n)
-		for r := range n {
-			in[r], ref[r] = values(newRNG(r, count), Float64, Sum, count)
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for r, g := range gs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = g.AllReduce(context.Background(), in[r], in[r], Float64, Sum)
-			}()
-		}
-		wg.Wait()
-		for r := range n {
-			if errs[r] != nil {
-				t.Fatalf("n=%d rank %d: %v", n, r, errs[r])
-			}
-			for e := 0; e < count; e += 7 {
-				if want, tol := expected(ref, Float64, Sum, e); math.Abs(element(in[r], Float64, e)-want) > tol {
-					t.Fatalf("n=%d rank %d element %d = %v, want %v", n, r, e, element(in[r], Float64, e), want)
-				}
-			}
-		}
+		checkGroupAllReduce(t, gs, 1001+i, 7, fmt.Sprintf("etcd group %d, n=%d", i, n))
 		for _, g := range gs {
 			g.Close()
 		}
