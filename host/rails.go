@@ -285,15 +285,14 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 	var tail uint32
 	if d.TrialTook.Seconds() > 0.95*bestTrial.Seconds() {
 		// The split did not beat the best single rail: the rest goes to
-		// the rail that was fastest in the trial.
-		fastest := measured[0]
-		for _, r := range measured[1:] {
-			if r.Time(int64(len(rest))) < fastest.Time(int64(len(rest))) {
-				fastest = r
-			}
-		}
+		// one rail, the faster at the slower of the rates the calibration
+		// and the trial saw for it. Either can flatter a rail: a model
+		// can claim what no rail does, and a short trial can run within
+		// a CPU quota's burst (a DPU profile's) that the whole would
+		// exhaust.
+		fastest := slowerOfBoth(measured, rails, int64(len(rest)))
 		d.Choice, d.Predicted = fastest.Name, d.TrialTook+fastest.Time(int64(len(rest)))
-		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v, %s alone was predicted %v: %s, the faster rail in the trial, does the rest",
+		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v, %s alone was predicted %v: %s, the faster at the slower of its calibrated and trial rates, does the rest",
 			trial>>20, d.TrialTook.Round(time.Microsecond), plan.BestOne, bestTrial.Round(time.Microsecond), fastest.Name)
 		if tail, err = c.checksumOn(ctx, fastest.Name, rest); err != nil {
 			return 0, d, err
@@ -309,6 +308,24 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 			trial>>20, d.TrialTook.Round(time.Microsecond), bestTrial.Round(time.Microsecond), plan.BestOne)
 	}
 	return crc32c.Combine(head, tail, int64(len(rest))), d, nil
+}
+
+// slowerOfBoth returns the rail that does n bytes soonest when each goes
+// at the slower of its rate in measured and in model (matched by name),
+// with that rate.
+func slowerOfBoth(measured, model []rail.Rail, n int64) rail.Rail {
+	var fastest rail.Rail
+	for i, r := range measured {
+		for _, m := range model {
+			if m.Name == r.Name {
+				r.Rate = min(r.Rate, m.Rate)
+			}
+		}
+		if i == 0 || r.Time(n) < fastest.Time(n) {
+			fastest = r
+		}
+	}
+	return fastest
 }
 
 // checksumOn computes the CRC-32C of b on one rail.

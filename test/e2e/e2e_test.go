@@ -462,8 +462,8 @@ func TestChecksumAutoDecides(t *testing.T) {
 		// The agent barely helps: no split, no trial.
 		{"small gain", []rail.Rail{{Name: host.RailHost, Rate: 1e9}, {Name: host.RailDPU, Rate: 5e7}}, host.RailHost, false},
 		// The model claims an agent no agent can be: the trial shows it,
-		// and one rail, whichever was faster in it ("one": which one
-		// depends on the machine's load), does the rest.
+		// and one rail, the faster at the slower of its two rates ("one":
+		// which one depends on the machine's load), does the rest.
 		{"claims the trial refutes", []rail.Rail{{Name: host.RailHost, Rate: 1e10}, {Name: host.RailDPU, Rate: 2e10}}, "one", true},
 		// The model is pessimistic about both: the trial beats its
 		// prediction, and the rest is split by the measured rates.
