@@ -232,9 +232,10 @@ const autoMinGain = 0.10
 // than autoMinGain, the best single rail does it all. Otherwise, for a
 // buffer of 32 MiB or more, the first eighth (at most 32 MiB) is split as
 // a trial, in the shape the rest would run: when it did not beat the best
-// single rail's prediction for it by 5 %, the rail that was fastest in the
-// trial does the rest; when it did, the rest is split with each rail's rate
-// as the trial measured it. The answer equals a single-rail checksum whatever is chosen.
+// single rail's prediction for it by 5 %, one rail does the rest; when it
+// did, the rest is split. Either way the rest is planned with each rail at
+// the slower of its calibrated and trial rates. The answer equals a
+// single-rail checksum whatever is chosen.
 func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) (uint32, Decision, error) {
 	n := int64(len(b))
 	plan := rail.Split(rails, n, 4096)
@@ -280,52 +281,50 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 		}
 		measured = append(measured, r)
 	}
+	// What the rest is planned with: each rail at the slower of its
+	// calibrated and trial rates. Either can flatter a rail: a model can
+	// claim what no rail does, and a short trial can run within a CPU
+	// quota's burst (a DPU profile's) that the whole would exhaust.
+	cautious := slowerOfBoth(measured, rails)
 	bestTrial := byName[plan.BestOne].Time(trial)
 	rest := b[trial:]
 	var tail uint32
 	if d.TrialTook.Seconds() > 0.95*bestTrial.Seconds() {
 		// The split did not beat the best single rail: the rest goes to
-		// one rail, the faster at the slower of the rates the calibration
-		// and the trial saw for it. Either can flatter a rail: a model
-		// can claim what no rail does, and a short trial can run within
-		// a CPU quota's burst (a DPU profile's) that the whole would
-		// exhaust.
-		fastest := slowerOfBoth(measured, rails, int64(len(rest)))
-		d.Choice, d.Predicted = fastest.Name, d.TrialTook+fastest.Time(int64(len(rest)))
+		// the rail that is faster at those rates.
+		one := rail.Split(cautious, int64(len(rest)), 4096)
+		d.Choice, d.Predicted = one.BestOne, d.TrialTook+one.BestTime
 		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v, %s alone was predicted %v: %s, the faster at the slower of its calibrated and trial rates, does the rest",
-			trial>>20, d.TrialTook.Round(time.Microsecond), plan.BestOne, bestTrial.Round(time.Microsecond), fastest.Name)
-		if tail, err = c.checksumOn(ctx, fastest.Name, rest); err != nil {
+			trial>>20, d.TrialTook.Round(time.Microsecond), plan.BestOne, bestTrial.Round(time.Microsecond), one.BestOne)
+		if tail, err = c.checksumOn(ctx, one.BestOne, rest); err != nil {
 			return 0, d, err
 		}
 	} else {
 		var p rail.Plan
-		tail, p, _, err = c.checksumSplit(ctx, rest, measured)
+		tail, p, _, err = c.checksumSplit(ctx, rest, cautious)
 		if err != nil {
 			return 0, d, err
 		}
 		d.Choice, d.Predicted = "split", d.TrialTook+p.Predicted
-		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v against %v for %s alone: the rest is split by the rates it measured",
+		d.Reason = fmt.Sprintf("a split of the first %d MiB took %v against %v for %s alone: the rest is split, each rail at the slower of its calibrated and trial rates",
 			trial>>20, d.TrialTook.Round(time.Microsecond), bestTrial.Round(time.Microsecond), plan.BestOne)
 	}
 	return crc32c.Combine(head, tail, int64(len(rest))), d, nil
 }
 
-// slowerOfBoth returns the rail that does n bytes soonest when each goes
-// at the slower of its rate in measured and in model (matched by name),
-// with that rate.
-func slowerOfBoth(measured, model []rail.Rail, n int64) rail.Rail {
-	var fastest rail.Rail
+// slowerOfBoth returns the rails of measured, each at the slower of its
+// rate there and in model (matched by name).
+func slowerOfBoth(measured, model []rail.Rail) []rail.Rail {
+	out := make([]rail.Rail, len(measured))
 	for i, r := range measured {
 		for _, m := range model {
 			if m.Name == r.Name {
 				r.Rate = min(r.Rate, m.Rate)
 			}
 		}
-		if i == 0 || r.Time(n) < fastest.Time(n) {
-			fastest = r
-		}
+		out[i] = r
 	}
-	return fastest
+	return out
 }
 
 // checksumOn computes the CRC-32C of b on one rail.
