@@ -270,22 +270,7 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 	if err != nil {
 		return 0, d, err
 	}
-	// The trial's own rates: each share's bytes over its time (net of the
-	// rail's fixed cost), measured in the shape the rest would run.
-	measured := make([]rail.Rail, 0, len(rails))
-	for _, r := range rails {
-		for i, s := range tp.Shares {
-			if s.Rail == r.Name && took[i] > r.Alpha && s.Bytes > 0 {
-				r.Rate = float64(s.Bytes) / (took[i] - r.Alpha).Seconds()
-			}
-		}
-		measured = append(measured, r)
-	}
-	// What the rest is planned with: each rail at the slower of its
-	// calibrated and trial rates. Either can flatter a rail: a model can
-	// claim what no rail does, and a short trial can run within a CPU
-	// quota's burst (a DPU profile's) that the whole would exhaust.
-	cautious := slowerOfBoth(measured, rails)
+	cautious := cautiousRates(rails, tp, took)
 	bestTrial := byName[plan.BestOne].Time(trial)
 	rest := b[trial:]
 	var tail uint32
@@ -312,17 +297,22 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 	return crc32c.Combine(head, tail, int64(len(rest))), d, nil
 }
 
-// slowerOfBoth returns the rails of measured, each at the slower of its
-// rate there and in model (matched by name).
-func slowerOfBoth(measured, model []rail.Rail) []rail.Rail {
-	out := make([]rail.Rail, len(measured))
-	for i, r := range measured {
-		for _, m := range model {
-			if m.Name == r.Name {
-				r.Rate = min(r.Rate, m.Rate)
+// cautiousRates returns the rails a trial split ran on (plan tp, each
+// share's time in took), each at the slower of its calibrated rate and the
+// rate the trial measured for it (its share's bytes over its time, net of
+// the rail's fixed cost): what the rest of the operation is planned with.
+// Either can flatter a rail: a model can claim what no rail does, and a
+// short trial can run within a CPU quota's burst (a DPU profile's) that
+// the whole would exhaust.
+func cautiousRates(rails []rail.Rail, tp rail.Plan, took []time.Duration) []rail.Rail {
+	out := make([]rail.Rail, 0, len(rails))
+	for _, r := range rails {
+		for i, s := range tp.Shares {
+			if s.Rail == r.Name && took[i] > r.Alpha && s.Bytes > 0 {
+				r.Rate = min(r.Rate, float64(s.Bytes)/(took[i]-r.Alpha).Seconds())
 			}
 		}
-		out[i] = r
+		out = append(out, r)
 	}
 	return out
 }

@@ -1,7 +1,9 @@
 package host
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/hecsys/hec/shared/rail"
 )
@@ -9,7 +11,7 @@ import (
 // After a one-shot split's trial, the rest is planned with each rail at the
 // slower of the two rates seen for it: neither a flattering model nor a
 // flattering trial decides alone which rail is the faster.
-func TestSlowerOfBoth(t *testing.T) {
+func TestCautiousRates(t *testing.T) {
 	const n = 224 << 20
 	for _, tc := range []struct {
 		name         string
@@ -23,10 +25,15 @@ func TestSlowerOfBoth(t *testing.T) {
 		{"the model flatters the dpu", [2]float64{4e9, 2e9}, [2]float64{1e10, 2e10}, RailHost, 4e9},
 		{"both find the dpu faster", [2]float64{1e9, 3e9}, [2]float64{1.2e9, 4e9}, RailDPU, 3e9},
 	} {
-		rails := func(r [2]float64) []rail.Rail {
-			return []rail.Rail{{Name: RailHost, Kind: rail.HostCPU, Rate: r[0]}, {Name: RailDPU, Kind: rail.DPUCores, Rate: r[1]}}
+		model := []rail.Rail{{Name: RailHost, Kind: rail.HostCPU, Rate: tc.model[0]}, {Name: RailDPU, Kind: rail.DPUCores, Rate: tc.model[1]}}
+		// A trial of 8 MiB on each rail, timed at the trial's rates.
+		const share = 8 << 20
+		tp := rail.Plan{Shares: []rail.Share{{Rail: RailHost, Bytes: share}, {Rail: RailDPU, Bytes: share}}}
+		took := []time.Duration{
+			time.Duration(share / tc.trial[0] * float64(time.Second)),
+			time.Duration(share / tc.trial[1] * float64(time.Second)),
 		}
-		cautious := slowerOfBoth(rails(tc.trial), rails(tc.model))
+		cautious := cautiousRates(model, tp, took)
 		best := rail.Split(cautious, n, 4096).BestOne
 		var rate float64
 		for _, r := range cautious {
@@ -34,7 +41,7 @@ func TestSlowerOfBoth(t *testing.T) {
 				rate = r.Rate
 			}
 		}
-		if best != tc.want || rate != tc.wantRate {
+		if best != tc.want || math.Abs(rate/tc.wantRate-1) > 1e-6 { // durations round to the nanosecond
 			t.Errorf("%s: %s at %.3g B/s, want %s at %.3g", tc.name, best, rate, tc.want, tc.wantRate)
 		}
 	}
