@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -65,7 +66,7 @@ func TestCollBenchAgentKilled(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rail", "dpu", "--sizes", "4M", "--iters", "100000",
 			"--deadline", "3s", "--net", "loopback") // the agents are its own processes: found by their region files
-		var out lockedBuffer
+		var out syncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -154,40 +155,10 @@ func TestCollSplitFollowsTheRates(t *testing.T) {
 	}
 	t.Logf("host share %.2f; busbw host %.4f, dpu %.4f, split %.4f GB/s (%.2f× the sum)", share, busbw["host"], busbw["dpu"],
 		busbw["auto"], busbw["auto"]/(busbw["host"]+busbw["dpu"]))
-	if left := namespacesNamed("hec-cb"); len(left) > 0 {
-		t.Fatalf("namespaces left behind: %v", left)
+	// coll bench names its cluster after its pid.
+	if left := cluster.Remains(fmt.Sprintf("cb%d", cmd.Process.Pid%1_000_000), "", nil); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
 	}
-}
-
-// namespacesNamed lists the network namespaces whose names start with
-// prefix.
-func namespacesNamed(prefix string) []string {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	var ns []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
-			ns = append(ns, f[0])
-		}
-	}
-	return ns
-}
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // findProcess returns the pid of a process whose command line contains
