@@ -264,8 +264,13 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 }
 
 // yield is Request.Yield on a worker: it serves, before the job goes on,
-// the job of a pair that has nothing running (workQueue.preempt).
+// the job of a pair that has nothing running (workQueue.preempt). It first
+// lets other goroutines have the P: the poller, which takes that job from
+// the rings, could otherwise run only when this one ends (or the runtime
+// preempts it, after 10 ms) where workers hold every P (an agent on one
+// core has one).
 func (d *Dispatcher) yield(ctx context.Context) {
+	runtime.Gosched()
 	if nj := d.work.preempt(); nj != nil {
 		d.runJob(ctx, nj, nil)
 	}
@@ -386,8 +391,9 @@ type shmLoop struct {
 	w           ring.Waiter
 	beat        *atomic.Int64
 	last        time.Time
-	withWorkers int  // jobs handed to workers and not yet completed
-	checkSize   bool // housekeeping ran: look at the file's size
+	withWorkers int         // jobs handed to workers and not yet completed
+	busyTimer   *time.Timer // park's
+	checkSize   bool        // housekeeping ran: look at the file's size
 }
 
 func (l *shmLoop) use(a *ring.Agent) {
@@ -477,13 +483,35 @@ completions:
 	case busy:
 		l.w.Reset()
 	case d.doorbell && l.withWorkers >= busyWorkersToSleep:
-		// Workers hold the cores: after the usual short spin (small
-		// jobs finish within it), sleep until a worker or a host rings
-		// rather than yield for a millisecond and steal from them.
-		l.w.SkipYield()
-		l.w.Wait()
+		// Workers hold the cores: park until one finishes or a slice's
+		// time has passed, then look at the rings again. Parking hands
+		// this goroutine's P to a runnable worker at once; sleeping on the
+		// doorbell (a system call) would keep it until Go's monitor takes
+		// it back, milliseconds later on a machine that was idle, and a
+		// worker, or the pair that waits for one, would wait as long.
+		l.park()
 	default:
 		l.w.Wait()
+	}
+}
+
+// busyLook is how often a poller whose workers hold the cores looks at the
+// rings: about one slice (YieldEvery) of CRC, so that a pair's lone
+// request reaches the work queue within the slice it would wait anyway.
+const busyLook = 20 * time.Microsecond
+
+// park waits, without holding a P, until a worker finishes a job or
+// busyLook has passed.
+func (l *shmLoop) park() {
+	if l.busyTimer == nil {
+		l.busyTimer = time.NewTimer(busyLook)
+	} else {
+		l.busyTimer.Reset(busyLook)
+	}
+	select {
+	case <-l.d.wake:
+		l.busyTimer.Stop()
+	case <-l.busyTimer.C:
 	}
 }
 
@@ -537,7 +565,8 @@ wait:
 }
 
 // busyWorkersToSleep is the number of jobs with workers at which the poller
-// stops spinning: enough to keep every other core busy.
+// stops spinning and parks (shmLoop.park): enough to keep every other core
+// busy.
 var busyWorkersToSleep = max(1, runtime.NumCPU()-1)
 
 // spanBytes is the data a request names (unbounded for a scatter-gather

@@ -47,10 +47,18 @@ func portPair(t *testing.T) (mgmt, tcp int) {
 // agent is ready.
 func startHecd(t *testing.T) (region, mgmt, tcp string, agent *exec.Cmd) {
 	t.Helper()
+	return startHecdWith(t)
+}
+
+// startHecdWith is startHecd with hecd run by a command (taskset -c 1,
+// say): wrap is that command's name and arguments, before hecd's.
+func startHecdWith(t *testing.T, wrap ...string) (region, mgmt, tcp string, agent *exec.Cmd) {
+	t.Helper()
 	mgmtPort, tcpPort := portPair(t)
 	mgmt, tcp = fmt.Sprintf("127.0.0.1:%d", mgmtPort), fmt.Sprintf("127.0.0.1:%d", tcpPort)
 	region, args := hecdArgs(t)
-	agent = exec.Command(testutil.Hecd(t), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
+	argv := append(append(wrap, testutil.Hecd(t)), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
+	agent = exec.Command(argv[0], argv[1:]...)
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
