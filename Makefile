@@ -68,6 +68,19 @@ image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, si
 	$(GO) build -o $(BIN)/mkimage ./images/cmd/mkimage
 	$(BIN)/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION)
 
+# An agent bundle's version: a semantic version, newer than what the agent
+# committed (BUNDLE_VERSION=v1.2.3); KEY signs it (default: the development
+# key in .cache/keys); BUNDLE_ARCH picks amd64 or arm64.
+BUNDLE_VERSION ?= v0.0.0
+BUNDLE_ARCH    ?= $(shell $(GO) env GOARCH)
+KEY            ?=
+
+.PHONY: bundle
+bundle: ## build an agent bundle (hecd of BUNDLE_VERSION for BUNDLE_ARCH, signed with KEY) in .cache/images/agent, for hecctl flash
+	$(GO) build -o $(BIN)/mkimage ./images/cmd/mkimage
+	GOARCH=$(BUNDLE_ARCH) $(GO) build -trimpath -ldflags '-X github.com/hecsys/hec/dpu.Version=$(BUNDLE_VERSION)' -o $(BIN)/bundle/hecd ./dpu/cmd/hecd
+	$(BIN)/mkimage --agent-bundle --agent $(BIN)/bundle/hecd --version $(BUNDLE_VERSION) $(if $(KEY),--key $(KEY)) --out .cache/images/agent-$(BUNDLE_VERSION)
+
 .PHONY: bench
 bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
 	@test/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"

@@ -5,9 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +15,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/hecsys/hec/shared/bundle"
 )
 
 // Targets an image can be built for: the hardware generation it fits.
@@ -26,30 +26,6 @@ var Targets = []string{"qemu", "bf2", "bf3"}
 // virtio PCI and network, the state disk, its file system (which asks the
 // crypto API for crc32c when it mounts).
 var Modules = []string{"failover", "net_failover", "virtio_pci", "virtio_net", "virtio_blk", "crc32c_generic", "ext4"}
-
-// Manifest describes a bundle; its signature covers its exact bytes.
-type Manifest struct {
-	Version       string          `json:"version"`
-	Target        string          `json:"target"`
-	KernelPackage string          `json:"kernel_package"`
-	KernelVersion string          `json:"kernel_version"`
-	KernelRelease string          `json:"kernel_release"`
-	Parts         map[string]Part `json:"parts"`
-	Build         BuildInfo       `json:"build"`
-}
-
-// Part is one file of the bundle.
-type Part struct {
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
-}
-
-// BuildInfo records how the bundle was made.
-type BuildInfo struct {
-	Go       string   `json:"go"`
-	Revision string   `json:"revision,omitempty"`
-	Modules  []string `json:"modules"`
-}
 
 // BuildOptions are the inputs of Build.
 type BuildOptions struct {
@@ -100,8 +76,8 @@ func Initramfs(agent []byte, k Kernel) ([]byte, []string, error) {
 
 // Build writes a bundle: Image, initramfs.cpio, manifest.json and
 // manifest.sig (ed25519 over manifest.json), plus manifest.pub.
-func Build(o BuildOptions) (Manifest, error) {
-	var m Manifest
+func Build(o BuildOptions) (bundle.Manifest, error) {
+	var m bundle.Manifest
 	if !validTarget(o.Target) {
 		return m, fmt.Errorf("target %q: want one of %v", o.Target, Targets)
 	}
@@ -122,78 +98,40 @@ func Build(o BuildOptions) (Manifest, error) {
 	if err := copyFile(o.Kernel.Image, filepath.Join(o.Out, "Image")); err != nil {
 		return m, err
 	}
-	m = Manifest{Version: o.Version, Target: o.Target, KernelPackage: o.Kernel.Package,
-		KernelVersion: o.Kernel.Version, KernelRelease: o.Kernel.Release, Parts: map[string]Part{},
-		Build: BuildInfo{Go: runtime.Version(), Revision: revision(), Modules: list}}
+	m = bundle.Manifest{Version: o.Version, Target: o.Target, KernelPackage: o.Kernel.Package,
+		KernelVersion: o.Kernel.Version, KernelRelease: o.Kernel.Release, Parts: map[string]bundle.Part{}, Arch: "arm64",
+		Build: bundle.BuildInfo{Go: runtime.Version(), Revision: revision(), Modules: list}}
 	for _, name := range []string{"Image", "initramfs.cpio"} {
-		p, err := hashFile(filepath.Join(o.Out, name))
+		p, err := bundle.HashFile(filepath.Join(o.Out, name))
 		if err != nil {
 			return m, err
 		}
 		m.Parts[name] = p
 	}
-	body, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return m, err
-	}
 	key, err := loadOrCreateKey(o.KeyPath)
 	if err != nil {
 		return m, err
 	}
-	sig := ed25519.Sign(key, body)
-	for name, data := range map[string][]byte{
-		"manifest.json": body,
-		"manifest.sig":  []byte(hex.EncodeToString(sig) + "\n"),
-		"manifest.pub":  []byte(hex.EncodeToString(key.Public().(ed25519.PublicKey)) + "\n"),
-	} {
-		if err := os.WriteFile(filepath.Join(o.Out, name), data, 0o644); err != nil {
-			return m, err
-		}
+	if err := bundle.Sign(o.Out, m, key); err != nil {
+		return m, err
 	}
 	return m, nil
 }
 
-// Verify checks a bundle's signature with the public key beside it (or
-// pub, when given) and every part's hash.
-func Verify(dir string, pub ed25519.PublicKey) (Manifest, error) {
-	var m Manifest
-	body, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		return m, err
-	}
-	sigHex, err := os.ReadFile(filepath.Join(dir, "manifest.sig"))
-	if err != nil {
-		return m, err
-	}
-	sig, err := hex.DecodeString(strings.TrimSpace(string(sigHex)))
-	if err != nil {
-		return m, fmt.Errorf("manifest.sig: %w", err)
-	}
+// Verify checks a bundle's signature with the public key beside it
+// (manifest.pub: a check of the build, not trust) or pub, when given, and
+// every part's hash.
+func Verify(dir string, pub ed25519.PublicKey) (bundle.Manifest, error) {
 	if pub == nil {
-		b, err := os.ReadFile(filepath.Join(dir, "manifest.pub"))
+		b, err := os.ReadFile(filepath.Join(dir, bundle.PublicKeyFile))
 		if err != nil {
-			return m, err
+			return bundle.Manifest{}, err
 		}
-		if pub, err = hex.DecodeString(strings.TrimSpace(string(b))); err != nil || len(pub) != ed25519.PublicKeySize {
-			return m, fmt.Errorf("manifest.pub: bad key")
-		}
-	}
-	if !ed25519.Verify(pub, body, sig) {
-		return m, errors.New("images: manifest signature does not verify")
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
-		return m, err
-	}
-	for name, want := range m.Parts {
-		got, err := hashFile(filepath.Join(dir, name))
-		if err != nil {
-			return m, err
-		}
-		if got != want {
-			return m, fmt.Errorf("images: %s does not match the manifest", name)
+		if pub, err = bundle.ParsePublicKey(b); err != nil {
+			return bundle.Manifest{}, fmt.Errorf("%s: %w", bundle.PublicKeyFile, err)
 		}
 	}
-	return m, nil
+	return bundle.Verify(dir, pub)
 }
 
 func validTarget(t string) bool {
@@ -214,17 +152,6 @@ func revision() string {
 		}
 	}
 	return ""
-}
-
-func hashFile(path string) (Part, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Part{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	return Part{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, err
 }
 
 func copyFile(src, dst string) error {
@@ -264,31 +191,31 @@ func loadOrCreateKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	seed, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("key %s: want a %d-byte ed25519 seed in hex", path, ed25519.SeedSize)
+	key, err := bundle.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", path, err)
 	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	return key, nil
 }
 
 // BuildFromSource builds hecd for linux/arm64 from the module at root (go
 // build -trimpath, stripped), fetches the kernel into root/.cache, and
 // writes a "qemu" bundle to out signed with a key kept there. Tests and
 // benchmarks use it to boot the agent they were built with.
-func BuildFromSource(ctx context.Context, root, out, version string) (Manifest, error) {
+func BuildFromSource(ctx context.Context, root, out, version string) (bundle.Manifest, error) {
 	k, err := FetchKernel(ctx, filepath.Join(root, ".cache"))
 	if err != nil {
-		return Manifest{}, fmt.Errorf("fetch the arm64 kernel: %w", err)
+		return bundle.Manifest{}, fmt.Errorf("fetch the arm64 kernel: %w", err)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return Manifest{}, err
+		return bundle.Manifest{}, err
 	}
 	agent := filepath.Join(out, "hecd")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agent, "./dpu/cmd/hecd")
 	build.Dir = root
 	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
-		return Manifest{}, fmt.Errorf("build arm64 hecd: %v: %s", err, b)
+		return bundle.Manifest{}, fmt.Errorf("build arm64 hecd: %v: %s", err, b)
 	}
 	return Build(BuildOptions{Agent: agent, Kernel: k, Target: "qemu", Out: out, KeyPath: filepath.Join(out, "dev.ed25519"), Version: version})
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hecsys/hec/shared/bundle"
 )
 
 func TestCPIOIsReproducibleAndReadable(t *testing.T) {
@@ -91,7 +93,7 @@ func TestBuildTwiceSameBytes(t *testing.T) {
 	agent := filepath.Join(t.TempDir(), "hecd")
 	os.WriteFile(agent, bytes.Repeat([]byte("hecd arm64 stand-in "), 1000), 0o755)
 	key := filepath.Join(t.TempDir(), "key")
-	var sums []Part
+	var sums []bundle.Part
 	var dirs []string
 	for i := 0; i < 2; i++ {
 		out := filepath.Join(t.TempDir(), "bundle")

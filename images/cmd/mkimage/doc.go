@@ -4,4 +4,10 @@
 // and its ed25519 signature into the output directory.
 //
 //	mkimage --agent bin/linux_arm64/hecd [--target qemu|bf2|bf3] [--out DIR] [--key FILE] [--cache DIR]
+//
+// With --agent-bundle it writes an agent bundle instead (`make bundle`):
+// the given hecd (either architecture) alone, signed, what `hecctl flash`
+// installs into an agent's inactive slot.
+//
+//	mkimage --agent-bundle --agent bin/hecd --version v1.2.3 [--out DIR] [--key FILE] [--next-key HEX]
 package main

@@ -16,13 +16,28 @@ func main() {
 	cache := flag.String("cache", ".cache", "download cache (kernel, development key)")
 	out := flag.String("out", "", "bundle directory (default CACHE/images/TARGET)")
 	key := flag.String("key", "", "ed25519 signing key, a hex seed (default: a development key in the cache, created on first use)")
-	version := flag.String("version", "dev", "version recorded in the manifest")
+	version := flag.String("version", "dev", "version recorded in the manifest (an agent bundle needs a semantic version: v1.2.3)")
+	agentOnly := flag.Bool("agent-bundle", false, "build an agent bundle instead (the --agent binary alone, any architecture): what hecctl flash installs into a slot")
+	nextKey := flag.String("next-key", "", "agent bundle: hex ed25519 public key the agent trusts once this bundle is committed (key rotation)")
 	flag.Parse()
-	if *out == "" {
-		*out = filepath.Join(*cache, "images", *target)
-	}
 	if *key == "" {
 		*key = filepath.Join(*cache, "keys", "dev.ed25519")
+	}
+	if *agentOnly {
+		if *out == "" {
+			*out = filepath.Join(*cache, "images", "agent")
+		}
+		m, err := images.BuildAgent(images.AgentOptions{Agent: *agent, Out: *out, KeyPath: *key, Version: *version, NextKey: *nextKey})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkimage:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("agent bundle %s: %s for %s, hecd %d bytes sha256 %.16s, signed with %s\n",
+			*out, m.Version, m.Arch, m.Parts["hecd"].Size, m.Parts["hecd"].SHA256, *key)
+		return
+	}
+	if *out == "" {
+		*out = filepath.Join(*cache, "images", *target)
 	}
 	k, err := images.FetchKernelTo(context.Background(), *cache, os.Stdout)
 	if err != nil {
