@@ -12,6 +12,15 @@
 // A crash in a service therefore ends only the child: the kernel never
 // sees process 1 die ("Attempted to kill init").
 //
+// The same supervisor is the loader of A/B slots (package slots) under
+// `hecd supervise` (Supervise): before each start it reads the record,
+// gives up a new slot that used its tries, verifies the chosen slot's
+// bundle against the trusted key, counts the try, and runs that slot's
+// hecd (the base slot: this binary); a new slot that answers /readyz is
+// committed, one that is not ready within the gate is killed and rolled
+// back. An agent that exits after it installed an update is a switch,
+// not a crash. As process 1 it does not use slots yet.
+//
 // Kernel command line parameters it reads itself (all optional):
 //
 //	hec.ip=10.0.2.15/24   address of the first non-loopback interface

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hecsys/hec/dpu/slots"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -104,7 +105,8 @@ func Run(log *slog.Logger) error {
 	log.Info("init done", "took", time.Since(start).Round(time.Millisecond))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	s := &supervisor{log: log, args: args, children: children, tokenFile: tokenFile}
+	s := &supervisor{log: log, args: args, children: children, tokenFile: tokenFile,
+		mgmt: "127.0.0.1:" + strconv.Itoa(api.PortMgmt), reboot: true}
 	s.run(ctx)
 	stop()
 	log.Info("powering off")
@@ -119,6 +121,16 @@ type supervisor struct {
 	args      []string
 	children  *children
 	tokenFile string // the agent's: its /healthz wants the token too
+	mgmt      string // the agent's management API, for the probes: host:port
+	reboot    bool   // process 1: reboot the machine when the agent keeps dying
+
+	// The A/B slots (nil: always run this binary) and the loader's
+	// settings: starts of a new slot before falling back, and how long a
+	// new slot has to become ready.
+	slots    *slots.Store
+	tries    int
+	gate     time.Duration
+	lastExit string // how the agent last ended, for a rollback's reason
 }
 
 // run keeps the agent running until ctx ends, then stops it.
@@ -127,16 +139,26 @@ func (s *supervisor) run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		started := time.Now()
-		pid, exited, err := s.start()
+		exe, slot := s.choose()
+		pid, exited, err := s.start(exe, slot)
 		if err != nil {
-			s.log.Error("start agent", "err", err)
+			s.log.Error("start agent", "exe", exe, "err", err)
+			s.lastExit = err.Error()
 		} else {
-			s.log.Info("agent started", "pid", pid)
-			status, stopped := s.watch(ctx, pid, exited)
+			s.log.Info("agent started", "pid", pid, "slot", slots.Name(slot))
+			status, stopped := s.watch(ctx, pid, exited, slot)
 			if stopped {
 				return
 			}
-			s.log.Error("agent exited; restarting", "pid", pid, "status", describe(status), "ran", time.Since(started).Round(time.Millisecond))
+			s.lastExit = describe(status)
+			if s.switched(slot) {
+				// The agent installed an update (or the gate gave one up):
+				// not a crash; start the slot the record names now.
+				s.log.Info("agent exited to switch slots", "pid", pid, "status", s.lastExit, "was", slots.Name(slot))
+				backoff = 0
+				continue
+			}
+			s.log.Error("agent exited; restarting", "pid", pid, "status", s.lastExit, "ran", time.Since(started).Round(time.Millisecond))
 		}
 		now := time.Now()
 		if now.Sub(started) > stableAfter {
@@ -146,7 +168,7 @@ func (s *supervisor) run(ctx context.Context) {
 		for len(crashes) > 0 && now.Sub(crashes[0]) > crashWindow {
 			crashes = crashes[1:]
 		}
-		if len(crashes) > maxCrashes {
+		if len(crashes) > maxCrashes && s.reboot {
 			s.log.Error("agent keeps dying: rebooting", "exits", len(crashes), "within", crashWindow)
 			unix.Sync()
 			unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
@@ -160,13 +182,12 @@ func (s *supervisor) run(ctx context.Context) {
 	}
 }
 
-// start runs this binary again as the agent.
-func (s *supervisor) start() (int, <-chan unix.WaitStatus, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = "/init"
-	}
+// start runs exe (this binary, or a slot's) as the agent.
+func (s *supervisor) start(exe, slot string) (int, <-chan unix.WaitStatus, error) {
 	env := append(os.Environ(), ChildEnv+"=1")
+	if s.slots != nil {
+		env = append(env, slots.LoaderEnv+"="+slots.Name(slot))
+	}
 	s.children.mu.Lock() // a fast exit must find its waiter registered
 	defer s.children.mu.Unlock()
 	pid, err := syscall.ForkExec(exe, append([]string{exe}, s.args...), &syscall.ProcAttr{
@@ -182,11 +203,14 @@ func (s *supervisor) start() (int, <-chan unix.WaitStatus, error) {
 
 // watch waits for the agent to exit (returning its status) or for ctx to
 // end (stopping it and returning stopped). An agent whose /healthz keeps
-// failing is killed.
-func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.WaitStatus) (unix.WaitStatus, bool) {
+// failing is killed. A slot on trial is committed once /readyz answers,
+// and killed and given up when it has not within the gate's deadline.
+func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.WaitStatus, slot string) (unix.WaitStatus, bool) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	started := time.Now()
 	healthy, failing := false, time.Time{}
+	trial := s.onTrial(slot)
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
 		select {
@@ -204,7 +228,20 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 			}
 			return 0, true
 		case <-tick.C:
-			err := probe(client, s.tokenFile)
+			if trial {
+				switch err := probe(client, s.mgmt, "/readyz", s.tokenFile); {
+				case err == nil:
+					s.commit(slot)
+					trial = false
+				case time.Since(started) > s.gate:
+					s.log.Error("new slot not ready in time: rolling back", "slot", slots.Name(slot), "gate", s.gate, "err", err)
+					s.giveUp(slot, fmt.Sprintf("not ready within %s: %v", s.gate, err))
+					unix.Kill(pid, unix.SIGKILL)
+					trial = false
+				}
+				continue
+			}
+			err := probe(client, s.mgmt, "/healthz", s.tokenFile)
 			switch {
 			case err == nil:
 				healthy, failing = true, time.Time{}
@@ -220,8 +257,8 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 	}
 }
 
-func probe(c *http.Client, tokenFile string) error {
-	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(api.PortMgmt)+"/healthz", nil)
+func probe(c *http.Client, mgmt, path, tokenFile string) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+mgmt+path, nil)
 	if err != nil {
 		return err
 	}
@@ -234,7 +271,7 @@ func probe(c *http.Client, tokenFile string) error {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthz: %s", resp.Status)
+		return fmt.Errorf("%s: %s", path, resp.Status)
 	}
 	return nil
 }

@@ -1,0 +1,183 @@
+package pid1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hecsys/hec/dpu/slots"
+	"github.com/hecsys/hec/shared/bundle"
+)
+
+// DefaultGate is how long a new slot has to answer /readyz before the
+// loader gives it up.
+const DefaultGate = time.Minute
+
+// LoaderOptions configure `hecd supervise`, the loader where the agent
+// runs as a service of a DPU's Linux (or a host) rather than as process 1.
+type LoaderOptions struct {
+	Args      []string // the agent's flags
+	StateDir  string   // the agent's --state-dir: the slots live there
+	Mgmt      string   // the agent's management API (host:port), for the probes
+	TokenFile string   // the agent's --token-file, for the probes
+	// TrustedKey, a file with a hex ed25519 public key, is installed as
+	// the key bundles must be signed with when the state has none yet.
+	TrustedKey string
+	Tries      int           // starts of a new slot before falling back (default slots.DefaultTries)
+	Gate       time.Duration // how long a new slot has to become ready (default DefaultGate)
+}
+
+// Supervise is the loader as a service: it runs the agent from the slot
+// the record names (this binary as the base), commits a new slot once it
+// is ready and falls back to the committed one when it is not, and stops
+// the agent when ctx ends.
+func Supervise(ctx context.Context, log *slog.Logger, o LoaderOptions) error {
+	st, err := slots.Open(o.StateDir)
+	if err != nil {
+		return err
+	}
+	if err := installKey(st, o.TrustedKey); err != nil {
+		return err
+	}
+	if o.Tries <= 0 {
+		o.Tries = slots.DefaultTries
+	}
+	if o.Gate <= 0 {
+		o.Gate = DefaultGate
+	}
+	s := &supervisor{log: log, args: o.Args, children: reaper(), tokenFile: o.TokenFile, mgmt: o.Mgmt,
+		slots: st, tries: o.Tries, gate: o.Gate}
+	s.run(ctx)
+	return nil
+}
+
+// installKey makes the key in path the trusted one when none is.
+func installKey(st *slots.Store, path string) error {
+	if _, err := st.TrustedKey(); !errors.Is(err, slots.ErrNoKey) || path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--trusted-key: %w", err)
+	}
+	k, err := bundle.ParsePublicKey(b)
+	if err != nil {
+		return fmt.Errorf("--trusted-key %s: %w", path, err)
+	}
+	return st.SetTrustedKey(k)
+}
+
+// self is this binary: the base slot.
+func self() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "/init"
+	}
+	return exe
+}
+
+// choose returns the binary to start and its slot: the record's active
+// slot with the try counted, after giving up a slot on trial that has
+// used its tries, and any slot whose bundle does not verify.
+func (s *supervisor) choose() (exe, slot string) {
+	if s.slots == nil {
+		return self(), slots.Base
+	}
+	rec, err := s.slots.Read()
+	if err != nil {
+		s.log.Error("slots: running the base agent", "err", err)
+		return self(), slots.Base
+	}
+	now := time.Now()
+	if rec.Active != rec.Committed && rec.Tries >= s.tries {
+		s.log.Error("new slot failed its tries: rolling back", "slot", slots.Name(rec.Active), "tries", rec.Tries, "last", s.lastExit)
+		rec.RollBack(fmt.Sprintf("started %d times without becoming ready (last: %s)", rec.Tries, s.lastExit), now)
+	}
+	for rec.Active != slots.Base {
+		if _, err := s.slots.Verify(rec.Active); err == nil {
+			break
+		} else if rec.Active != rec.Committed {
+			s.log.Error("new slot does not verify: rolling back", "slot", slots.Name(rec.Active), "err", err)
+			rec.RollBack("does not verify: "+err.Error(), now)
+		} else {
+			s.log.Error("committed slot does not verify: running the base agent", "slot", slots.Name(rec.Active), "err", err)
+			rec.Active, rec.Committed, rec.Tries = slots.Base, slots.Base, 0
+		}
+	}
+	slot, _ = rec.Start(s.tries, now)
+	if err := s.slots.Write(rec); err != nil {
+		// Not counting the try risks trying a bad slot for ever: run
+		// the committed one instead.
+		s.log.Error("slots: cannot count the try: running the committed slot", "err", err)
+		slot = rec.Committed
+	}
+	if slot == slots.Base {
+		return self(), slot
+	}
+	return filepath.Join(s.slots.Dir(slot), bundle.AgentPart), slot
+}
+
+// onTrial says slot is a new slot not yet committed.
+func (s *supervisor) onTrial(slot string) bool {
+	if s.slots == nil {
+		return false
+	}
+	rec, err := s.slots.Read()
+	return err == nil && rec.Active == slot && rec.Committed != slot
+}
+
+// commit records that slot passed the health gate, and trusts the key it
+// rotates to, if any.
+func (s *supervisor) commit(slot string) {
+	rec, err := s.slots.Read()
+	if err != nil || rec.Active != slot {
+		return
+	}
+	m, err := s.slots.Verify(slot)
+	if err != nil {
+		s.log.Error("slot ready but its bundle no longer verifies: not committed", "slot", slots.Name(slot), "err", err)
+		return
+	}
+	if m.NextKey != "" {
+		k, err := bundle.ParsePublicKey([]byte(m.NextKey))
+		if err == nil {
+			err = s.slots.SetTrustedKey(k)
+		}
+		if err != nil {
+			s.log.Error("slot's next key not installed: not committed", "slot", slots.Name(slot), "err", err)
+			return
+		}
+		s.log.Info("trusting the key the committed bundle rotates to", "key", m.NextKey)
+	}
+	rec.Commit(time.Now())
+	if err := s.slots.Write(rec); err != nil {
+		s.log.Error("slots: commit", "err", err)
+		return
+	}
+	s.log.Info("new slot committed", "slot", slots.Name(slot), "version", rec.Versions[slot])
+}
+
+// giveUp rolls back from slot on trial.
+func (s *supervisor) giveUp(slot, reason string) {
+	rec, err := s.slots.Read()
+	if err != nil || rec.Active != slot {
+		return
+	}
+	rec.RollBack(reason, time.Now())
+	if err := s.slots.Write(rec); err != nil {
+		s.log.Error("slots: roll back", "err", err)
+	}
+}
+
+// switched says the record names another slot than the one that ran.
+func (s *supervisor) switched(ran string) bool {
+	if s.slots == nil {
+		return false
+	}
+	rec, err := s.slots.Read()
+	return err == nil && rec.Active != ran
+}
