@@ -314,7 +314,8 @@ func (a *Agent) credentials() error {
 		}
 		a.mgmtTLS = tc
 	}
-	a.guard = newMgmtGuard(a.shared.Token, a.mgmtTLS != nil && a.mgmtTLS.ClientCAs != nil, c.mgmtOpen(), a.disp.limited)
+	a.shared.MgmtCerts = a.mgmtTLS != nil && a.mgmtTLS.ClientCAs != nil
+	a.guard = newMgmtGuard(a.shared.Token, a.shared.MgmtCerts, c.mgmtOpen(), a.disp.limited)
 	if err := a.shared.checkExposed(a.log, "--mgmt", c.Mgmt, a.guard.enabled()); err != nil {
 		return err
 	}

@@ -2,7 +2,9 @@
 // dispatcher that serves the handoff (shared-memory queue pairs and the
 // TCP fallback transport), the management API and its metrics, the
 // lifecycle — and the services it composes (the kv store, its RESP and
-// UDP GET front ends, the peer layer, the XDP fast path, erasure coding).
+// UDP GET front ends, the peer layer, the XDP fast path, erasure coding,
+// collectives, and the updater that installs signed bundles into the A/B
+// slots of package slots).
 //
 // # Lifecycle
 //

@@ -165,6 +165,9 @@ type Shared struct {
 	// credentials. Both are set before any service opens.
 	Token    string
 	Insecure bool
+	// MgmtCerts: the management API admits clients by certificate
+	// (mutual TLS).
+	MgmtCerts bool
 
 	mu       sync.Mutex
 	addrs    map[string]string

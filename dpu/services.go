@@ -3,19 +3,20 @@ package dpu
 // Config is the agent's configuration: the core's section and one section
 // per service, each with its defaults, checks and flags beside its
 // service. A TOML file given with --config has an [agent] table and a
-// table per service ([kv], [peer], [resp], [udp], [xdp], [ec]).
+// table per service ([kv], [peer], [resp], [udp], [xdp], [ec], [update]).
 type Config struct {
-	Agent AgentConfig `toml:"agent"`
-	KV    KVConfig    `toml:"kv"`
-	Peer  PeerConfig  `toml:"peer"`
-	RESP  RESPConfig  `toml:"resp"`
-	UDP   UDPConfig   `toml:"udp"`
-	XDP   XDPConfig   `toml:"xdp"`
-	EC    ECConfig    `toml:"ec"`
+	Agent  AgentConfig  `toml:"agent"`
+	KV     KVConfig     `toml:"kv"`
+	Peer   PeerConfig   `toml:"peer"`
+	RESP   RESPConfig   `toml:"resp"`
+	UDP    UDPConfig    `toml:"udp"`
+	XDP    XDPConfig    `toml:"xdp"`
+	EC     ECConfig     `toml:"ec"`
+	Update UpdateConfig `toml:"update"`
 }
 
 func (c *Config) sections() []section {
-	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP, &c.EC}
+	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP, &c.EC, &c.Update}
 }
 
 // services are the services hecd runs, in the order they start (and the
@@ -23,5 +24,5 @@ func (c *Config) sections() []section {
 // it.
 func (c *Config) services() []Service {
 	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService()}
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update)}
 }

@@ -38,6 +38,46 @@ type Status struct {
 	Access Access `json:"access"`
 	// EC is the erasure-coding service (nil when not served).
 	EC *ECStatus `json:"ec,omitempty"`
+	// Update is the A/B slots and the latest update (nil when the agent
+	// was not started by a loader that keeps slots).
+	Update *UpdateStatus `json:"update,omitempty"`
+}
+
+// UpdateStatus is the loader's record as the agent read it: the slot
+// running ("a", "b" or "base": the loader's own binary), the committed
+// one, the versions installed, the anti-rollback floor, and what became
+// of the latest update.
+type UpdateStatus struct {
+	Slot      string            `json:"slot"`
+	Committed string            `json:"committed"`
+	Tries     int               `json:"tries"`
+	Versions  map[string]string `json:"versions,omitempty"`
+	Floor     string            `json:"floor,omitempty"`
+	Last      *UpdateOutcome    `json:"last,omitempty"`
+}
+
+// UpdateOutcome is an update's fate: Result is "trying", "committed" or
+// "rolled back" (Reason says why).
+type UpdateOutcome struct {
+	Version string    `json:"version"`
+	From    string    `json:"from"`
+	Slot    string    `json:"slot"`
+	Result  string    `json:"result"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// UpdateReply answers POST /v1/update: the bundle's version, the version
+// running, the slot written (or that would be, on a dry run) and the
+// result ("verified" on a dry run, else "trying": the agent restarts into
+// it).
+type UpdateReply struct {
+	Version string `json:"version"`
+	From    string `json:"from"`
+	Slot    string `json:"slot"`
+	Arch    string `json:"arch"`
+	DryRun  bool   `json:"dry_run"`
+	Result  string `json:"result"`
 }
 
 // ECStatus is the agent's erasure coder: the vector path its kernels take

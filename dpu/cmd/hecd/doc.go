@@ -7,4 +7,13 @@
 //
 //	hecd [--config FILE] [--shm PATH|off] [--tcp ADDR|off] [--mgmt ADDR|off]
 //	     [--resp ADDR|off] [--udp ADDR|off] [--state-dir DIR] ...
+//
+// hecd supervise is the loader of an agent flashed with A/B slots on a
+// DPU's Linux or a host (package pid1's Supervise): it runs the agent from
+// the slot its record names, this binary as the base, commits a new slot
+// once it is ready and rolls back to the committed one when it is not.
+//
+//	hecd supervise [--trusted-key FILE] [--tries N] [--gate DURATION] -- [hecd flags]
+//
+// As process 1 of an image it is the machine's init (package pid1).
 package main

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/dpu/pid1"
 	"github.com/hecsys/hec/dpu/profile"
+	"github.com/hecsys/hec/dpu/slots"
 )
 
 func main() {
@@ -25,7 +27,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "hecd (pid 1):", err)
 		select {} // process 1 must not exit
 	}
-	if err := run(os.Args[1:]); err != nil {
+	run := run
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "supervise" {
+		run, args = supervise, args[1:]
+	}
+	if err := run(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -48,17 +55,19 @@ type hecdFlags struct {
 	kernelCmdline bool
 }
 
+func (hf *hecdFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&hf.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&hf.version, "version", false, "print the version and exit")
+	fs.StringVar(&hf.xdpPass, "xdp-pass", "", "attach a program that passes every packet to IFACE natively, then exit (the far end of a veth needs one for XDP_TX: test clusters)")
+	fs.BoolVar(&hf.kernelCmdline, "kernel-cmdline", false, "also apply hec.NAME=VALUE parameters of /proc/cmdline as --NAME VALUE (the agent under process 1)")
+}
+
 func run(args []string) error {
 	var hf hecdFlags
-	cfg, fs, err := dpu.ParseArgs("hecd", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&hf.logLevel, "log-level", "info", "debug, info, warn or error")
-		fs.BoolVar(&hf.version, "version", false, "print the version and exit")
-		fs.StringVar(&hf.xdpPass, "xdp-pass", "", "attach a program that passes every packet to IFACE natively, then exit (the far end of a veth needs one for XDP_TX: test clusters)")
-		fs.BoolVar(&hf.kernelCmdline, "kernel-cmdline", false, "also apply hec.NAME=VALUE parameters of /proc/cmdline as --NAME VALUE (the agent under process 1)")
-	})
+	cfg, fs, err := dpu.ParseArgs("hecd", args, hf.register)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(os.Stdout)
-		fmt.Println("usage: hecd [flags]   (the HEC agent; see the README for the services it runs)")
+		fmt.Println("usage: hecd [flags]   (the HEC agent; see the README for the services it runs)\n       hecd supervise [loader flags] -- [hecd flags]   (the agent run from its A/B slots: hecd supervise -h)")
 		fs.PrintDefaults()
 		return err
 	}
@@ -156,4 +165,62 @@ func applyCmdline(fs *flag.FlagSet, log *slog.Logger) {
 			log.Warn("kernel command line: parameter ignored", "param", f, "err", err)
 		}
 	}
+}
+
+// supervise is `hecd supervise [loader flags] -- [agent flags]`: the
+// loader as a service (package pid1's Supervise), for an agent on a DPU's
+// Linux or a host. The agent flags are checked here, as hecd would, and
+// tell the loader where the state (the slots) and the management API are.
+func supervise(args []string) error {
+	fs := flag.NewFlagSet("hecd supervise", flag.ContinueOnError)
+	var o pid1.LoaderOptions
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.TrustedKey, "trusted-key", "", "hex ed25519 public key bundles must be signed with, installed into the state when it has none")
+	fs.IntVar(&o.Tries, "tries", slots.DefaultTries, "starts of a new slot before falling back to the committed one")
+	fs.DurationVar(&o.Gate, "gate", pid1.DefaultGate, "how long a new slot has to become ready (/readyz) before it is given up")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: hecd supervise [flags] -- [hecd flags]   (runs the agent from its A/B slots, commits or rolls back updates)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	o.Args = fs.Args()
+	var hf hecdFlags
+	cfg, _, err := dpu.ParseArgs("hecd", o.Args, hf.register)
+	if err != nil {
+		return fmt.Errorf("agent flags: %w", err)
+	}
+	a := cfg.Agent
+	switch {
+	case a.Mgmt == dpu.Off:
+		return errors.New("agent flags: --mgmt off: the loader needs the management API to see the agent ready")
+	case a.MgmtCert != "":
+		return errors.New("agent flags: --mgmt-cert: the loader probes plain HTTP on loopback; serve the management API without TLS under hecd supervise")
+	}
+	o.StateDir, o.TokenFile = a.StateDir, a.TokenFile
+	o.Mgmt, err = loopback(a.Mgmt)
+	if err != nil {
+		return fmt.Errorf("agent flags: --mgmt %s: %w", a.Mgmt, err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("loader", true)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return pid1.Supervise(ctx, log, o)
+}
+
+// loopback is the address to reach a listener on addr from this machine.
+func loopback(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
 }
