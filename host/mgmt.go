@@ -20,6 +20,7 @@ import (
 
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/bundle"
 )
 
 // ErrRefused wraps an answer of the management API other than success:
@@ -133,14 +134,20 @@ func (m *Mgmt) Do(ctx context.Context, method, path string, body any) (*http.Res
 		return nil, fmt.Errorf("management API at %s: %w: %w", m.Addr, ErrUnreachable, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
-			return nil, fmt.Errorf("%s %s: %s: %s: %w: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrDenied, ErrRefused)
-		}
-		return nil, fmt.Errorf("%s %s: %s: %s: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrRefused)
+		defer resp.Body.Close()
+		return nil, refusal(method, path, resp)
 	}
 	return resp, nil
+}
+
+// refusal is the error for an answer other than 2xx, with the agent's
+// message.
+func refusal(method, path string, resp *http.Response) error {
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
+		return fmt.Errorf("%s %s: %s: %s: %w: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrDenied, ErrRefused)
+	}
+	return fmt.Errorf("%s %s: %s: %s: %w", method, path, resp.Status, strings.TrimSpace(string(msg)), ErrRefused)
 }
 
 // request is a request to path, with the token.
@@ -355,4 +362,53 @@ func (m *Mgmt) ECRepair(ctx context.Context, name string, all bool) ([]object.Re
 		return nil, fmt.Errorf("POST /v1/ec/repair: decode: %w", err)
 	}
 	return res, nil
+}
+
+// Update is POST /v1/update: it uploads the agent bundle in dir (package
+// bundle's archive, streamed) and returns the agent's answer; with dryRun
+// the agent only verifies it. sent, when not nil, is called with the
+// bytes sent so far.
+func (m *Mgmt) Update(ctx context.Context, dir string, dryRun bool, sent func(n int64)) (api.UpdateReply, error) {
+	var reply api.UpdateReply
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(bundle.Pack(pw, dir)) }()
+	defer pr.Close()
+	var body io.Reader = pr
+	if sent != nil {
+		body = &countingReader{r: pr, f: sent}
+	}
+	path := "/v1/update"
+	if dryRun {
+		path += "?dry_run=1"
+	}
+	req, err := m.request(ctx, http.MethodPost, path, body)
+	if err != nil {
+		return reply, err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return reply, fmt.Errorf("management API at %s: %w: %w", m.Addr, ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return reply, refusal(http.MethodPost, "/v1/update", resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
+		return reply, fmt.Errorf("POST /v1/update: decode: %w", err)
+	}
+	return reply, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+	f func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.f(c.n)
+	return n, err
 }

@@ -34,6 +34,16 @@ func statusCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(out, "state    %s\n", st.StateDir)
 			fmt.Fprintf(out, "access   %s\n", accessLine(st.Access))
+			if u := st.Update; u != nil {
+				fmt.Fprintf(out, "slots    running %s (%s), committed %s, floor %s", u.Slot, st.Version, u.Committed, orDash(u.Floor))
+				if l := u.Last; l != nil {
+					fmt.Fprintf(out, "; last update %s %s", l.Version, l.Result)
+					if l.Reason != "" {
+						fmt.Fprintf(out, " (%s)", l.Reason)
+					}
+				}
+				fmt.Fprintln(out)
+			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "\nSERVICE\tADDRESS\tSERVED\tNOTE")
 			for _, s := range st.Services {
@@ -109,4 +119,11 @@ func accessLine(ac api.Access) string {
 		parts = append(parts, "INSECURE beyond loopback: "+strings.Join(ac.Insecure, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
