@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/images"
+	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/bundle"
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// flashRig is an agent run by its loader (hecd supervise) as an operator
+// would run it on a DPU's Linux, with the keys and binaries to flash it.
+type flashRig struct {
+	dir, region, mgmt, tokenFile, key string
+	m                                 *host.Mgmt
+}
+
+// goBuild builds pkg into dir/name with ldflags.
+func goBuild(t *testing.T, dir, name, pkg, ldflags string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", out, pkg)
+	cmd.Dir = testutil.ModuleRoot()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// agentBundle signs binary as an agent bundle of version with key.
+func agentBundle(t *testing.T, binary, version, key string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bundle-"+version)
+	if _, err := images.BuildAgent(images.AgentOptions{Agent: binary, Out: out, KeyPath: key, Version: version}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// copyBundle copies a bundle directory, for a test to spoil the copy.
+func copyBundle(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func (r *flashRig) status(t *testing.T) api.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.m.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// serving checks that version answers over shared memory.
+func (r *flashRig) serving(t *testing.T, version string) {
+	t.Helper()
+	if st := r.status(t); st.Version != version {
+		t.Fatalf("version %s serving, want %s", st.Version, version)
+	}
+	c := dial(t, "shm://"+r.region)
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatalf("ping %s: %v", version, err)
+	}
+	c.Close()
+}
+
+func (r *flashRig) flash(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return hecctl(t, nil, append([]string{"--mgmt", r.mgmt, "--token-file", r.tokenFile, "flash", "--timeout", "90s"}, args...)...)
+}
+
+// TestFlashCommitRollbackRefuse flashes an agent run by hecd supervise:
+// a good bundle is committed and serves; a bundle whose agent exits at
+// start, and one that never becomes ready, are rolled back by the loader
+// with the old version serving; and every bad bundle (a part or the
+// manifest tampered with, another key, the other architecture, older
+// than the floor, too large, cut short, no token) is refused while the
+// running version serves throughout.
+func TestFlashCommitRollbackRefuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds four agents and restarts them: not in -short")
+	}
+	work := t.TempDir()
+	r := &flashRig{dir: work, key: filepath.Join(work, "signing.key")}
+	if res := hecctl(t, nil, "keys", "gen", "--out", r.key); res.code != 0 {
+		t.Fatalf("keys gen: %d %s", res.code, res.stderr)
+	}
+	const pkg, ver = "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version="
+	base := goBuild(t, work, "hecd-1.0.0", pkg, ver+"v1.0.0")
+	bundles := map[string]string{}
+	for _, v := range []string{"v1.1.0", "v1.0.5", "v1.5.0"} {
+		bundles[v] = agentBundle(t, goBuild(t, work, "hecd-"+v, pkg, ver+v), v, r.key)
+	}
+	bundles["exits"] = agentBundle(t, goBuild(t, work, "exits", "./test/e2e/testdata/badagent", "-X main.mode=exit"), "v1.3.0", r.key)
+	bundles["hangs"] = agentBundle(t, goBuild(t, work, "hangs", "./test/e2e/testdata/badagent", "-X main.mode=hang"), "v1.4.0", r.key)
+
+	mgmtPort, tcpPort := portPair(t)
+	r.mgmt = fmt.Sprintf("127.0.0.1:%d", mgmtPort)
+	r.tokenFile = filepath.Join(work, "token")
+	region, args := hecdArgs(t)
+	r.region = region
+	args = append(args, "--mgmt", r.mgmt, "--tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--token-file", r.tokenFile,
+		"--update-max-bundle", "100MiB", "--log-level", "warn")
+	loader := exec.Command(base, append([]string{"supervise", "--trusted-key", r.key + ".pub", "--tries", "2", "--gate", "8s", "--"}, args...)...)
+	var logs syncBuffer
+	loader.Stderr = &logs
+	if err := loader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		loader.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- loader.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			loader.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("loader and agent log:\n%s", logs.String())
+		}
+	})
+	testutil.WaitFor(t, 20*time.Second, "the token file", func() bool { _, err := os.Stat(r.tokenFile); return err == nil })
+	tok, _ := os.ReadFile(r.tokenFile)
+	r.m = host.NewMgmt(r.mgmt)
+	r.m.Token = strings.TrimSpace(string(tok))
+	r.serving(t, "v1.0.0")
+	if st := r.status(t); st.Update == nil || st.Update.Slot != "base" {
+		t.Fatalf("status update %+v: want the base slot", st.Update)
+	}
+
+	// A dry run verifies and installs nothing.
+	if res := r.flash(t, "--dry-run", bundles["v1.1.0"]); res.code != 0 || !strings.Contains(res.stdout, "verified") {
+		t.Fatalf("dry run: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	r.serving(t, "v1.0.0")
+
+	// A good update is committed and serves.
+	res := r.flash(t, bundles["v1.1.0"])
+	if res.code != 0 || !strings.Contains(res.stdout, "committed: hecd v1.0.0 → v1.1.0") {
+		t.Fatalf("flash v1.1.0: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	r.serving(t, "v1.1.0")
+	if u := r.status(t).Update; u.Committed != "a" || u.Floor != "v1.1.0" {
+		t.Fatalf("after the commit: %+v", u)
+	}
+
+	// Every bad bundle is refused, the running version untouched.
+	otherKey := filepath.Join(work, "other.key")
+	hecctl(t, nil, "keys", "gen", "--out", otherKey)
+	spoil := map[string]func() string{
+		"a part tampered with": func() string {
+			d := copyBundle(t, bundles["v1.5.0"])
+			b, _ := os.ReadFile(filepath.Join(d, bundle.AgentPart))
+			b[len(b)/2] ^= 1
+			os.WriteFile(filepath.Join(d, bundle.AgentPart), b, 0o644)
+			return d
+		},
+		"the manifest tampered with": func() string {
+			d := copyBundle(t, bundles["v1.5.0"])
+			b, _ := os.ReadFile(filepath.Join(d, bundle.ManifestFile))
+			os.WriteFile(filepath.Join(d, bundle.ManifestFile), bytes.Replace(b, []byte("v1.5.0"), []byte("v1.6.0"), 1), 0o644)
+			return d
+		},
+		"signed by another key": func() string {
+			return agentBundle(t, filepath.Join(bundles["v1.5.0"], bundle.AgentPart), "v1.5.0", otherKey)
+		},
+		"built for the other architecture": func() string {
+			d := copyBundle(t, bundles["v1.5.0"])
+			m, err := bundle.Verify(d, pubOf(t, r.key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Arch = map[string]string{"amd64": "arm64", "arm64": "amd64"}[m.Arch]
+			if err := bundle.Sign(d, m, privOf(t, r.key)); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		"older than the floor": func() string { return bundles["v1.0.5"] },
+		"holding a file the manifest does not name": func() string {
+			d := copyBundle(t, bundles["v1.5.0"])
+			os.WriteFile(filepath.Join(d, "extra"), []byte("unsigned"), 0o755)
+			return d
+		},
+		"larger than the limit": func() string {
+			d := copyBundle(t, bundles["v1.5.0"])
+			if err := os.WriteFile(filepath.Join(d, "padding"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(filepath.Join(d, "padding"), 110<<20); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+	}
+	want := map[string]string{
+		"a part tampered with":                      "does not match the manifest",
+		"the manifest tampered with":                "signature does not verify",
+		"signed by another key":                     "signature does not verify",
+		"built for the other architecture":          "is built for",
+		"older than the floor":                      "is not newer than v1.1.0",
+		"holding a file the manifest does not name": "not named by the manifest",
+		"larger than the limit":                     "larger than 100MiB",
+	}
+	for name, spoiled := range spoil {
+		res := r.flash(t, spoiled())
+		if res.code != 4 || !strings.Contains(res.stderr, want[name]) {
+			t.Errorf("%s: exit %d, stderr %q; want 4 and %q", name, res.code, res.stderr, want[name])
+		}
+		r.serving(t, "v1.1.0")
+	}
+	if res := hecctl(t, nil, "--mgmt", r.mgmt, "flash", bundles["v1.5.0"]); res.code != 4 || !strings.Contains(res.stderr, "401") {
+		t.Errorf("no token: exit %d, stderr %q; want 4 and 401", res.code, res.stderr)
+	}
+	// Cut short: half of the archive, then the end of the body.
+	var tarball bytes.Buffer
+	if err := bundle.Pack(&tarball, bundles["v1.5.0"]); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.mgmt+"/v1/update", bytes.NewReader(tarball.Bytes()[:tarball.Len()/2]))
+	req.Header.Set("Authorization", "Bearer "+r.m.Token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("cut short: %v %v; want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	r.serving(t, "v1.1.0")
+
+	// An agent that exits at start, then one that never becomes ready:
+	// both rolled back, the committed version serving again.
+	for _, c := range []struct{ bundle, reason string }{
+		{"exits", "started 2 times without becoming ready"},
+		{"hangs", "not ready within 8s"},
+	} {
+		res := r.flash(t, bundles[c.bundle])
+		if res.code != 1 || !strings.Contains(res.stdout, "rolled back") || !strings.Contains(res.stdout, c.reason) {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want 1, rolled back: %s", c.bundle, res.code, res.stdout, res.stderr, c.reason)
+		}
+		r.serving(t, "v1.1.0")
+		if u := r.status(t).Update; u.Committed != "a" || u.Slot != "a" || u.Last.Result != "rolled back" {
+			t.Fatalf("%s: after the rollback %+v", c.bundle, u)
+		}
+	}
+
+	// And a good one after them is committed into the other slot.
+	res = r.flash(t, bundles["v1.5.0"])
+	if res.code != 0 || !strings.Contains(res.stdout, "committed: hecd v1.1.0 → v1.5.0 (slot b)") {
+		t.Fatalf("flash v1.5.0: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	r.serving(t, "v1.5.0")
+}
+
+func privOf(t *testing.T, path string) ed25519.PrivateKey {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := bundle.ParsePrivateKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func pubOf(t *testing.T, path string) ed25519.PublicKey {
+	return privOf(t, path).Public().(ed25519.PublicKey)
+}
