@@ -103,6 +103,7 @@ type Dispatcher struct {
 
 	mu            sync.Mutex
 	snaps         []api.QueuePair
+	spareSnaps    []api.QueuePair // the slice housekeeping fills next
 	headerRepairs uint64
 }
 
@@ -218,12 +219,13 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			yield := func() { d.yield(ctx) } // made once: not an allocation per job
 			for {
 				j := d.work.pop()
 				if j == nil {
 					return
 				}
-				d.runJob(ctx, j, func() { d.yield(ctx) })
+				d.runJob(ctx, j, yield)
 				// Workers are as many as Go's Ps: under a flood they would
 				// hold every P until the runtime preempts them (10 ms), and
 				// the poller that takes other pairs' work would wait for one.
@@ -394,6 +396,11 @@ type shmLoop struct {
 	withWorkers int         // jobs handed to workers and not yet completed
 	busyTimer   *time.Timer // park's
 	checkSize   bool        // housekeeping ran: look at the file's size
+	// The response and request of the descriptor in hand: kept here, not
+	// on the stack, where handing them to a handler would move them to
+	// the heap for every descriptor.
+	resp wire.Desc
+	req  Request
 }
 
 func (l *shmLoop) use(a *ring.Agent) {
@@ -429,25 +436,25 @@ completions:
 			busy = true
 			l.touched[i] = true
 			in := &l.in[k]
-			var resp wire.Desc
-			e := d.begin(in, &resp)
+			resp := &l.resp
+			e := d.begin(in, resp)
 			if e == nil {
-				q.Complete(&resp)
+				q.Complete(resp)
 				continue
 			}
 			if e.h.Inline || (e.h.InlineMax > 0 && spanBytes(&in.Desc) <= e.h.InlineMax) {
-				req := Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}
-				d.serve(ctx, e, &req, &resp)
-				q.Complete(&resp)
+				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}
+				d.serve(ctx, e, &l.req, resp)
+				q.Complete(resp)
 				continue
 			}
 			j := d.jobs.Get().(*job)
-			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: resp, t0: time.Now()}
+			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: *resp, t0: time.Now()}
 			if e.h.Detached {
 				if !d.detach(ctx, j) {
 					d.putJob(j)
 					resp.Status = wire.StatusBusy
-					q.Complete(&resp)
+					q.Complete(resp)
 					continue
 				}
 				l.withWorkers++
@@ -620,7 +627,9 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 		pid, _ := q.Holder()
 		d.limited.Log(slog.LevelInfo, "queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
 	}
-	snaps := make([]api.QueuePair, 0, len(a.QueuePairs()))
+	// Into the slice the last snapshot but one used: readers copy under
+	// d.mu, so a snapshot a hundred times a second allocates nothing.
+	snaps := d.spareSnaps[:0]
 	for _, q := range a.QueuePairs() {
 		st, why := q.State()
 		pid, start := q.Holder()
@@ -630,7 +639,7 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 			Reason: why, InFlight: q.InFlight(), Faults: faults, Fences: fences, Repairs: n, RegionShowed: showed})
 	}
 	d.mu.Lock()
-	d.snaps = snaps
+	d.snaps, d.spareSnaps = snaps, d.snaps
 	d.headerRepairs = a.HeaderRepairs()
 	d.mu.Unlock()
 }
