@@ -37,8 +37,13 @@ type BuildOptions struct {
 	Version string
 }
 
-// Initramfs returns the initramfs bytes for agent and the kernel's modules.
-func Initramfs(agent []byte, k Kernel) ([]byte, []string, error) {
+// TrustedKeyPath is where the image carries the public key its loader
+// (process 1) trusts for agent bundles until a committed bundle rotates it.
+const TrustedKeyPath = "etc/hec/trusted.pub"
+
+// Initramfs returns the initramfs bytes for agent and the kernel's
+// modules, with trusted as the key agent bundles must be signed with.
+func Initramfs(agent []byte, k Kernel, trusted ed25519.PublicKey) ([]byte, []string, error) {
 	mods, err := ScanModules(k.ModulesDir)
 	if err != nil {
 		return nil, nil, err
@@ -65,6 +70,7 @@ func Initramfs(agent []byte, k Kernel) ([]byte, []string, error) {
 	files = append(files,
 		File{Path: "etc/hec/modules", Mode: 0o644, Data: []byte(strings.Join(list, "\n") + "\n")},
 		File{Path: "etc/hec/target", Mode: 0o644, Data: nil},
+		File{Path: TrustedKeyPath, Mode: 0o644, Data: []byte(hex.EncodeToString(trusted) + "\n")},
 		File{Path: "var/lib/hec", Dir: true, Mode: 0o755},
 	)
 	var buf bytes.Buffer
@@ -85,7 +91,11 @@ func Build(o BuildOptions) (bundle.Manifest, error) {
 	if err != nil {
 		return m, fmt.Errorf("agent binary: %w", err)
 	}
-	initrd, list, err := Initramfs(agent, o.Kernel)
+	key, err := loadOrCreateKey(o.KeyPath)
+	if err != nil {
+		return m, err
+	}
+	initrd, list, err := Initramfs(agent, o.Kernel, key.Public().(ed25519.PublicKey))
 	if err != nil {
 		return m, err
 	}
@@ -107,10 +117,6 @@ func Build(o BuildOptions) (bundle.Manifest, error) {
 			return m, err
 		}
 		m.Parts[name] = p
-	}
-	key, err := loadOrCreateKey(o.KeyPath)
-	if err != nil {
-		return m, err
 	}
 	if err := bundle.Sign(o.Out, m, key); err != nil {
 		return m, err

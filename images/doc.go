@@ -1,7 +1,10 @@
 // Package images builds what boots the agent on arm64: a reproducible
 // initramfs whose /init is hecd (plus the kernel modules it loads itself),
 // and a bundle of kernel, initramfs, manifest.json and an ed25519 signature
-// over the manifest.
+// over the manifest (package bundle). The initramfs carries the signing
+// key's public half in /etc/hec/trusted.pub: process 1 trusts it for the
+// agent bundles (BuildAgent: the hecd binary alone) it runs from the A/B
+// slots on the state disk.
 //
 // The kernel comes from Debian: the linux-image-arm64 metapackage is
 // resolved to the exact image package with apt, downloaded into an ignored

@@ -19,7 +19,10 @@
 // hecd (the base slot: this binary); a new slot that answers /readyz is
 // committed, one that is not ready within the gate is killed and rolled
 // back. An agent that exits after it installed an update is a switch,
-// not a crash. As process 1 it does not use slots yet.
+// not a crash. As process 1 it keeps the slots on the state disk and
+// trusts, until a committed bundle rotates it, the key the image carries
+// in /etc/hec/trusted.pub: an agent bundle replaces the agent, not the
+// kernel or the initramfs.
 //
 // Kernel command line parameters it reads itself (all optional):
 //

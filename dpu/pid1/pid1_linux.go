@@ -24,6 +24,10 @@ import (
 // StateMount is where the state disk is mounted.
 const StateMount = "/var/lib/hec"
 
+// trustedKey is the image's key for agent bundles (images.TrustedKeyPath),
+// installed into the state the first time.
+const trustedKey = "etc/hec/trusted.pub"
+
 // ChildEnv is set in the environment of the agent process 1 starts: the
 // agent then asks process 1 to power off (SIGTERM to pid 1).
 const ChildEnv = "HEC_INIT_CHILD"
@@ -107,6 +111,18 @@ func Run(log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	s := &supervisor{log: log, args: args, children: children, tokenFile: tokenFile,
 		mgmt: "127.0.0.1:" + strconv.Itoa(api.PortMgmt), reboot: true}
+	// The A/B slots of agent bundles live on the state disk: without it
+	// there is nothing to keep them across a reboot, and the image's own
+	// agent runs.
+	if stateDir == StateMount {
+		if st, err := slots.Open(stateDir); err != nil {
+			log.Error("slots: running the image's agent only", "err", err)
+		} else if err := installKey(st, "/"+trustedKey); err != nil {
+			log.Error("slots: no trusted key: running the image's agent only", "err", err)
+		} else {
+			s.slots, s.tries, s.gate = st, slots.DefaultTries, DefaultGate
+		}
+	}
 	s.run(ctx)
 	stop()
 	log.Info("powering off")
