@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
 
 	"github.com/hecsys/hec/dpu/slots"
+	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
 )
@@ -55,7 +57,8 @@ type updateService struct {
 	version string
 	guarded bool // the management API requires credentials
 	mu      sync.Mutex
-	exit    func() // ends the agent for the loader to switch slots
+	exit    func()    // ends the agent for the loader to switch slots
+	kv      *kv.Store // nil when not served: its disk reserve is left alone
 }
 
 func newUpdateService(c UpdateConfig) *updateService {
@@ -69,6 +72,9 @@ func (s *updateService) Open(_ context.Context, env *Env) error {
 	s.max, s.version = int64(n), env.Version
 	s.slot = os.Getenv(slots.LoaderEnv)
 	s.guarded = env.Shared != nil && (env.Shared.Token != "" || env.Shared.MgmtCerts)
+	if env.Shared != nil {
+		s.kv = env.Shared.Store
+	}
 	st, err := slots.Open(env.StateDir)
 	if err != nil {
 		return fmt.Errorf("--state-dir %s: %w", env.StateDir, err)
@@ -173,7 +179,19 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 	stage := slot
 	if dry {
 		stage = "dry-run"
+	} else {
+		// Neither running nor committed: its space goes to the new one.
+		if err := s.store.Clear(slot); err != nil {
+			return reply, refuse(http.StatusInternalServerError, "%v", err)
+		}
+		if _, ok := rec.Versions[slot]; ok {
+			delete(rec.Versions, slot)
+			if err := s.store.Write(rec); err != nil {
+				return reply, refuse(http.StatusInternalServerError, "%v", err)
+			}
+		}
 	}
+	limit, why := s.room()
 	staged, err := s.store.Stage(stage)
 	if err != nil {
 		return reply, refuse(http.StatusInternalServerError, "stage the bundle: %v", err)
@@ -185,10 +203,10 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 		}
 	}()
 	body := http.MaxBytesReader(w, r.Body, s.max+1<<20) // the archive's headers beyond the parts
-	if err := bundle.Unpack(body, staged, s.max); err != nil {
+	if err := bundle.Unpack(body, staged, limit); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.Is(err, bundle.ErrTooLarge) || errors.As(err, &mbe) {
-			return reply, refuse(http.StatusRequestEntityTooLarge, "the bundle is larger than %s (--update-max-bundle)", s.cfg.MaxBundle)
+			return reply, refuse(http.StatusRequestEntityTooLarge, "the bundle is larger than %s", why)
 		}
 		return reply, err
 	}
@@ -231,6 +249,31 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 	reply.Result = slots.Trying
 	return reply, nil
 }
+
+// room is how large a bundle may be, and what bounds it: the limit, or
+// the state disk's free space less what the kv store keeps free for itself
+// (and a margin), so that an update never fills the disk under the store.
+func (s *updateService) room() (int64, string) {
+	limit, why := s.max, s.cfg.MaxBundle+" (--update-max-bundle)"
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.store.Dir(""), &st); err != nil {
+		return limit, why
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	keep := int64(updateMargin)
+	if s.kv != nil {
+		keep += s.kv.Stats().DiskReserve
+	}
+	if room := free - keep; room < limit {
+		return max(room, 0), fmt.Sprintf("the room on the state disk (%s free, %s of it kept for the kv store and the agent)",
+			humanize.IBytes(uint64(max(free, 0))), humanize.IBytes(uint64(keep)))
+	}
+	return limit, why
+}
+
+// updateMargin is the state disk's space an update leaves free beyond the
+// kv store's reserve.
+const updateMargin = 4 << 20
 
 // onlyParts refuses a bundle holding files its manifest does not name:
 // nothing unsigned goes into a slot.

@@ -233,6 +233,18 @@ func (s *Store) Stage(slot string) (string, error) {
 	return dir, os.Mkdir(dir, 0o700)
 }
 
+// Clear removes slot's bundle: the loader must neither run it nor
+// have it committed.
+func (s *Store) Clear(slot string) error {
+	if slot != A && slot != B {
+		return fmt.Errorf("slots: clear slot %q", slot)
+	}
+	if err := os.RemoveAll(s.Dir(slot)); err != nil {
+		return fmt.Errorf("slots: clear slot %s: %w", slot, err)
+	}
+	return durable.SyncDir(s.dir)
+}
+
 // Install replaces slot's bundle with the staged one, durably.
 func (s *Store) Install(slot, staged string) error {
 	dst := s.Dir(slot)
