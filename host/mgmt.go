@@ -400,6 +400,31 @@ func (m *Mgmt) Update(ctx context.Context, dir string, dryRun bool, sent func(n 
 	return reply, nil
 }
 
+// WaitUpdate polls the agent's status, through the restart an update
+// makes, until the update to version is committed or rolled back (or ctx
+// ends); it returns the outcome and the status then.
+func (m *Mgmt) WaitUpdate(ctx context.Context, version string) (*api.UpdateOutcome, api.Status, error) {
+	var last error
+	for {
+		st, err := m.Status(ctx)
+		switch {
+		case err != nil:
+			last = err // restarting
+		case st.Update == nil:
+			last = errors.New("the agent reports no slots")
+		case st.Update.Last != nil && st.Update.Last.Version == version && st.Update.Last.Result != "trying":
+			return st.Update.Last, st, nil
+		default:
+			last = fmt.Errorf("%s: %s", version, "trying")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, st, fmt.Errorf("no commit or rollback of %s: %w (last: %v)", version, ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 type countingReader struct {
 	r io.Reader
 	n int64

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
 )
@@ -67,11 +66,14 @@ versions before and after. --dry-run verifies without installing.`,
 			if !a.jsonOut() {
 				fmt.Fprintf(a.out, "installed hecd %s into slot %s (was %s); the agent restarts into it…\n", reply.Version, reply.Slot, reply.From)
 			}
-			out, serving, err := waitOutcome(ctx, m, reply, timeout)
-			res.Outcome, res.Serving = out, serving
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			out, st, err := m.WaitUpdate(wctx, reply.Version)
+			cancel()
 			if err != nil {
 				return err
 			}
+			serving := st.Version
+			res.Outcome, res.Serving = out, serving
 			if a.jsonOut() {
 				if err := a.printJSON(res); err != nil {
 					return err
@@ -90,31 +92,6 @@ versions before and after. --dry-run verifies without installing.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "verify the bundle on the agent without installing it")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the commit or the rollback")
 	return uses(cmd, useAgent|useMgmt|useOutput)
-}
-
-// waitOutcome polls the agent's status, through its restart, until the
-// update in reply is committed or rolled back; it returns the outcome and
-// the version then serving.
-func waitOutcome(ctx context.Context, m *host.Mgmt, reply api.UpdateReply, timeout time.Duration) (*api.UpdateOutcome, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		st, err := m.Status(ctx)
-		switch {
-		case err != nil:
-			last = err // restarting
-		case st.Update == nil:
-			last = errors.New("the agent reports no slots")
-		case st.Update.Last != nil && st.Update.Last.Version == reply.Version && st.Update.Last.Result != "trying":
-			return st.Update.Last, st.Version, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, "", fmt.Errorf("no commit or rollback of %s within %s (last: %v)", reply.Version, timeout, last)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 func dirSize(dir string) int64 {
