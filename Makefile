@@ -78,7 +78,7 @@ KEY            ?=
 .PHONY: bundle
 bundle: ## build an agent bundle (hecd of BUNDLE_VERSION for BUNDLE_ARCH, signed with KEY) in .cache/images/agent, for hecctl flash
 	$(GO) build -o $(BIN)/mkimage ./images/cmd/mkimage
-	GOARCH=$(BUNDLE_ARCH) $(GO) build -trimpath -ldflags '-X github.com/hecsys/hec/dpu.Version=$(BUNDLE_VERSION)' -o $(BIN)/bundle/hecd ./dpu/cmd/hecd
+	GOARCH=$(BUNDLE_ARCH) $(GO) build -trimpath -ldflags '-s -w -X github.com/hecsys/hec/dpu.Version=$(BUNDLE_VERSION)' -o $(BIN)/bundle/hecd ./dpu/cmd/hecd
 	$(BIN)/mkimage --agent-bundle --agent $(BIN)/bundle/hecd --version $(BUNDLE_VERSION) $(if $(KEY),--key $(KEY)) --out .cache/images/agent-$(BUNDLE_VERSION)
 
 .PHONY: bench
