@@ -27,7 +27,7 @@ type Options struct {
 	StateDir string // default StateRoot()/NAME
 	Shm      string // region backing file; default /dev/shm/NAME
 	ShmSize  int64  // default 64 MiB
-	DiskSize int64  // state disk; default 128 MiB (the kv store and two agent slots)
+	DiskSize int64  // state disk; default 256 MiB, sparse (the kv store, its reserve, two agent slots)
 	MemoryMB int    // default 1024
 	CPUs     int    // default 2
 	// Host loopback ports forwarded to the agent's management, TCP
@@ -87,7 +87,7 @@ func (o Options) withDefaults() Options {
 		o.ShmSize = 64 << 20
 	}
 	if o.DiskSize == 0 {
-		o.DiskSize = 128 << 20
+		o.DiskSize = 256 << 20
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 60 * time.Second
