@@ -2,12 +2,20 @@ package vm
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hecsys/hec/images"
+	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -80,4 +88,142 @@ func TestFlashTheVM(t *testing.T) {
 	if st, err := m.Status(ctx); err != nil || st.Update.Committed != "a" || st.Update.Last.From != "v1.1.0" {
 		t.Fatalf("after both: %+v, %v (the image ran %s)", st.Update, err, from)
 	}
+}
+
+// TestPowerCutDuringFlash times one update, then cuts the power (SIGKILL
+// of QEMU) at 20 random moments of the next ones — the upload, the verification, the install, the
+// agent's exit, the new slot's try, its commit — while a client writes to
+// the kv store. Every boot after a cut brings up a valid agent, the old
+// version or the new one, never neither, with every acknowledged write.
+// HEC_FLASH_CUTS=N makes fewer cuts, for a quick look.
+func TestPowerCutDuringFlash(t *testing.T) {
+	cuts := 20
+	if n, err := strconv.Atoi(os.Getenv("HEC_FLASH_CUTS")); err == nil {
+		cuts = n
+	}
+	vm, o := boot(t, "flashcut")
+	bin := filepath.Join(t.TempDir(), "hecd")
+	first := arm64Bundle(t, "./dpu/cmd/hecd", "", "v1.0.0")
+	if err := copyFile(filepath.Join(first, "hecd"), bin); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(bundle(t), "dev.ed25519")
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(cuts), 7))
+	acked := map[string]string{}
+	versions := map[string]int{}
+	var whole time.Duration // an update, upload to commit
+	for cut := range cuts + 1 {
+		if cut > 0 {
+			var err error
+			if vm, err = qemu.Up(ctx, o); err != nil {
+				t.Fatalf("boot after cut %d: never neither, yet no agent: %v", cut-1, err)
+			}
+		}
+		m := mgmtOf(vm)
+		st, err := m.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bundle's version the loader runs (the binary in every bundle
+		// is the same build: its own version says nothing).
+		serving := "the image's"
+		if u := st.Update; u == nil {
+			t.Fatalf("after cut %d: no slots", cut-1)
+		} else if u.Slot != "base" {
+			serving = u.Versions[u.Slot]
+		}
+		versions[serving]++
+		// Everything acknowledged before is there.
+		c := redis.NewClient(&redis.Options{Addr: vm.RESP, Password: vm.Token()})
+		p := c.Pipeline()
+		gets := map[string]*redis.StringCmd{}
+		for k := range acked {
+			gets[k] = p.Get(ctx, k)
+		}
+		p.Exec(ctx)
+		for k, g := range gets {
+			if got, err := g.Result(); err != nil || got != acked[k] {
+				t.Fatalf("after cut %d: %s = %q, %v; acknowledged %q", cut-1, k, got, err, acked[k])
+			}
+		}
+		// A version newer than any before: the floor only rises.
+		v := fmt.Sprintf("v1.%d.0", cut+1)
+		out := filepath.Join(t.TempDir(), v)
+		if _, err := images.BuildAgent(images.AgentOptions{Agent: bin, Out: out, KeyPath: key, Version: v}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wg.Add(2)
+		go func() { // the writer: acknowledged SETs only count
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, val := fmt.Sprintf("cut%d:%d", cut, i), fmt.Sprintf("%d-%d", cut, i)
+				if err := c.Set(ctx, k, val, 0).Err(); err != nil {
+					time.Sleep(20 * time.Millisecond) // restarting, or the power went
+					continue
+				}
+				mu.Lock()
+				acked[k] = val
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond) // a steady client, not a flood
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := m.Update(ctx, out, false, nil); err != nil {
+				t.Logf("cut %d: update to %s: %v (after %v)", cut, v, err, time.Since(t0).Round(time.Millisecond))
+			} else if o, _, err := m.WaitUpdate(ctxUntil(stop), v); err == nil {
+				t.Logf("cut %d: %s %s after %v", cut, v, o.Result, time.Since(t0).Round(time.Millisecond))
+			}
+		}()
+		// The first update runs to its end and times the whole; the
+		// others are cut anywhere in it, or a little after.
+		var at time.Duration
+		if cut == 0 {
+			m.WaitUpdate(ctx, v)
+			whole = time.Since(t0)
+			at = whole
+		} else {
+			at = time.Duration(rng.Int64N(int64(whole) * 5 / 4))
+			time.Sleep(at)
+		}
+		close(stop)
+		vm.PowerCut()
+		wg.Wait()
+		c.Close()
+		t.Logf("cut %d at %v into the update to %s (%s was serving)", cut, at.Round(time.Millisecond), v, serving)
+	}
+	if vm, err := qemu.Up(ctx, o); err != nil {
+		t.Fatalf("boot after the last cut: %v", err)
+	} else {
+		vm.PowerCut()
+	}
+	t.Logf("versions found serving after the cuts: %v; %d acknowledged writes all there", versions, len(acked))
+	if len(versions) < 3 {
+		t.Errorf("the cuts landed before any update took: versions %v", versions)
+	}
+}
+
+// ctxUntil is a context that ends when stop closes.
+func ctxUntil(stop <-chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	return ctx
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }
