@@ -107,7 +107,8 @@ func (r *flashRig) flash(t *testing.T, args ...string) cliResult {
 // with the old version serving; and every bad bundle (a part or the
 // manifest tampered with, another key, the other architecture, older
 // than the floor, too large, cut short, no token) is refused while the
-// running version serves throughout.
+// running version serves throughout. Last, a committed bundle rotates the
+// trusted key: the old one is refused from then on, the new one taken.
 func TestFlashCommitRollbackRefuse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds four agents and restarts them: not in -short")
@@ -282,6 +283,31 @@ func TestFlashCommitRollbackRefuse(t *testing.T) {
 		t.Fatalf("flash v1.5.0: %d %q %q", res.code, res.stdout, res.stderr)
 	}
 	r.serving(t, "v1.5.0")
+
+	// Key rotation: a bundle signed with the trusted key names the next
+	// one; once it is committed only the next key is trusted.
+	nextPub, err := os.ReadFile(otherKey + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := filepath.Join(bundles["v1.5.0"], bundle.AgentPart)
+	rotate := filepath.Join(t.TempDir(), "rotate")
+	if _, err := images.BuildAgent(images.AgentOptions{Agent: agent, Out: rotate, KeyPath: r.key, Version: "v1.6.0",
+		NextKey: strings.TrimSpace(string(nextPub))}); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.flash(t, rotate); res.code != 0 || !strings.Contains(res.stdout, "committed") {
+		t.Fatalf("flash the rotating bundle: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	if res := r.flash(t, agentBundle(t, agent, "v1.7.0", r.key)); res.code != 4 || !strings.Contains(res.stderr, "signature does not verify") {
+		t.Fatalf("the old key after the rotation: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	if res := r.flash(t, agentBundle(t, agent, "v1.7.0", otherKey)); res.code != 0 || !strings.Contains(res.stdout, "committed") {
+		t.Fatalf("the new key after the rotation: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	if u := r.status(t).Update; u.Floor != "v1.7.0" || u.Last.Result != "committed" {
+		t.Fatalf("after the rotation: %+v", u)
+	}
 }
 
 func privOf(t *testing.T, path string) ed25519.PrivateKey {
