@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -106,12 +107,8 @@ func (s *updateService) FillStatus(st *api.Status) {
 	if err != nil {
 		return
 	}
-	u := &api.UpdateStatus{Slot: slots.Name(rec.Active), Committed: slots.Name(rec.Committed), Tries: rec.Tries,
-		Versions: rec.Versions, Floor: rec.Floor}
-	if l := rec.Last; l != nil {
-		u.Last = &api.UpdateOutcome{Version: l.Version, From: l.From, Slot: slots.Name(l.Slot), Result: l.Result, Reason: l.Reason, At: l.At}
-	}
-	st.Update = u
+	st.Update = &api.UpdateStatus{Slot: slots.Name(rec.Active), Committed: slots.Name(rec.Committed), Tries: rec.Tries,
+		Versions: rec.Versions, Floor: rec.Floor, Last: rec.Last}
 }
 
 // updateError is a refusal with its HTTP status.
@@ -127,7 +124,7 @@ func refuse(code int, format string, args ...any) error {
 }
 
 func (s *updateService) serveUpdate(w http.ResponseWriter, r *http.Request) {
-	dry := r.URL.Query().Get("dry_run") != "" && r.URL.Query().Get("dry_run") != "0" && r.URL.Query().Get("dry_run") != "false"
+	dry, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
 	reply, err := s.update(w, r, dry)
 	if err != nil {
 		code := http.StatusBadRequest
@@ -246,7 +243,7 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 	if err := s.store.Write(rec); err != nil {
 		return reply, refuse(http.StatusInternalServerError, "%v", err)
 	}
-	reply.Result = slots.Trying
+	reply.Result = api.UpdateTrying
 	return reply, nil
 }
 

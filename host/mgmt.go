@@ -412,10 +412,10 @@ func (m *Mgmt) WaitUpdate(ctx context.Context, version string) (*api.UpdateOutco
 			last = err // restarting
 		case st.Update == nil:
 			last = errors.New("the agent reports no slots")
-		case st.Update.Last != nil && st.Update.Last.Version == version && st.Update.Last.Result != "trying":
+		case st.Update.Last != nil && st.Update.Last.Version == version && st.Update.Last.Result != api.UpdateTrying:
 			return st.Update.Last, st, nil
 		default:
-			last = fmt.Errorf("%s: %s", version, "trying")
+			last = fmt.Errorf("%s: %s", version, api.UpdateTrying)
 		}
 		select {
 		case <-ctx.Done():

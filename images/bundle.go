@@ -37,10 +37,6 @@ type BuildOptions struct {
 	Version string
 }
 
-// TrustedKeyPath is where the image carries the public key its loader
-// (process 1) trusts for agent bundles until a committed bundle rotates it.
-const TrustedKeyPath = "etc/hec/trusted.pub"
-
 // Initramfs returns the initramfs bytes for agent and the kernel's
 // modules, with trusted as the key agent bundles must be signed with.
 func Initramfs(agent []byte, k Kernel, trusted ed25519.PublicKey) ([]byte, []string, error) {
@@ -70,7 +66,7 @@ func Initramfs(agent []byte, k Kernel, trusted ed25519.PublicKey) ([]byte, []str
 	files = append(files,
 		File{Path: "etc/hec/modules", Mode: 0o644, Data: []byte(strings.Join(list, "\n") + "\n")},
 		File{Path: "etc/hec/target", Mode: 0o644, Data: nil},
-		File{Path: TrustedKeyPath, Mode: 0o644, Data: []byte(hex.EncodeToString(trusted) + "\n")},
+		File{Path: bundle.TrustedKeyPath, Mode: 0o644, Data: []byte(hex.EncodeToString(trusted) + "\n")},
 		File{Path: "var/lib/hec", Dir: true, Mode: 0o755},
 	)
 	var buf bytes.Buffer

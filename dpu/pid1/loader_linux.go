@@ -82,8 +82,10 @@ func self() string {
 
 // choose returns the binary to start and its slot: the record's active
 // slot with the try counted, after giving up a slot on trial that has
-// used its tries, and any slot whose bundle does not verify.
+// used its tries, and any slot whose bundle does not verify. The manifest
+// it verified is kept for the commit (s.manifest).
 func (s *supervisor) choose() (exe, slot string) {
+	s.manifest = bundle.Manifest{}
 	if s.slots == nil {
 		return self(), slots.Base
 	}
@@ -93,12 +95,13 @@ func (s *supervisor) choose() (exe, slot string) {
 		return self(), slots.Base
 	}
 	now := time.Now()
-	if rec.Active != rec.Committed && rec.Tries >= s.tries {
-		s.log.Error("new slot failed its tries: rolling back", "slot", slots.Name(rec.Active), "tries", rec.Tries, "last", s.lastExit)
-		rec.RollBack(fmt.Sprintf("started %d times without becoming ready (last: %s)", rec.Tries, s.lastExit), now)
+	trying := rec.Active
+	if _, rolledBack := rec.Start(s.tries, s.lastExit, now); rolledBack {
+		s.log.Error("new slot failed its tries: rolled back", "slot", slots.Name(trying), "tries", s.tries, "last", s.lastExit)
 	}
 	for rec.Active != slots.Base {
-		if _, err := s.slots.Verify(rec.Active); err == nil {
+		if m, err := s.slots.Verify(rec.Active); err == nil {
+			s.manifest = m
 			break
 		} else if rec.Active != rec.Committed {
 			s.log.Error("new slot does not verify: rolling back", "slot", slots.Name(rec.Active), "err", err)
@@ -108,7 +111,7 @@ func (s *supervisor) choose() (exe, slot string) {
 			rec.Active, rec.Committed, rec.Tries = slots.Base, slots.Base, 0
 		}
 	}
-	slot, _ = rec.Start(s.tries, now)
+	slot = rec.Active
 	if err := s.slots.Write(rec); err != nil {
 		// Not counting the try risks trying a bad slot for ever: run
 		// the committed one instead.
@@ -137,12 +140,7 @@ func (s *supervisor) commit(slot string) {
 	if err != nil || rec.Active != slot {
 		return
 	}
-	m, err := s.slots.Verify(slot)
-	if err != nil {
-		s.log.Error("slot ready but its bundle no longer verifies: not committed", "slot", slots.Name(slot), "err", err)
-		return
-	}
-	if m.NextKey != "" {
+	if m := s.manifest; m.NextKey != "" {
 		k, err := bundle.ParsePublicKey([]byte(m.NextKey))
 		if err == nil {
 			err = s.slots.SetTrustedKey(k)
@@ -151,7 +149,7 @@ func (s *supervisor) commit(slot string) {
 			s.log.Error("slot's next key not installed: not committed", "slot", slots.Name(slot), "err", err)
 			return
 		}
-		s.log.Info("trusting the key the committed bundle rotates to", "key", m.NextKey)
+		s.log.Info("trusting the key the committed bundle rotates to", "key", s.manifest.NextKey)
 	}
 	rec.Commit(time.Now())
 	if err := s.slots.Write(rec); err != nil {

@@ -19,14 +19,11 @@ import (
 
 	"github.com/hecsys/hec/dpu/slots"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/bundle"
 )
 
 // StateMount is where the state disk is mounted.
 const StateMount = "/var/lib/hec"
-
-// trustedKey is the image's key for agent bundles (images.TrustedKeyPath),
-// installed into the state the first time.
-const trustedKey = "etc/hec/trusted.pub"
 
 // ChildEnv is set in the environment of the agent process 1 starts: the
 // agent then asks process 1 to power off (SIGTERM to pid 1).
@@ -117,7 +114,7 @@ func Run(log *slog.Logger) error {
 	if stateDir == StateMount {
 		if st, err := slots.Open(stateDir); err != nil {
 			log.Error("slots: running the image's agent only", "err", err)
-		} else if err := installKey(st, "/"+trustedKey); err != nil {
+		} else if err := installKey(st, "/"+bundle.TrustedKeyPath); err != nil {
 			log.Error("slots: no trusted key: running the image's agent only", "err", err)
 		} else {
 			s.slots, s.tries, s.gate = st, slots.DefaultTries, DefaultGate
@@ -146,7 +143,8 @@ type supervisor struct {
 	slots    *slots.Store
 	tries    int
 	gate     time.Duration
-	lastExit string // how the agent last ended, for a rollback's reason
+	lastExit string          // how the agent last ended, for a rollback's reason
+	manifest bundle.Manifest // the running slot's, verified before it started
 }
 
 // run keeps the agent running until ctx ends, then stops it.

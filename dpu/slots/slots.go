@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
 	"github.com/hecsys/hec/shared/durable"
 )
@@ -19,13 +20,6 @@ const (
 	A    = "a"
 	B    = "b"
 	Base = ""
-)
-
-// Results of an update, in Outcome.Result.
-const (
-	Trying     = "trying"
-	Committed  = "committed"
-	RolledBack = "rolled back"
 )
 
 // LoaderEnv is set in the environment of an agent started by a loader
@@ -55,18 +49,8 @@ type Record struct {
 	Floor string `json:"floor,omitempty"`
 	// Versions are the versions installed in slots A and B.
 	Versions map[string]string `json:"versions,omitempty"`
-	// Last is the latest update's outcome.
-	Last *Outcome `json:"last,omitempty"`
-}
-
-// Outcome is what became of an update.
-type Outcome struct {
-	Version string    `json:"version"`
-	From    string    `json:"from"` // the version that ran before
-	Slot    string    `json:"slot"`
-	Result  string    `json:"result"` // Trying, Committed or RolledBack
-	Reason  string    `json:"reason,omitempty"`
-	At      time.Time `json:"at"`
+	// Last is the latest update's outcome (its slot is A or B).
+	Last *api.UpdateOutcome `json:"last,omitempty"`
 }
 
 // Name is a slot's name for people: "a", "b" or "base".
@@ -75,14 +59,6 @@ func Name(slot string) string {
 		return "base"
 	}
 	return slot
-}
-
-// Version returns the version in slot (baseVersion for the base).
-func (r *Record) Version(slot, baseVersion string) string {
-	if slot == Base {
-		return baseVersion
-	}
-	return r.Versions[slot]
 }
 
 // Inactive is the slot an update is written to: never the committed one,
@@ -101,16 +77,17 @@ func (r *Record) Try(slot, version, from string, now time.Time) {
 	}
 	r.Versions[slot] = version
 	r.Active, r.Tries = slot, 0
-	r.Last = &Outcome{Version: version, From: from, Slot: slot, Result: Trying, At: now}
+	r.Last = &api.UpdateOutcome{Version: version, From: from, Slot: slot, Result: api.UpdateTrying, At: now}
 }
 
 // Start decides which slot the loader runs now and counts the try. A slot
-// on trial that has used maxTries is given up: the record falls back to
-// the committed slot (rolledBack says so).
-func (r *Record) Start(maxTries int, now time.Time) (slot string, rolledBack bool) {
+// on trial that has used maxTries is given up, with last (how its last
+// start ended) in the reason: the record falls back to the committed slot
+// (rolledBack says so).
+func (r *Record) Start(maxTries int, last string, now time.Time) (slot string, rolledBack bool) {
 	if r.Active != r.Committed {
 		if r.Tries >= maxTries {
-			r.RollBack(fmt.Sprintf("started %d times without passing the health gate", r.Tries), now)
+			r.RollBack(fmt.Sprintf("started %d times without becoming ready (last: %s)", r.Tries, last), now)
 			return r.Active, true
 		}
 		r.Tries++
@@ -125,15 +102,15 @@ func (r *Record) Commit(now time.Time) {
 	if c, err := bundle.CompareVersions(v, r.Floor); r.Floor == "" || err == nil && c > 0 {
 		r.Floor = v
 	}
-	if r.Last != nil && r.Last.Slot == r.Active && r.Last.Result == Trying {
-		r.Last.Result, r.Last.At = Committed, now
+	if r.Last != nil && r.Last.Slot == r.Active && r.Last.Result == api.UpdateTrying {
+		r.Last.Result, r.Last.At = api.UpdateCommitted, now
 	}
 }
 
 // RollBack gives up the slot on trial: the committed slot runs again.
 func (r *Record) RollBack(reason string, now time.Time) {
-	if r.Last != nil && r.Last.Slot == r.Active && r.Last.Result == Trying {
-		r.Last.Result, r.Last.Reason, r.Last.At = RolledBack, reason, now
+	if r.Last != nil && r.Last.Slot == r.Active && r.Last.Result == api.UpdateTrying {
+		r.Last.Result, r.Last.Reason, r.Last.At = api.UpdateRolledBack, reason, now
 	}
 	r.Active, r.Tries = r.Committed, 0
 }

@@ -3,8 +3,11 @@ package slots
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/shared/api"
 )
 
 // TestRecordLifecycle walks the record through what a loader and an
@@ -13,7 +16,7 @@ import (
 func TestRecordLifecycle(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	var r Record
-	if slot, rb := r.Start(DefaultTries, now); slot != Base || rb || r.Tries != 0 {
+	if slot, rb := r.Start(DefaultTries, "exit 1", now); slot != Base || rb || r.Tries != 0 {
 		t.Fatalf("fresh record starts %q (rolled back %v, tries %d), want the base", slot, rb, r.Tries)
 	}
 	if r.Inactive() != A {
@@ -21,12 +24,12 @@ func TestRecordLifecycle(t *testing.T) {
 	}
 	r.Try(A, "v1.1.0", "v1.0.0", now)
 	for i := 1; i <= 2; i++ {
-		if slot, rb := r.Start(2, now); slot != A || rb || r.Tries != i {
+		if slot, rb := r.Start(2, "exit 1", now); slot != A || rb || r.Tries != i {
 			t.Fatalf("start %d: %q rolled back %v tries %d", i, slot, rb, r.Tries)
 		}
 	}
 	r.Commit(now)
-	if r.Committed != A || r.Floor != "v1.1.0" || r.Last.Result != Committed || r.Tries != 0 {
+	if r.Committed != A || r.Floor != "v1.1.0" || r.Last.Result != api.UpdateCommitted || r.Tries != 0 {
 		t.Fatalf("after commit: %+v %+v", r, r.Last)
 	}
 	if r.Inactive() != B {
@@ -34,10 +37,11 @@ func TestRecordLifecycle(t *testing.T) {
 	}
 
 	r.Try(B, "v1.2.0", "v1.1.0", now)
-	r.Start(2, now)
-	r.Start(2, now)
-	slot, rb := r.Start(2, now)
-	if slot != A || !rb || r.Last.Result != RolledBack || r.Last.Version != "v1.2.0" || r.Floor != "v1.1.0" {
+	r.Start(2, "exit 1", now)
+	r.Start(2, "exit 1", now)
+	slot, rb := r.Start(2, "exit 1", now)
+	if slot != A || !rb || r.Last.Result != api.UpdateRolledBack || r.Last.Version != "v1.2.0" || r.Floor != "v1.1.0" ||
+		!strings.Contains(r.Last.Reason, "(last: exit 1)") {
 		t.Fatalf("third start of a slot with two tries: %q rolled back %v, %+v", slot, rb, r.Last)
 	}
 	if r.Inactive() != B {
@@ -45,7 +49,7 @@ func TestRecordLifecycle(t *testing.T) {
 	}
 	// A rollback by the health gate.
 	r.Try(B, "v1.3.0", "v1.1.0", now)
-	r.Start(2, now)
+	r.Start(2, "exit 1", now)
 	r.RollBack("not ready within 1m", now)
 	if r.Active != A || r.Last.Reason != "not ready within 1m" {
 		t.Fatalf("gate rollback: %+v", r)

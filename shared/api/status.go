@@ -56,8 +56,15 @@ type UpdateStatus struct {
 	Last      *UpdateOutcome    `json:"last,omitempty"`
 }
 
-// UpdateOutcome is an update's fate: Result is "trying", "committed" or
-// "rolled back" (Reason says why).
+// Results of an update, in UpdateOutcome.Result.
+const (
+	UpdateTrying     = "trying"
+	UpdateCommitted  = "committed"
+	UpdateRolledBack = "rolled back"
+)
+
+// UpdateOutcome is an update's fate: Result is UpdateTrying,
+// UpdateCommitted or UpdateRolledBack (Reason says why).
 type UpdateOutcome struct {
 	Version string    `json:"version"`
 	From    string    `json:"from"`

@@ -20,6 +20,11 @@ const (
 	PublicKeyFile = "manifest.pub" // the signer's key, for a first look only: never trusted by Verify
 )
 
+// TrustedKeyPath is where an image carries (relative to its root) the
+// public key, in hex, its loader trusts for agent bundles until a
+// committed bundle rotates it.
+const TrustedKeyPath = "etc/hec/trusted.pub"
+
 // AgentPart is the part that makes a bundle an agent bundle: the hecd
 // binary a loader runs.
 const AgentPart = "hecd"

@@ -102,11 +102,8 @@ func TestPowerCutDuringFlash(t *testing.T) {
 		cuts = n
 	}
 	vm, o := boot(t, "flashcut")
-	bin := filepath.Join(t.TempDir(), "hecd")
-	first := arm64Bundle(t, "./dpu/cmd/hecd", "", "v1.0.0")
-	if err := copyFile(filepath.Join(first, "hecd"), bin); err != nil {
-		t.Fatal(err)
-	}
+	// One arm64 build, signed again for each version.
+	bin := filepath.Join(arm64Bundle(t, "./dpu/cmd/hecd", "", "v1.0.0"), "hecd")
 	key := filepath.Join(bundle(t), "dev.ed25519")
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(cuts), 7))
@@ -218,12 +215,4 @@ func ctxUntil(stop <-chan struct{}) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	return ctx
-}
-
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, 0o755)
 }

@@ -78,12 +78,12 @@ versions before and after. --dry-run verifies without installing.`,
 				if err := a.printJSON(res); err != nil {
 					return err
 				}
-			} else if out.Result == "committed" {
+			} else if out.Result == api.UpdateCommitted {
 				fmt.Fprintf(a.out, "committed: hecd %s → %s (slot %s); serving %s\n", out.From, out.Version, out.Slot, serving)
 			} else {
 				fmt.Fprintf(a.out, "rolled back: hecd %s in slot %s: %s; serving %s\n", out.Version, out.Slot, out.Reason, serving)
 			}
-			if out.Result != "committed" {
+			if out.Result != api.UpdateCommitted {
 				return fmt.Errorf("update to %s rolled back: %s", out.Version, out.Reason)
 			}
 			return nil
