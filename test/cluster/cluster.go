@@ -26,6 +26,7 @@ import (
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/bundle"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -57,7 +58,14 @@ type Options struct {
 	XDP string
 	// AgentArgs are more hecd flags for every agent (not the VMs).
 	AgentArgs []string
-	Log       io.Writer
+	// TrustedKey, a file holding a hex ed25519 public key, runs every
+	// agent (not the VMs: process 1 is theirs) under its loader, hecd
+	// supervise, trusting that key: the agents keep A/B slots in their
+	// state and can be flashed (hecctl flash --cluster). LoaderArgs are
+	// more loader flags (--gate=10s).
+	TrustedKey string
+	LoaderArgs []string
+	Log        io.Writer
 }
 
 // Node is one node of a cluster.
@@ -127,6 +135,8 @@ type State struct {
 	Token      string   `json:"token_file"` // the operator's token, every node's
 	XDP        string   `json:"xdp,omitempty"`
 	AgentArgs  []string `json:"agent_args,omitempty"`
+	TrustedKey string   `json:"trusted_key,omitempty"` // the agents run under hecd supervise, trusting it
+	LoaderArgs []string `json:"loader_args,omitempty"`
 	Hecd       string   `json:"hecd"` // the agent binary
 	Nodes      []Node   `json:"nodes"`
 }
@@ -195,6 +205,18 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.TrustedKey != "" {
+		if o.TrustedKey, err = filepath.Abs(o.TrustedKey); err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(o.TrustedKey)
+		if err == nil {
+			_, err = bundle.ParsePublicKey(b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cluster: trusted key: %w", err)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(o.StateDir, "state.json")); err == nil {
 		return nil, fmt.Errorf("cluster %q is up (state in %s): hecctl cluster down first", o.Name, o.StateDir)
 	}
@@ -205,6 +227,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		return nil, err
 	}
 	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs,
+		TrustedKey: o.TrustedKey, LoaderArgs: o.LoaderArgs,
 		Key: filepath.Join(o.StateDir, "cluster.key"), Token: filepath.Join(o.StateDir, "token")}
 	defer func() {
 		if err != nil {
@@ -450,16 +473,42 @@ func (st *State) Stop(i int) error {
 	if err != nil {
 		return err
 	}
-	if !alive(n.PID) {
-		return nil
+	// Under a loader the agent is the loader's child, in a process group
+	// of its own: the loader goes first (it would start another), then
+	// what it started.
+	pids := descendants(n.PID)
+	for _, pid := range pids {
+		unix.Kill(pid, unix.SIGKILL)
 	}
-	unix.Kill(n.PID, unix.SIGKILL)
-	for deadline := time.Now().Add(5 * time.Second); alive(n.PID); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster: node %d's agent (pid %d) still runs 5 s after SIGKILL", i, n.PID)
+	for _, pid := range pids {
+		for deadline := time.Now().Add(5 * time.Second); alive(pid); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cluster: node %d's agent (pid %d) still runs 5 s after SIGKILL", i, pid)
+			}
 		}
 	}
 	return nil
+}
+
+// descendants lists pid and every live process below it, parents first
+// (none when pid is gone).
+func descendants(pid int) []int {
+	if !alive(pid) {
+		return nil
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, t := range tasks {
+			b, _ := os.ReadFile(t)
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil && alive(c) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Start starts node i's agent again, stopping it first if it runs; wipe
@@ -503,7 +552,7 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 		return err
 	}
 	n.TokenFile = st.Token
-	args := []string{hecd, "--token-file", st.Token,
+	args := []string{"--token-file", st.Token,
 		"--shm", fmt.Sprintf("/dev/shm/hec-%s-%d", st.Name, n.Index), "--region-size", strconv.Itoa(agentRegion),
 		"--tcp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortTCP)), "--mgmt", n.Mgmt(),
 		"--resp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRESP)), "--udp", net.JoinHostPort(n.Addr, strconv.Itoa(api.PortUDP)),
@@ -518,7 +567,11 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 		args = append(args, "--xdp", "eth0", "--xdp-mode", st.XDP)
 	}
 	args = append(args, st.AgentArgs...)
-	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), args...)
+	if st.TrustedKey != "" {
+		loader := append([]string{"supervise", "--trusted-key", st.TrustedKey}, st.LoaderArgs...)
+		args = append(append(loader, "--"), args...)
+	}
+	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), append([]string{hecd}, args...)...)
 	n.PID = pid
 	return err
 }

@@ -32,6 +32,9 @@ arm64 VMs (make image) on taps on the bridge.`
 	up := &cobra.Command{Use: "up", Short: "make a cluster and start its agents", Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Name, o.StateDir, o.Rates, o.Log = name, state, rates, a.out
+			if len(o.LoaderArgs) > 0 && o.TrustedKey == "" {
+				return usageError{fmt.Errorf("--loader-arg: the agents run under a loader only with --trusted-key")}
+			}
 			st, err := cluster.Up(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -47,6 +50,8 @@ arm64 VMs (make image) on taps on the bridge.`
 	f.StringVar(&o.Bundle, "bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
 	f.StringVar(&o.XDP, "xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
 	f.StringArrayVar(&o.AgentArgs, "agent-arg", nil, "a hecd flag for every agent, as --agent-arg=--ec-scrub=1m (repeatable)")
+	f.StringVar(&o.TrustedKey, "trusted-key", "", "run the agents under their loader (hecd supervise) trusting this public key, so hecctl flash --cluster can update them")
+	f.StringArrayVar(&o.LoaderArgs, "loader-arg", nil, "a hecd supervise flag for every agent, as --loader-arg=--gate=20s (repeatable; with --trusted-key)")
 
 	down := &cobra.Command{Use: "down", Short: "remove everything of the cluster, also after a crash of hecctl; returns once all its processes are gone",
 		Args: wantArgs(0, 0, "no arguments"),
@@ -146,10 +151,11 @@ arm64 VMs (make image) on taps on the bridge.`
 // clusterNode is a node as cluster status -o json shows it.
 type clusterNode struct {
 	cluster.Node
-	Agent string           `json:"agent"`
-	Mgmt  string           `json:"mgmt"`
-	Peers []api.PeerStatus `json:"peers"`
-	Error string           `json:"error,omitempty"`
+	Agent   string           `json:"agent"`
+	Mgmt    string           `json:"mgmt"`
+	Version string           `json:"version,omitempty"`
+	Peers   []api.PeerStatus `json:"peers"`
+	Error   string           `json:"error,omitempty"`
 }
 
 func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
@@ -159,7 +165,7 @@ func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
 		m := &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(st.Switch), Token: n.Token()}
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if s, err := m.Status(sctx); err == nil {
-			cn.Peers = s.Peers
+			cn.Peers, cn.Version = s.Peers, s.Version
 		} else {
 			cn.Error = err.Error()
 		}
@@ -175,13 +181,16 @@ func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
 	if st.Etcd != "" {
 		fmt.Fprintf(tw, " (etcd %s)", st.Etcd)
 	}
-	fmt.Fprintf(tw, "\nNODE\tKIND\tNETNS\tADDRESS\tPID\tRATE\tREACH IT WITH\tPEERS ALIVE\n")
+	fmt.Fprintf(tw, "\nNODE\tKIND\tVERSION\tNETNS\tADDRESS\tPID\tRATE\tREACH IT WITH\tPEERS ALIVE\n")
 	for i, n := range st.Nodes {
 		rate := n.Rate
 		if rate == "" {
 			rate = "-"
 		}
 		kind := "hecd"
+		if st.TrustedKey != "" {
+			kind = "hecd supervise"
+		}
 		if n.VM {
 			kind = "arm64 VM (QEMU)"
 		}
@@ -195,7 +204,7 @@ func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
 			}
 			peers = fmt.Sprintf("%d of %d", alive, len(nodes[i].Peers))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t--agent %s --mgmt %s\t%s\n", n.Index, kind, n.NS, n.Addr, n.PID, rate,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t--agent %s --mgmt %s\t%s\n", n.Index, kind, dash(nodes[i].Version), n.NS, n.Addr, n.PID, rate,
 			n.Agent(), n.Mgmt(), peers)
 	}
 	if err := tw.Flush(); err != nil {

@@ -39,7 +39,7 @@
 //	ec rm NAME                   delete object NAME (a tombstone on every agent of its placement)
 //	ec stat NAME                 object NAME's version, size, code, and where each shard lives and whether it is healthy
 //	ec verify --in DIR           check every shard in DIR (size, CRC-32C) and that the parity matches the data
-//	flash BUNDLE                 install a signed agent bundle into the agent's inactive slot; report its commit or rollback
+//	flash BUNDLE | flash --cluster[=NAME] BUNDLE [BUNDLE…] install a signed agent bundle into the agent's inactive slot; report its commit or rollback
 //	inspect                      the agent's XDP counters: per-class rates, drops by reason, top talkers; --pcap FILE writes sampled packets
 //	keys                         signing keys for agent bundles
 //	keys gen                     make an ed25519 signing key (FILE, 0600) and its public key (FILE.pub), for mkimage --key and hecd supervise --trusted-key

@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
+	"github.com/hecsys/hec/test/cluster"
 )
 
 // flashResult is what flash prints with -o json.
@@ -28,8 +32,10 @@ type flashResult struct {
 func flashCmd(a *app) *cobra.Command {
 	var dryRun bool
 	var timeout time.Duration
+	var clusterName, clusterState string
+	var maxUnavailable int
 	cmd := &cobra.Command{
-		Use:   "flash BUNDLE",
+		Use:   "flash BUNDLE | flash --cluster[=NAME] BUNDLE [BUNDLE…]",
 		Short: "install a signed agent bundle into the agent's inactive slot; report its commit or rollback",
 		Long: `flash uploads an agent bundle (a directory: hecd, manifest.json, manifest.sig;
 mkimage --agent-bundle builds one) to the agent's POST /v1/update. The agent
@@ -38,9 +44,30 @@ architecture, a version newer than the anti-rollback floor), writes it into
 the slot it does not run from, and exits for its loader (hecd supervise, or
 process 1) to start the new version. The loader commits it once it is ready,
 or rolls back to the committed version; flash waits for that and prints the
-versions before and after. --dry-run verifies without installing.`,
-		Args: wantArgs(1, 1, "the bundle directory"),
+versions before and after. --dry-run verifies without installing.
+
+With --cluster, flash is a rolling update of a test cluster's agents
+(hecctl cluster up --trusted-key): every agent first verifies its bundle
+(one per architecture: an arm64 one for the VMs), and nothing is installed
+unless all of them would take it; then --max-unavailable agents at a time
+are updated and waited for; the first rollback or failure stops the
+rollout, the agents not yet updated stay on their version, and a table of
+every node's version before and after says which.`,
+		Args: wantArgs(1, -1, "the bundle directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if clusterName != "" {
+				if cmd.Flags().Changed("agent") || cmd.Flags().Changed("mgmt") {
+					return usageError{fmt.Errorf("flash: --cluster or --agent/--mgmt, not both")}
+				}
+				return a.flashCluster(cmd.Context(), clusterName, clusterState, args, host.RolloutOptions{
+					MaxUnavailable: maxUnavailable, DryRun: dryRun, Timeout: timeout})
+			}
+			if len(args) > 1 {
+				return usageError{fmt.Errorf("flash: one bundle for one agent (several, one per architecture, with --cluster)")}
+			}
+			if cmd.Flags().Changed("max-unavailable") {
+				return usageError{fmt.Errorf("flash: --max-unavailable is for a rolling update (--cluster)")}
+			}
 			dir := args[0]
 			if _, err := os.Stat(filepath.Join(dir, bundle.ManifestFile)); err != nil {
 				return usageError{fmt.Errorf("%s: not a bundle directory (no %s): %w", dir, bundle.ManifestFile, err)}
@@ -90,8 +117,58 @@ versions before and after. --dry-run verifies without installing.`,
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "verify the bundle on the agent without installing it")
-	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the commit or the rollback")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the commit or the rollback (of each agent, with --cluster)")
+	cmd.Flags().StringVar(&clusterName, "cluster", "", "a rolling update of the test cluster NAME's agents (--cluster alone: hec)")
+	cmd.Flags().Lookup("cluster").NoOptDefVal = "hec"
+	cmd.Flags().StringVar(&clusterState, "cluster-state", "", "the cluster's state directory (default /run/hec/cluster-NAME)")
+	cmd.Flags().IntVar(&maxUnavailable, "max-unavailable", 1, "agents restarting at once in a rolling update")
 	return uses(cmd, useAgent|useMgmt|useOutput)
+}
+
+// flashCluster is a rolling update of cluster name's agents.
+func (a *app) flashCluster(ctx context.Context, name, state string, bundles []string, o host.RolloutOptions) error {
+	if o.MaxUnavailable < 1 {
+		return usageError{fmt.Errorf("--max-unavailable %d: at least 1", o.MaxUnavailable)}
+	}
+	st, err := cluster.Load(name, state)
+	if err != nil {
+		return err
+	}
+	var targets []host.RolloutTarget
+	for _, n := range st.Nodes {
+		targets = append(targets, host.RolloutTarget{Name: strconv.Itoa(n.Index),
+			Mgmt: &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(n.NS), Token: n.Token()}})
+	}
+	o.Bundles = bundles
+	if !a.jsonOut() {
+		o.Event = func(node, what string) { fmt.Fprintf(os.Stderr, "node %s: %s\n", node, what) }
+	}
+	rows, err := host.Rollout(ctx, targets, o)
+	if rows == nil {
+		return err
+	}
+	if a.jsonOut() {
+		if jerr := a.printJSON(map[string]any{"cluster": name, "nodes": rows}); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	tw := tabwriter.NewWriter(a.out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tARCH\tBEFORE\tAFTER\tRESULT\tREASON")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, dash(r.Arch), dash(r.Before), dash(r.After), r.Result, dash(r.Reason))
+	}
+	if ferr := tw.Flush(); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func dirSize(dir string) int64 {
