@@ -80,7 +80,13 @@ type cliResult struct {
 // hecctl runs the hecctl binary as a user would, with env added.
 func hecctl(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return hecctlWithin(t, 30*time.Second, env, args...)
+}
+
+// hecctlWithin is hecctl for commands that may take up to d.
+func hecctlWithin(t *testing.T, d time.Duration, env []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testutil.Hecctl(t), args...)
 	cmd.Env = append(os.Environ(), env...)

@@ -25,17 +25,28 @@ import (
 // tests and removes it after.
 func objectCluster(t *testing.T, name string, n int, args ...string) *cluster.State {
 	t.Helper()
+	return testCluster(t, cluster.Options{Name: name, Agents: n, AgentArgs: args})
+}
+
+// testCluster makes cluster o (test's hecd unless o says, its state in a
+// temporary directory), shows the agents' logs if the test fails, and
+// removes it after, checking that nothing is left.
+func testCluster(t *testing.T, o cluster.Options) *cluster.State {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("agents in network namespaces: root only (CI runs as root)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("no ip (iproute2): make test installs it as root")
 	}
-	dir := filepath.Join(t.TempDir(), "state")
+	name, dir := o.Name, filepath.Join(t.TempDir(), "state")
 	cluster.Down(name, dir, nil)
 	var log bytes.Buffer
-	st, err := cluster.Up(context.Background(), cluster.Options{Name: name, Agents: n, Hecd: testutil.Hecd(t), StateDir: dir,
-		AgentArgs: args, Log: &log})
+	o.StateDir, o.Log = dir, &log
+	if o.Hecd == "" {
+		o.Hecd = testutil.Hecd(t)
+	}
+	st, err := cluster.Up(context.Background(), o)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}

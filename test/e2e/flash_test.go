@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
+	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -325,4 +327,158 @@ func privOf(t *testing.T, path string) ed25519.PrivateKey {
 
 func pubOf(t *testing.T, path string) ed25519.PublicKey {
 	return privOf(t, path).Public().(ed25519.PublicKey)
+}
+
+// TestFlashRollingCluster is a rolling update of four agents in network
+// namespaces, each run by its loader (hecctl cluster up --trusted-key), as
+// an operator runs it with hecctl flash --cluster. A bundle signed by
+// another key is refused by every node before any is touched. A bundle
+// whose agent breaks on node 3 only is committed on nodes 1 and 2, rolled
+// back on node 3, which is then reported, and never tried on node 4: the
+// table says so and the agents serve those versions. A good bundle after
+// it, two nodes at a time, brings all four to it.
+func TestFlashRollingCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three agents and restarts four: not in -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("agents in network namespaces: root only (CI runs as root)")
+	}
+	work := t.TempDir()
+	key, otherKey := filepath.Join(work, "signing.key"), filepath.Join(work, "other.key")
+	for _, k := range []string{key, otherKey} {
+		if res := hecctl(t, nil, "keys", "gen", "--out", k); res.code != 0 {
+			t.Fatalf("keys gen: %d %s", res.code, res.stderr)
+		}
+	}
+	const pkg, ver = "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version="
+	base := goBuild(t, work, "hecd-1.0.0", pkg, ver+"v1.0.0")
+	good11 := goBuild(t, work, "hecd-1.1.0", pkg, ver+"v1.1.0")
+	rigged := agentBundle(t, goBuild(t, work, "rigged", "./test/e2e/testdata/badagent",
+		"-X main.mode=node -X main.failNode=3 -X main.agent="+good11), "v1.1.0", key)
+	good := agentBundle(t, goBuild(t, work, "hecd-1.2.0", pkg, ver+"v1.2.0"), "v1.2.0", key)
+	foreign := agentBundle(t, good11, "v1.1.0", otherKey)
+
+	name := fmt.Sprintf("fl%d", os.Getpid()%100000)
+	st := testCluster(t, cluster.Options{Name: name, Agents: 4, Hecd: base, TrustedKey: key + ".pub",
+		LoaderArgs: []string{"--tries=2", "--gate=20s"}})
+	versions := func() []string {
+		var v []string
+		for _, n := range st.Nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			m := n.Client()
+			err := m.WaitReady(ctx)
+			s, serr := m.Status(ctx)
+			cancel()
+			if err != nil || serr != nil {
+				t.Fatalf("node %d: %v %v", n.Index, err, serr)
+			}
+			v = append(v, s.Version)
+		}
+		return v
+	}
+	flash := func(args ...string) cliResult {
+		return hecctlWithin(t, 5*time.Minute, nil, append([]string{"flash", "--cluster=" + name, "--cluster-state", st.Dir, "--timeout", "2m"}, args...)...)
+	}
+	// The table's row for node n: NODE ARCH BEFORE AFTER RESULT …
+	row := func(res cliResult, n int) []string {
+		for _, l := range strings.Split(res.stdout, "\n") {
+			if f := strings.Fields(l); len(f) >= 5 && f[0] == fmt.Sprint(n) {
+				return f
+			}
+		}
+		t.Fatalf("no row for node %d in\n%s", n, res.stdout)
+		return nil
+	}
+	if v := versions(); strings.Join(v, " ") != "v1.0.0 v1.0.0 v1.0.0 v1.0.0" {
+		t.Fatalf("versions at start: %v", v)
+	}
+
+	res := flash(foreign)
+	if res.code == 0 || !strings.Contains(res.stderr, "nothing installed") {
+		t.Fatalf("another key: exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	for n := 1; n <= 4; n++ {
+		if f := row(res, n); f[4] != "refused" || !strings.Contains(res.stdout, "signature does not verify") {
+			t.Fatalf("another key, node %d: %v", n, f)
+		}
+	}
+	if v := versions(); strings.Join(v, " ") != "v1.0.0 v1.0.0 v1.0.0 v1.0.0" {
+		t.Fatalf("after the refused bundle: %v", v)
+	}
+
+	t0 := time.Now()
+	res = flash(rigged)
+	t.Logf("rigged rollout (%v):\n%s%s", time.Since(t0).Round(time.Millisecond), res.stdout, res.stderr)
+	if res.code != 1 || !strings.Contains(res.stderr, "3 rolled back; left on their version: 4") {
+		t.Fatalf("rigged: exit %d, want 1 and node 3 rolled back", res.code)
+	}
+	for _, w := range []struct {
+		node                  int
+		before, after, result string
+	}{
+		{1, "v1.0.0", "v1.1.0", "committed"},
+		{2, "v1.0.0", "v1.1.0", "committed"},
+		{3, "v1.0.0", "v1.0.0", "rolled"},
+		{4, "v1.0.0", "v1.0.0", "not"},
+	} {
+		if f := row(res, w.node); f[2] != w.before || f[3] != w.after || f[4] != w.result {
+			t.Errorf("node %d: %v, want %s → %s %s", w.node, f, w.before, w.after, w.result)
+		}
+	}
+	if !strings.Contains(res.stdout, "started 2 times without becoming ready") {
+		t.Errorf("node 3's reason not reported")
+	}
+	if v := versions(); strings.Join(v, " ") != "v1.1.0 v1.1.0 v1.0.0 v1.0.0" {
+		t.Fatalf("after the rigged rollout the agents serve %v", v)
+	}
+
+	res = flash("--max-unavailable", "2", "-o", "json", good)
+	var out struct {
+		Nodes []host.RolloutNode `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || res.code != 0 || len(out.Nodes) != 4 {
+		t.Fatalf("good, two at a time: exit %d, %v\n%s\n%s", res.code, err, res.stdout, res.stderr)
+	}
+	for i, r := range out.Nodes {
+		if r.Result != "committed" || r.After != "v1.2.0" || r.Before != map[bool]string{true: "v1.0.0", false: "v1.1.0"}[i >= 2] {
+			t.Errorf("good, node %s: %+v", r.Node, r)
+		}
+	}
+	if v := versions(); strings.Join(v, " ") != "v1.2.0 v1.2.0 v1.2.0 v1.2.0" {
+		t.Fatalf("after the good rollout the agents serve %v", v)
+	}
+	// A node stopped (its loader and the agent it runs: nothing is left
+	// in its namespace) and started again runs its committed slot.
+	if err := st.Stop(4); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("ip", "netns", "pids", st.Nodes[3].NS).Output(); len(strings.Fields(string(out))) > 0 {
+		t.Fatalf("node 4 stopped, processes left in its namespace: %s", out)
+	}
+	if err := st.Start(context.Background(), 4, false); err != nil {
+		t.Fatal(err)
+	}
+	if v := versions(); v[3] != "v1.2.0" {
+		t.Fatalf("node 4 after a restart serves %s", v[3])
+	}
+	// The cluster works again as one: every agent sees the other three.
+	testutil.WaitFor(t, 30*time.Second, "every agent seeing its three peers", func() bool {
+		for _, n := range st.Nodes {
+			s, err := n.Client().Status(context.Background())
+			if err != nil {
+				return false
+			}
+			alive := 0
+			for _, p := range s.Peers {
+				if p.Alive {
+					alive++
+				}
+			}
+			if alive != 3 {
+				return false
+			}
+		}
+		return true
+	})
 }
