@@ -118,6 +118,7 @@ func Run(log *slog.Logger) error {
 			log.Error("slots: no trusted key: running the image's agent only", "err", err)
 		} else {
 			s.slots, s.tries, s.gate = st, slots.DefaultTries, DefaultGate
+			loaderParams(log, params, s)
 		}
 	}
 	s.run(ctx)
@@ -127,6 +128,26 @@ func Run(log *slog.Logger) error {
 	unix.Unmount(StateMount, 0)
 	unix.Sync()
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// loaderParams applies hec.loader_tries=N and hec.loader_gate=DURATION
+// (starts of a new slot before falling back, and how long it has to
+// become ready) from the kernel command line.
+func loaderParams(log *slog.Logger, params map[string]string, s *supervisor) {
+	if v, ok := params["hec.loader_tries"]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			s.tries = n
+		} else {
+			log.Error("hec.loader_tries: want a count of 1 or more: ignored", "value", v)
+		}
+	}
+	if v, ok := params["hec.loader_gate"]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			s.gate = d
+		} else {
+			log.Error("hec.loader_gate: want a duration such as 30s: ignored", "value", v)
+		}
+	}
 }
 
 type supervisor struct {

@@ -141,7 +141,7 @@ func run(args []string) error {
 }
 
 // initOnly are the hec.* parameters process 1 reads itself.
-var initOnly = map[string]bool{"ip": true, "gw": true, "state": true, "cluster_key": true}
+var initOnly = map[string]bool{"ip": true, "gw": true, "state": true, "cluster_key": true, "loader_tries": true, "loader_gate": true}
 
 // applyCmdline sets flags from hec.NAME=VALUE parameters of the kernel
 // command line (NAME's _ as -), after the command line's own flags.
