@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -49,26 +48,6 @@ func agentBundle(t *testing.T, binary, version, key string) string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// copyBundle copies a bundle directory, for a test to spoil the copy.
-func copyBundle(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dst
 }
 
 func (r *flashRig) status(t *testing.T) api.Status {
@@ -123,7 +102,7 @@ func TestFlashCommitRollbackRefuse(t *testing.T) {
 	const pkg, ver = "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version="
 	base := goBuild(t, work, "hecd-1.0.0", pkg, ver+"v1.0.0")
 	bundles := map[string]string{}
-	for _, v := range []string{"v1.1.0", "v1.0.5", "v1.5.0"} {
+	for _, v := range []string{"v1.1.0", "v1.5.0"} {
 		bundles[v] = agentBundle(t, goBuild(t, work, "hecd-"+v, pkg, ver+v), v, r.key)
 	}
 	bundles["exits"] = agentBundle(t, goBuild(t, work, "exits", "./test/e2e/testdata/badagent", "-X main.mode=exit"), "v1.3.0", r.key)
@@ -184,65 +163,10 @@ func TestFlashCommitRollbackRefuse(t *testing.T) {
 	// Every bad bundle is refused, the running version untouched.
 	otherKey := filepath.Join(work, "other.key")
 	hecctl(t, nil, "keys", "gen", "--out", otherKey)
-	spoil := map[string]func() string{
-		"a part tampered with": func() string {
-			d := copyBundle(t, bundles["v1.5.0"])
-			b, _ := os.ReadFile(filepath.Join(d, bundle.AgentPart))
-			b[len(b)/2] ^= 1
-			os.WriteFile(filepath.Join(d, bundle.AgentPart), b, 0o644)
-			return d
-		},
-		"the manifest tampered with": func() string {
-			d := copyBundle(t, bundles["v1.5.0"])
-			b, _ := os.ReadFile(filepath.Join(d, bundle.ManifestFile))
-			os.WriteFile(filepath.Join(d, bundle.ManifestFile), bytes.Replace(b, []byte("v1.5.0"), []byte("v1.6.0"), 1), 0o644)
-			return d
-		},
-		"signed by another key": func() string {
-			return agentBundle(t, filepath.Join(bundles["v1.5.0"], bundle.AgentPart), "v1.5.0", otherKey)
-		},
-		"built for the other architecture": func() string {
-			d := copyBundle(t, bundles["v1.5.0"])
-			m, err := bundle.Verify(d, pubOf(t, r.key))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.Arch = map[string]string{"amd64": "arm64", "arm64": "amd64"}[m.Arch]
-			if err := bundle.Sign(d, m, privOf(t, r.key)); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		"older than the floor": func() string { return bundles["v1.0.5"] },
-		"holding a file the manifest does not name": func() string {
-			d := copyBundle(t, bundles["v1.5.0"])
-			os.WriteFile(filepath.Join(d, "extra"), []byte("unsigned"), 0o755)
-			return d
-		},
-		"larger than the limit": func() string {
-			d := copyBundle(t, bundles["v1.5.0"])
-			if err := os.WriteFile(filepath.Join(d, "padding"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Truncate(filepath.Join(d, "padding"), 110<<20); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-	}
-	want := map[string]string{
-		"a part tampered with":                      "does not match the manifest",
-		"the manifest tampered with":                "signature does not verify",
-		"signed by another key":                     "signature does not verify",
-		"built for the other architecture":          "is built for",
-		"older than the floor":                      "is not newer than v1.1.0",
-		"holding a file the manifest does not name": "not named by the manifest",
-		"larger than the limit":                     "larger than 100MiB",
-	}
-	for name, spoiled := range spoil {
-		res := r.flash(t, spoiled())
-		if res.code != 4 || !strings.Contains(res.stderr, want[name]) {
-			t.Errorf("%s: exit %d, stderr %q; want 4 and %q", name, res.code, res.stderr, want[name])
+	for _, b := range testutil.SpoiledBundles(t, bundles["v1.5.0"], r.key, otherKey, "v1.1.0", 100<<20, "100MiB") {
+		res := r.flash(t, b.Dir)
+		if res.code != 4 || !strings.Contains(res.stderr, b.Refusal) {
+			t.Errorf("%s: exit %d, stderr %q; want 4 and %q", b.Name, res.code, res.stderr, b.Refusal)
 		}
 		r.serving(t, "v1.1.0")
 	}
@@ -310,23 +234,6 @@ func TestFlashCommitRollbackRefuse(t *testing.T) {
 	if u := r.status(t).Update; u.Floor != "v1.7.0" || u.Last.Result != "committed" {
 		t.Fatalf("after the rotation: %+v", u)
 	}
-}
-
-func privOf(t *testing.T, path string) ed25519.PrivateKey {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := bundle.ParsePrivateKey(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func pubOf(t *testing.T, path string) ed25519.PublicKey {
-	return privOf(t, path).Public().(ed25519.PublicKey)
 }
 
 // TestFlashRollingCluster is a rolling update of four agents in network
