@@ -1,21 +1,27 @@
 package vm
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/qemu"
+	bundlepkg "github.com/hecsys/hec/shared/bundle"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -41,14 +47,22 @@ func arm64Bundle(t *testing.T, pkg, ldflags, version string) string {
 // TestFlashTheVM flashes the arm64 agent in the VM over its management
 // API: process 1, its loader, runs the new agent from a slot on the state
 // disk and commits it once ready (the new version serves the host over
-// ivshmem); a bundle whose agent exits at start is rolled back by process
-// 1, and the committed version serves again.
+// ivshmem). Every bad bundle (a part or the manifest tampered with,
+// another key, the other architecture, older than the floor, an unsigned
+// file, too large, cut short, no token) is refused with the committed
+// version serving after each. A bundle whose agent exits at start, and
+// one that never becomes ready (the gate is hec.loader_gate=8s), are
+// rolled back by process 1, and the committed version serves again.
 func TestFlashTheVM(t *testing.T) {
-	vm, _ := boot(t, "flash")
-	good := arm64Bundle(t, "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version=v1.1.0", "v1.1.0")
-	bad := arm64Bundle(t, "./test/e2e/testdata/badagent", "-X main.mode=exit", "v1.2.0")
+	const limit = 48 << 20
+	vm, _ := boot(t, "flash", "hec.loader_gate=8s", fmt.Sprintf("hec.update_max_bundle=%d", limit))
+	const ver = "-X github.com/hecsys/hec/dpu.Version="
+	good := arm64Bundle(t, "./dpu/cmd/hecd", ver+"v1.1.0", "v1.1.0")
+	exits := arm64Bundle(t, "./test/e2e/testdata/badagent", "-X main.mode=exit", "v1.2.0")
+	hangs := arm64Bundle(t, "./test/e2e/testdata/badagent", "-X main.mode=hang", "v1.3.0")
+	later := arm64Bundle(t, "./dpu/cmd/hecd", ver+"v1.4.0", "v1.4.0")
 	m := mgmtOf(vm)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st, err := m.Status(ctx)
 	if err != nil {
@@ -58,35 +72,69 @@ func TestFlashTheVM(t *testing.T) {
 		t.Fatalf("the image's agent: update status %+v, want the base slot", st.Update)
 	}
 	from := st.Version
-
-	for _, c := range []struct {
-		bundle, version, result, serving string
-	}{
-		{good, "v1.1.0", "committed", "v1.1.0"},
-		{bad, "v1.2.0", "rolled back", "v1.1.0"},
-	} {
+	serving := func(what, version string) {
+		t.Helper()
+		if err := m.WaitReady(ctx); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+		if st, err := m.Status(ctx); err != nil || st.Version != version {
+			t.Fatalf("after %s: %s serving (%v), want %s", what, st.Version, err, version)
+		}
+		if err := dial(t, vm).Ping(ctx); err != nil {
+			t.Fatalf("ping after %s: %v", what, err)
+		}
+	}
+	flash := func(bundle, version, result, serves string) {
+		t.Helper()
 		t0 := time.Now()
-		reply, err := m.Update(ctx, c.bundle, false, nil)
+		reply, err := m.Update(ctx, bundle, false, nil)
 		if err != nil {
-			t.Fatalf("%s: %v", c.version, err)
+			t.Fatalf("%s: %v", version, err)
 		}
 		out, st, err := m.WaitUpdate(ctx, reply.Version)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %s (%s) after %v; %s serving", c.version, out.Result, out.Reason, time.Since(t0).Round(time.Millisecond), st.Version)
-		if out.Result != c.result || st.Version != c.serving {
-			t.Fatalf("%s: %s, %s serving; want %s, %s serving", c.version, out.Result, st.Version, c.result, c.serving)
+		t.Logf("%s: %s (%s) after %v; %s serving", version, out.Result, out.Reason, time.Since(t0).Round(time.Millisecond), st.Version)
+		if out.Result != result || st.Version != serves {
+			t.Fatalf("%s: %s, %s serving; want %s, %s serving", version, out.Result, st.Version, result, serves)
 		}
-		if err := m.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := dial(t, vm).Ping(ctx); err != nil {
-			t.Fatalf("ping after %s: %v", c.version, err)
-		}
+		serving(version, serves)
 	}
-	if st, err := m.Status(ctx); err != nil || st.Update.Committed != "a" || st.Update.Last.From != "v1.1.0" {
-		t.Fatalf("after both: %+v, %v (the image ran %s)", st.Update, err, from)
+
+	flash(good, "v1.1.0", "committed", "v1.1.0")
+
+	key := filepath.Join(bundle(t), "dev.ed25519")
+	for _, b := range testutil.SpoiledBundles(t, later, key, testutil.NewKey(t), "v1.1.0", limit, "") {
+		t0 := time.Now()
+		_, err := m.Update(ctx, b.Dir, false, nil)
+		if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), b.Refusal) {
+			t.Errorf("%s: %v; want refused, %q", b.Name, err, b.Refusal)
+		}
+		t.Logf("%s: refused in %v", b.Name, time.Since(t0).Round(time.Millisecond))
+		serving(b.Name, "v1.1.0")
+	}
+	noToken := &host.Mgmt{Addr: vm.Mgmt}
+	if _, err := noToken.Update(ctx, later, false, nil); !errors.Is(err, host.ErrDenied) {
+		t.Errorf("no token: %v, want denied", err)
+	}
+	var tarball bytes.Buffer
+	if err := bundlepkg.Pack(&tarball, later); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+vm.Mgmt+"/v1/update", bytes.NewReader(tarball.Bytes()[:tarball.Len()/2]))
+	req.Header.Set("Authorization", "Bearer "+vm.Token())
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("cut short: %v %v; want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	serving("the refusals", "v1.1.0")
+
+	flash(exits, "v1.2.0", "rolled back", "v1.1.0")
+	flash(hangs, "v1.3.0", "rolled back", "v1.1.0")
+	if st, err := m.Status(ctx); err != nil || st.Update.Committed != "a" || !strings.Contains(st.Update.Last.Reason, "not ready within 8s") {
+		t.Fatalf("after the rollbacks: %+v, %v (the image ran %s)", st.Update, err, from)
 	}
 }
 
