@@ -2,18 +2,11 @@ package dpu
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +22,7 @@ import (
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // startAgent runs an agent on loopback ports with cfg's agent section
@@ -333,68 +327,15 @@ func TestRESPTakesToken(t *testing.T) {
 	}
 }
 
-// pki is a CA and certificates it signs, written as PEM files in dir.
-type pki struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newCA(t *testing.T, dir, name string) *pki {
-	t.Helper()
-	ca := &pki{dir: dir}
-	ca.cert, ca.key = issue(t, nil, nil, &x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}, filepath.Join(dir, name))
-	return ca
-}
-
-// leaf issues a certificate for 127.0.0.1 (server and client use),
-// written to dir/name.crt and dir/name.key.
-func (ca *pki) leaf(t *testing.T, name string) (crt, key string) {
-	t.Helper()
-	issue(t, ca.cert, ca.key, &x509.Certificate{Subject: pkix.Name{CommonName: name}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature},
-		filepath.Join(ca.dir, name))
-	return filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
-}
-
-func issue(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, tmpl *x509.Certificate, base string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(base+".crt", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	os.WriteFile(base+".key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
 // TestMgmtMutualTLS: with --mgmt-cert/--mgmt-key/--mgmt-client-ca the API
 // is HTTPS; a client certificate from the CA admits (no token), one from
 // another CA fails the handshake, none gets 401, plain HTTP gets nothing.
 func TestMgmtMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ours, theirs := newCA(t, dir, "ours"), newCA(t, dir, "theirs")
-	srvCrt, srvKey := ours.leaf(t, "agent")
-	okCrt, okKey := ours.leaf(t, "operator")
-	badCrt, badKey := theirs.leaf(t, "intruder")
+	ours, theirs := testutil.NewCA(t, dir, "ours"), testutil.NewCA(t, dir, "theirs")
+	srvCrt, srvKey := ours.Leaf(t, "agent")
+	okCrt, okKey := ours.Leaf(t, "operator")
+	badCrt, badKey := theirs.Leaf(t, "intruder")
 	a := startAgent(t, AgentConfig{MgmtCert: srvCrt, MgmtKey: srvKey, MgmtClientCA: filepath.Join(dir, "ours.crt")})
 	ctx := context.Background()
 	client := func(crt, key string) *host.Mgmt {
