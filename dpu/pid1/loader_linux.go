@@ -1,10 +1,15 @@
 package pid1
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,6 +34,11 @@ type LoaderOptions struct {
 	TrustedKey string
 	Tries      int           // starts of a new slot before falling back (default slots.DefaultTries)
 	Gate       time.Duration // how long a new slot has to become ready (default DefaultGate)
+	// MgmtCert is the agent's --mgmt-cert: the probes then speak HTTPS
+	// to the agent holding exactly that certificate, presenting
+	// ProbeCert and ProbeKey (PEM; a client certificate the agent's
+	// --mgmt-client-ca signed) when given.
+	MgmtCert, ProbeCert, ProbeKey string
 }
 
 // Supervise is the loader as a service: it runs the agent from the slot
@@ -49,10 +59,56 @@ func Supervise(ctx context.Context, log *slog.Logger, o LoaderOptions) error {
 	if o.Gate <= 0 {
 		o.Gate = DefaultGate
 	}
+	pc, err := probeClient(o)
+	if err != nil {
+		return err
+	}
 	s := &supervisor{log: log, args: o.Args, children: reaper(), tokenFile: o.TokenFile, mgmt: o.Mgmt,
-		slots: st, tries: o.Tries, gate: o.Gate}
+		slots: st, tries: o.Tries, gate: o.Gate, probeClient: pc}
 	s.run(ctx)
 	return nil
+}
+
+// probeClient is the HTTPS client of the probes when the agent serves
+// TLS (nil when it does not). The agent's certificate is pinned: the
+// loader accepts the one it configured the agent with and no other, on
+// whatever address (its names need not cover loopback).
+func probeClient(o LoaderOptions) (*http.Client, error) {
+	if o.MgmtCert == "" {
+		if o.ProbeCert != "" {
+			return nil, errors.New("--probe-cert: the agent serves its management API without TLS (no --mgmt-cert)")
+		}
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.MgmtCert)
+	if err != nil {
+		return nil, fmt.Errorf("agent flags: --mgmt-cert: %w", err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("agent flags: --mgmt-cert %s: no PEM certificate first in it", o.MgmtCert)
+	}
+	leaf := block.Bytes
+	tc := &tls.Config{
+		InsecureSkipVerify: true, // verified below: pinned to the agent's own certificate
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
+				return fmt.Errorf("the management API's certificate is not the agent's (%s)", o.MgmtCert)
+			}
+			return nil
+		},
+	}
+	if (o.ProbeCert == "") != (o.ProbeKey == "") {
+		return nil, errors.New("--probe-cert and --probe-key go together")
+	}
+	if o.ProbeCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.ProbeCert, o.ProbeKey)
+		if err != nil {
+			return nil, fmt.Errorf("--probe-cert %s, --probe-key %s: %w", o.ProbeCert, o.ProbeKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}, nil
 }
 
 // installKey makes the key in path the trusted one when none is.

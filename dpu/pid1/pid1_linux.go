@@ -164,8 +164,11 @@ type supervisor struct {
 	slots    *slots.Store
 	tries    int
 	gate     time.Duration
-	lastExit string          // how the agent last ended, for a rollback's reason
-	manifest bundle.Manifest // the running slot's, verified before it started
+	lastExit string // how the agent last ended, for a rollback's reason
+	// probeClient, when set, probes the agent over HTTPS (hecd supervise
+	// of an agent with --mgmt-cert); nil probes plain HTTP.
+	probeClient *http.Client
+	manifest    bundle.Manifest // the running slot's, verified before it started
 }
 
 // run keeps the agent running until ctx ends, then stops it.
@@ -246,7 +249,10 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 	started := time.Now()
 	healthy, failing := false, time.Time{}
 	trial := s.onTrial(slot)
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := s.probeClient
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
 	for {
 		select {
 		case st := <-exited:
@@ -264,7 +270,7 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 			return 0, true
 		case <-tick.C:
 			if trial {
-				switch err := probe(client, s.mgmt, "/readyz", s.tokenFile); {
+				switch err := probe(client, s.mgmtURL(), "/readyz", s.tokenFile); {
 				case err == nil:
 					s.commit(slot)
 					trial = false
@@ -276,7 +282,7 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 				}
 				continue
 			}
-			err := probe(client, s.mgmt, "/healthz", s.tokenFile)
+			err := probe(client, s.mgmtURL(), "/healthz", s.tokenFile)
 			switch {
 			case err == nil:
 				healthy, failing = true, time.Time{}
@@ -292,8 +298,17 @@ func (s *supervisor) watch(ctx context.Context, pid int, exited <-chan unix.Wait
 	}
 }
 
-func probe(c *http.Client, mgmt, path, tokenFile string) error {
-	req, err := http.NewRequest(http.MethodGet, "http://"+mgmt+path, nil)
+// mgmtURL is where the probes go: the agent's management API, over
+// HTTPS when it serves TLS (probeClient set).
+func (s *supervisor) mgmtURL() string {
+	if s.probeClient != nil {
+		return "https://" + s.mgmt
+	}
+	return "http://" + s.mgmt
+}
+
+func probe(c *http.Client, base, path, tokenFile string) error {
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
 	if err != nil {
 		return err
 	}

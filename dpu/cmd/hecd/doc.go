@@ -13,7 +13,7 @@
 // the slot its record names, this binary as the base, commits a new slot
 // once it is ready and rolls back to the committed one when it is not.
 //
-//	hecd supervise [--trusted-key FILE] [--tries N] [--gate DURATION] -- [hecd flags]
+//	hecd supervise [--trusted-key FILE] [--tries N] [--gate DURATION] [--probe-cert FILE --probe-key FILE] -- [hecd flags]
 //
 // As process 1 of an image it is the machine's init (package pid1).
 package main

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -178,6 +179,8 @@ func supervise(args []string) error {
 	fs.StringVar(&o.TrustedKey, "trusted-key", "", "hex ed25519 public key bundles must be signed with, installed into the state when it has none")
 	fs.IntVar(&o.Tries, "tries", slots.DefaultTries, "starts of a new slot before falling back to the committed one")
 	fs.DurationVar(&o.Gate, "gate", pid1.DefaultGate, "how long a new slot has to become ready (/readyz) before it is given up")
+	fs.StringVar(&o.ProbeCert, "probe-cert", "", "client certificate (PEM) the loader's probes present to an agent with --mgmt-client-ca and no token")
+	fs.StringVar(&o.ProbeKey, "probe-key", "", "the key of --probe-cert (PEM)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hecd supervise [flags] -- [hecd flags]   (runs the agent from its A/B slots, commits or rolls back updates)")
 		fs.PrintDefaults()
@@ -199,10 +202,10 @@ func supervise(args []string) error {
 	switch {
 	case a.Mgmt == dpu.Off:
 		return errors.New("agent flags: --mgmt off: the loader needs the management API to see the agent ready")
-	case a.MgmtCert != "":
-		return errors.New("agent flags: --mgmt-cert: the loader probes plain HTTP on loopback; serve the management API without TLS under hecd supervise")
+	case a.MgmtClientCA != "" && a.TokenFile == "" && o.ProbeCert == "" && !slices.Contains(strings.Split(a.MgmtOpen, ","), "healthz"):
+		return errors.New("agent flags: --mgmt-client-ca with no --token-file: the loader's probes of /readyz and /healthz need a way in: --probe-cert and --probe-key (a client certificate that CA signed), a --token-file, or --mgmt-open healthz")
 	}
-	o.StateDir, o.TokenFile = a.StateDir, a.TokenFile
+	o.StateDir, o.TokenFile, o.MgmtCert = a.StateDir, a.TokenFile, a.MgmtCert
 	o.Mgmt, err = loopback(a.Mgmt)
 	if err != nil {
 		return fmt.Errorf("agent flags: --mgmt %s: %w", a.Mgmt, err)
