@@ -82,6 +82,34 @@ func (r *flashRig) flash(t *testing.T, args ...string) cliResult {
 	return hecctl(t, nil, append([]string{"--mgmt", r.mgmt, "--token-file", r.tokenFile, "flash", "--timeout", "90s"}, args...)...)
 }
 
+// startLoader runs hecd supervise (binary base) with loader flags and the
+// agent's flags, stops it at the end of the test, and shows its log (the
+// agent's too) when the test failed.
+func startLoader(t *testing.T, base string, loaderArgs, agentArgs []string) {
+	t.Helper()
+	args := append(append(append([]string{"supervise"}, loaderArgs...), "--"), agentArgs...)
+	loader := exec.Command(base, args...)
+	var logs syncBuffer
+	loader.Stderr = &logs
+	if err := loader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		loader.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- loader.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			loader.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("loader and agent log:\n%s", logs.String())
+		}
+	})
+}
+
 // TestFlashCommitRollbackRefuse flashes an agent run by hecd supervise:
 // a good bundle is committed and serves; a bundle whose agent exits at
 // start, and one that never becomes ready, are rolled back by the loader
@@ -115,26 +143,7 @@ func TestFlashCommitRollbackRefuse(t *testing.T) {
 	r.region = region
 	args = append(args, "--mgmt", r.mgmt, "--tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--token-file", r.tokenFile,
 		"--update-max-bundle", "100MiB", "--log-level", "warn")
-	loader := exec.Command(base, append([]string{"supervise", "--trusted-key", r.key + ".pub", "--tries", "2", "--gate", "8s", "--"}, args...)...)
-	var logs syncBuffer
-	loader.Stderr = &logs
-	if err := loader.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		loader.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- loader.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			loader.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("loader and agent log:\n%s", logs.String())
-		}
-	})
+	startLoader(t, base, []string{"--trusted-key", r.key + ".pub", "--tries", "2", "--gate", "8s"}, args)
 	testutil.WaitFor(t, 20*time.Second, "the token file", func() bool { _, err := os.Stat(r.tokenFile); return err == nil })
 	tok, _ := os.ReadFile(r.tokenFile)
 	r.m = host.NewMgmt(r.mgmt)
@@ -388,4 +397,57 @@ func TestFlashRollingCluster(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestFlashUnderMutualTLS flashes an agent whose management API is HTTPS
+// and admits clients by certificate only (no token): hecd supervise
+// refuses to start when its probes would have no way in, and with
+// --probe-cert it probes the agent over TLS (pinned to the agent's
+// certificate) and commits the update hecctl uploads with the operator's
+// certificate.
+func TestFlashUnderMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two agents: not in -short")
+	}
+	work := t.TempDir()
+	key := filepath.Join(work, "signing.key")
+	if res := hecctl(t, nil, "keys", "gen", "--out", key); res.code != 0 {
+		t.Fatalf("keys gen: %d %s", res.code, res.stderr)
+	}
+	const pkg, ver = "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version="
+	base := goBuild(t, work, "hecd-1.0.0", pkg, ver+"v1.0.0")
+	next := agentBundle(t, goBuild(t, work, "hecd-1.1.0", pkg, ver+"v1.1.0"), "v1.1.0", key)
+	ca := testutil.NewCA(t, work, "ca")
+	agentCrt, agentKey := ca.Leaf(t, "agent")
+	opCrt, opKey := ca.Leaf(t, "operator")
+	loaderCrt, loaderKey := ca.Leaf(t, "loader")
+
+	mgmtPort, tcpPort := portPair(t)
+	mgmt := fmt.Sprintf("127.0.0.1:%d", mgmtPort)
+	_, args := hecdArgs(t)
+	args = append(args, "--mgmt", mgmt, "--tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort),
+		"--mgmt-cert", agentCrt, "--mgmt-key", agentKey, "--mgmt-client-ca", filepath.Join(work, "ca.crt"), "--log-level", "warn")
+	loaderArgs := []string{"--trusted-key", key + ".pub", "--gate", "20s"}
+
+	// No way in for the probes: refused at start, saying what to give.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, base, append(append(append([]string{"supervise"}, loaderArgs...), "--"), args...)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--probe-cert") {
+		t.Fatalf("supervise with no way in for its probes: %v\n%s", err, out)
+	}
+
+	startLoader(t, base, append(loaderArgs, "--probe-cert", loaderCrt, "--probe-key", loaderKey), args)
+	tlsArgs := []string{"--mgmt", mgmt, "--mgmt-ca", filepath.Join(work, "ca.crt"), "--mgmt-cert", opCrt, "--mgmt-key", opKey}
+	testutil.WaitFor(t, 20*time.Second, "the agent serving over HTTPS", func() bool {
+		return hecctl(t, nil, append(tlsArgs, "status")...).code == 0
+	})
+	res := hecctlWithin(t, 2*time.Minute, nil, append(tlsArgs, "flash", "--timeout", "90s", next)...)
+	if res.code != 0 || !strings.Contains(res.stdout, "committed: hecd v1.0.0 → v1.1.0") {
+		t.Fatalf("flash over mutual TLS: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	// Without the operator's certificate: no way in.
+	if res := hecctl(t, nil, "--mgmt", mgmt, "--mgmt-ca", filepath.Join(work, "ca.crt"), "flash", next); res.code != 4 || !strings.Contains(res.stderr, "401") {
+		t.Fatalf("flash without a client certificate: %d %q", res.code, res.stderr)
+	}
 }
