@@ -215,8 +215,11 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 			client = o.HTTP
 		}
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed when QEMU ends (waitErr says how): any number of
+	// waiters see it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	if err := vm.save(); err != nil {
 		cmd.Process.Kill()
 		return nil, err
@@ -227,6 +230,9 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if err := waitReady(ctx, client, vm.Mgmt, vm.Token(), o.ReadyTimeout, exited, stages(console, o.Progress)); err != nil {
 		cmd.Process.Kill()
 		<-exited
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, waitErr)
+		}
 		tail, _ := os.ReadFile(console)
 		if len(tail) > 2000 {
 			tail = tail[len(tail)-2000:]
@@ -237,9 +243,9 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		return nil, fmt.Errorf("VM %s not ready: %w\nconsole (%s):\n%s", o.Name, err, console, tail)
 	}
 	vm.BootTime = time.Since(start)
-	// QEMU stays; stop reaping it from here (it was started in its own
-	// session and is reparented when this process exits).
-	go func() { <-exited }()
+	// QEMU stays, reaped by the goroutine above while this process lives
+	// (it was started in its own session and is reparented when this
+	// process exits).
 	return vm, vm.save()
 }
 
@@ -267,7 +273,10 @@ func stages(console string, w io.Writer) func() {
 	}
 }
 
-func waitReady(ctx context.Context, client *http.Client, mgmt, token string, timeout time.Duration, exited <-chan error, progress func()) error {
+// errExited is waitReady's error when QEMU ended first.
+var errExited = errors.New("qemu exited")
+
+func waitReady(ctx context.Context, client *http.Client, mgmt, token string, timeout time.Duration, exited <-chan struct{}, progress func()) error {
 	deadline := time.Now().Add(timeout)
 	req, err := http.NewRequest(http.MethodGet, "http://"+mgmt+"/readyz", nil)
 	if err != nil {
@@ -285,8 +294,8 @@ func waitReady(ctx context.Context, client *http.Client, mgmt, token string, tim
 			}
 		}
 		select {
-		case err := <-exited:
-			return fmt.Errorf("qemu exited: %v", err)
+		case <-exited:
+			return errExited
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
