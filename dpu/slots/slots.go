@@ -27,9 +27,14 @@ const (
 // agent may then install an update and exit for the loader to start it.
 const LoaderEnv = "HEC_LOADER_SLOT"
 
+// BootsEnv is set ("1") besides LoaderEnv by a loader that boots machine
+// bundles (process 1 of a VM, whose boot ROM is the QEMU harness): the
+// agent may then take them.
+const BootsEnv = "HEC_LOADER_BOOTS"
+
 // DefaultTries is how often a new slot is started before the loader falls
 // back to the committed one.
-const DefaultTries = 2
+const DefaultTries = bundle.DefaultTries
 
 // Errors, checked with errors.Is.
 var (
@@ -51,6 +56,14 @@ type Record struct {
 	Versions map[string]string `json:"versions,omitempty"`
 	// Last is the latest update's outcome (its slot is A or B).
 	Last *api.UpdateOutcome `json:"last,omitempty"`
+	// Targets are the bundle targets of slots A and B: agent bundles, or
+	// machine bundles (a kernel and an initramfs, booted by a boot ROM).
+	// Machine is the committed machine slot: the one the machine boots
+	// when no machine slot is on trial (Base: the image's own). A boot ROM
+	// reads Active, Committed, Machine, Targets and Versions
+	// (bundle.BootRecord).
+	Targets map[string]string `json:"targets,omitempty"`
+	Machine string            `json:"machine,omitempty"`
 }
 
 // Name is a slot's name for people: "a", "b" or "base".
@@ -62,20 +75,27 @@ func Name(slot string) string {
 }
 
 // Inactive is the slot an update is written to: never the committed one,
-// nor the one running.
+// nor the one running, nor the one whose kernel the machine boots; ""
+// when both slots are one of those.
 func (r *Record) Inactive() string {
-	if r.Committed == A || (r.Committed == Base && r.Active == A) {
-		return B
+	for _, s := range []string{A, B} {
+		if s != r.Committed && s != r.Active && s != r.Machine {
+			return s
+		}
 	}
-	return A
+	return ""
 }
 
-// Try marks slot, holding version, to be started next (after from).
-func (r *Record) Try(slot, version, from string, now time.Time) {
+// Try marks slot, holding a bundle of target and version, to be started
+// next (after from).
+func (r *Record) Try(slot, target, version, from string, now time.Time) {
 	if r.Versions == nil {
 		r.Versions = map[string]string{}
 	}
-	r.Versions[slot] = version
+	if r.Targets == nil {
+		r.Targets = map[string]string{}
+	}
+	r.Versions[slot], r.Targets[slot] = version, target
 	r.Active, r.Tries = slot, 0
 	r.Last = &api.UpdateOutcome{Version: version, From: from, Slot: slot, Result: api.UpdateTrying, At: now}
 }
@@ -98,6 +118,9 @@ func (r *Record) Start(maxTries int, last string, now time.Time) (slot string, r
 // Commit records that the slot on trial passed the health gate.
 func (r *Record) Commit(now time.Time) {
 	r.Committed, r.Tries = r.Active, 0
+	if bundle.IsMachine(r.Targets[r.Active]) {
+		r.Machine = r.Active
+	}
 	v := r.Versions[r.Active]
 	if c, err := bundle.CompareVersions(v, r.Floor); r.Floor == "" || err == nil && c > 0 {
 		r.Floor = v

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/bundle"
 )
 
 // TestRecordLifecycle walks the record through what a loader and an
@@ -22,7 +23,7 @@ func TestRecordLifecycle(t *testing.T) {
 	if r.Inactive() != A {
 		t.Fatalf("first update goes to %q, want a", r.Inactive())
 	}
-	r.Try(A, "v1.1.0", "v1.0.0", now)
+	r.Try(A, bundle.TargetAgent, "v1.1.0", "v1.0.0", now)
 	for i := 1; i <= 2; i++ {
 		if slot, rb := r.Start(2, "exit 1", now); slot != A || rb || r.Tries != i {
 			t.Fatalf("start %d: %q rolled back %v tries %d", i, slot, rb, r.Tries)
@@ -36,7 +37,7 @@ func TestRecordLifecycle(t *testing.T) {
 		t.Fatalf("with a committed, updates go to %q", r.Inactive())
 	}
 
-	r.Try(B, "v1.2.0", "v1.1.0", now)
+	r.Try(B, bundle.TargetAgent, "v1.2.0", "v1.1.0", now)
 	r.Start(2, "exit 1", now)
 	r.Start(2, "exit 1", now)
 	slot, rb := r.Start(2, "exit 1", now)
@@ -48,17 +49,54 @@ func TestRecordLifecycle(t *testing.T) {
 		t.Fatal("after a rollback to a, the next update must not go to a")
 	}
 	// A rollback by the health gate.
-	r.Try(B, "v1.3.0", "v1.1.0", now)
+	r.Try(B, bundle.TargetAgent, "v1.3.0", "v1.1.0", now)
 	r.Start(2, "exit 1", now)
 	r.RollBack("not ready within 1m", now)
 	if r.Active != A || r.Last.Reason != "not ready within 1m" {
 		t.Fatalf("gate rollback: %+v", r)
 	}
 	// Commit never lowers the floor.
-	r.Try(B, "v1.0.9", "v1.1.0", now)
+	r.Try(B, bundle.TargetAgent, "v1.0.9", "v1.1.0", now)
 	r.Commit(now)
 	if r.Floor != "v1.1.0" {
 		t.Fatalf("floor %s after committing an older version", r.Floor)
+	}
+}
+
+// TestMachineSlots: a machine bundle (kernel and initramfs) is booted
+// while on trial and, once committed, is the machine an agent slot runs
+// on; the slot it boots from is never written over, and a machine slot
+// rolled back boots the committed machine again.
+func TestMachineSlots(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	var r Record
+	boot := func() string { return bundle.BootSlot(r.Active, r.Machine, r.Targets) }
+	r.Try(A, bundle.TargetQEMU, "v2.0.0", "v1.0.0", now)
+	if boot() != A {
+		t.Fatalf("a machine slot on trial boots %q", boot())
+	}
+	r.Commit(now)
+	if r.Machine != A || boot() != A || r.Inactive() != B {
+		t.Fatalf("committed machine slot: %+v, boots %q, updates go to %q", r, boot(), r.Inactive())
+	}
+	// An agent bundle on top: the machine still boots a, and no slot is
+	// free for the next update.
+	r.Try(B, bundle.TargetAgent, "v2.1.0", "v2.0.0", now)
+	r.Commit(now)
+	if boot() != A || r.Inactive() != "" {
+		t.Fatalf("agent on a machine slot: boots %q, updates go to %q", boot(), r.Inactive())
+	}
+	// A machine slot on trial that fails boots the committed machine.
+	r = Record{}
+	r.Try(A, bundle.TargetQEMU, "v2.0.0", "v1.0.0", now)
+	r.Commit(now)
+	r.Try(B, bundle.TargetQEMU, "v3.0.0", "v2.0.0", now)
+	if boot() != B {
+		t.Fatalf("new machine slot on trial boots %q", boot())
+	}
+	r.RollBack("did not come up", now)
+	if boot() != A || r.Machine != A || r.Inactive() != B {
+		t.Fatalf("after the rollback: boots %q, %+v", boot(), r)
 	}
 }
 
@@ -71,7 +109,7 @@ func TestStoreDurableAndChecked(t *testing.T) {
 	if err != nil || r.Active != Base {
 		t.Fatalf("unwritten store: %+v, %v", r, err)
 	}
-	r.Try(A, "v1.0.0", "dev", time.Now())
+	r.Try(A, bundle.TargetAgent, "v1.0.0", "dev", time.Now())
 	if err := st.Write(r); err != nil {
 		t.Fatal(err)
 	}
