@@ -55,6 +55,7 @@ type updateService struct {
 	max     int64
 	store   *slots.Store
 	slot    string // the slot this agent runs from ("" when no loader started it)
+	boots   bool   // its loader boots machine bundles (process 1 of a VM)
 	version string
 	guarded bool // the management API requires credentials
 	mu      sync.Mutex
@@ -72,6 +73,7 @@ func (s *updateService) Open(_ context.Context, env *Env) error {
 	n, _ := humanize.ParseBytes(s.cfg.MaxBundle)
 	s.max, s.version = int64(n), env.Version
 	s.slot = os.Getenv(slots.LoaderEnv)
+	s.boots = s.slot != "" && os.Getenv(slots.BootsEnv) != ""
 	s.guarded = env.Shared != nil && (env.Shared.Token != "" || env.Shared.MgmtCerts)
 	if env.Shared != nil {
 		s.kv = env.Shared.Store
@@ -108,7 +110,10 @@ func (s *updateService) FillStatus(st *api.Status) {
 		return
 	}
 	st.Update = &api.UpdateStatus{Slot: slots.Name(rec.Active), Committed: slots.Name(rec.Committed), Tries: rec.Tries,
-		Versions: rec.Versions, Floor: rec.Floor, Last: rec.Last}
+		Versions: rec.Versions, Targets: rec.Targets, Floor: rec.Floor, Last: rec.Last}
+	if rec.Machine != slots.Base {
+		st.Update.Machine = rec.Machine
+	}
 }
 
 // updateError is a refusal with its HTTP status.
@@ -173,6 +178,10 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 		return reply, refuse(http.StatusConflict, "%v (the loader installs one: hecd supervise --trusted-key FILE)", err)
 	}
 	slot := rec.Inactive()
+	if slot == "" {
+		return reply, refuse(http.StatusConflict, "no slot is free: slot %s holds the machine this agent boots (%s) and slot %s the agent it runs (%s); flash a machine bundle from the committed machine",
+			slots.Name(rec.Machine), rec.Versions[rec.Machine], slots.Name(rec.Committed), rec.Versions[rec.Committed])
+	}
 	stage := slot
 	if dry {
 		stage = "dry-run"
@@ -214,8 +223,8 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 	if err := onlyParts(staged, m); err != nil {
 		return reply, err
 	}
-	if _, ok := m.Parts[bundle.AgentPart]; !ok || m.Target != "agent" {
-		return reply, refuse(http.StatusBadRequest, "not an agent bundle (target %q; it must hold %s): build one with mkimage --agent-bundle", m.Target, bundle.AgentPart)
+	if err := s.takes(m); err != nil {
+		return reply, err
 	}
 	if m.Arch != runtime.GOARCH {
 		return reply, refuse(http.StatusBadRequest, "the bundle is built for %q; this agent runs on %s", m.Arch, runtime.GOARCH)
@@ -239,12 +248,37 @@ func (s *updateService) update(w http.ResponseWriter, r *http.Request, dry bool)
 		return reply, refuse(http.StatusInternalServerError, "%v", err)
 	}
 	installed = true
-	rec.Try(slot, m.Version, s.version, time.Now())
+	rec.Try(slot, m.Target, m.Version, s.version, time.Now())
 	if err := s.store.Write(rec); err != nil {
 		return reply, refuse(http.StatusInternalServerError, "%v", err)
 	}
 	reply.Result = api.UpdateTrying
 	return reply, nil
+}
+
+// takes checks that the bundle is one this agent's loader can start: an
+// agent bundle, or, where process 1 of a VM is the loader and the QEMU
+// harness its boot ROM, a machine bundle (a kernel and an initramfs).
+func (s *updateService) takes(m bundle.Manifest) error {
+	switch {
+	case m.Target == bundle.TargetAgent:
+		if _, ok := m.Parts[bundle.AgentPart]; !ok {
+			return refuse(http.StatusBadRequest, "an agent bundle without %s: build one with mkimage --agent-bundle", bundle.AgentPart)
+		}
+	case bundle.IsMachine(m.Target):
+		if !s.boots {
+			return refuse(http.StatusConflict, "a machine bundle (target %s: a kernel and an initramfs) is booted by a VM's boot ROM; this agent's loader runs agent bundles only (mkimage --agent-bundle)", m.Target)
+		}
+		for _, p := range bundle.MachineParts {
+			if _, ok := m.Parts[p]; !ok {
+				return refuse(http.StatusBadRequest, "a machine bundle without %s", p)
+			}
+		}
+	default:
+		return refuse(http.StatusBadRequest, "a bundle for target %q: this agent takes agent bundles (mkimage --agent-bundle)%s", m.Target,
+			map[bool]string{true: " and machine bundles for qemu (make image)"}[s.boots])
+	}
+	return nil
 }
 
 // room is how large a bundle may be, and what bounds it: the limit, or

@@ -52,8 +52,13 @@ type UpdateStatus struct {
 	Committed string            `json:"committed"`
 	Tries     int               `json:"tries"`
 	Versions  map[string]string `json:"versions,omitempty"`
-	Floor     string            `json:"floor,omitempty"`
-	Last      *UpdateOutcome    `json:"last,omitempty"`
+	// Targets are the slots' bundle kinds (agent, or qemu: a machine
+	// bundle); Machine, when set, is the committed machine slot, whose
+	// kernel and initramfs the machine boots.
+	Targets map[string]string `json:"targets,omitempty"`
+	Machine string            `json:"machine,omitempty"`
+	Floor   string            `json:"floor,omitempty"`
+	Last    *UpdateOutcome    `json:"last,omitempty"`
 }
 
 // Results of an update, in UpdateOutcome.Result.
