@@ -151,6 +151,18 @@ func (s *supervisor) choose() (exe, slot string) {
 		return self(), slots.Base
 	}
 	now := time.Now()
+	if g := s.gaveUp; g != "" {
+		s.gaveUp = "" // said once, at boot
+		if rec.Active == g && rec.Active != rec.Committed {
+			s.log.Error("the boot ROM gave the new machine slot up: rolling back", "slot", slots.Name(g))
+			rec.RollBack(fmt.Sprintf("its kernel and initramfs did not bring the agent up in %d boots, or do not verify", s.tries), now)
+		}
+	}
+	if s.boots && bundle.IsMachine(rec.Targets[rec.Active]) && rec.Active != s.booted {
+		// A machine slot is run by booting it: the boot ROM boots what
+		// the record names (its try is counted once it runs).
+		return s.rebootInto(rec)
+	}
 	trying := rec.Active
 	if _, rolledBack := rec.Start(s.tries, s.lastExit, now); rolledBack {
 		s.log.Error("new slot failed its tries: rolled back", "slot", slots.Name(trying), "tries", s.tries, "last", s.lastExit)
@@ -167,6 +179,13 @@ func (s *supervisor) choose() (exe, slot string) {
 			rec.Active, rec.Committed, rec.Tries = slots.Base, slots.Base, 0
 		}
 	}
+	if s.boots {
+		// After a rollback the committed machine may be another kernel
+		// than the one running.
+		if want := bundle.BootSlot(rec.Active, rec.Machine, rec.Targets); want != s.booted {
+			return s.rebootInto(rec)
+		}
+	}
 	slot = rec.Active
 	if err := s.slots.Write(rec); err != nil {
 		// Not counting the try risks trying a bad slot for ever: run
@@ -174,10 +193,23 @@ func (s *supervisor) choose() (exe, slot string) {
 		s.log.Error("slots: cannot count the try: running the committed slot", "err", err)
 		slot = rec.Committed
 	}
-	if slot == slots.Base {
-		return self(), slot
+	if slot == slots.Base || bundle.IsMachine(rec.Targets[slot]) {
+		return self(), slot // the image's agent, or the machine slot's that booted as this process
 	}
 	return filepath.Join(s.slots.Dir(slot), bundle.AgentPart), slot
+}
+
+// rebootInto writes rec and returns no binary: the machine is to boot
+// another slot's kernel and initramfs (bundle.BootSlot of rec), which
+// the boot ROM does at the next boot.
+func (s *supervisor) rebootInto(rec slots.Record) (exe, slot string) {
+	if err := s.slots.Write(rec); err != nil {
+		s.log.Error("slots: cannot write the record before rebooting: running the booted agent", "err", err)
+		return self(), s.booted
+	}
+	s.log.Info("rebooting into another machine slot", "boot", slots.Name(bundle.BootSlot(rec.Active, rec.Machine, rec.Targets)),
+		"booted", slots.Name(s.booted))
+	return "", ""
 }
 
 // onTrial says slot is a new slot not yet committed.

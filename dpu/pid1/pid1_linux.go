@@ -119,6 +119,12 @@ func Run(log *slog.Logger) error {
 		} else {
 			s.slots, s.tries, s.gate = st, slots.DefaultTries, DefaultGate
 			loaderParams(log, params, s)
+			// The QEMU harness is the boot ROM: it says which slot's
+			// kernel it booted, and which slot on trial it gave up.
+			s.boots, s.booted, s.gaveUp = true, params[bundle.BootSlotParam], params[bundle.BootGaveUpParam]
+			if s.booted == "base" {
+				s.booted = slots.Base
+			}
 		}
 	}
 	s.run(ctx)
@@ -150,6 +156,19 @@ func loaderParams(log *slog.Logger, params map[string]string, s *supervisor) {
 	}
 }
 
+// rebootMachine reboots for the boot ROM to boot another slot (QEMU,
+// run with -no-reboot, exits; its harness boots what the record names).
+func (s *supervisor) rebootMachine() {
+	unix.Sync()
+	if err := unix.Unmount(StateMount, 0); err != nil {
+		s.log.Warn("unmount the state disk before rebooting", "err", err)
+	}
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART); err != nil {
+		s.log.Error("reboot", "err", err)
+	}
+}
+
 type supervisor struct {
 	log       *slog.Logger
 	args      []string
@@ -165,6 +184,11 @@ type supervisor struct {
 	tries    int
 	gate     time.Duration
 	lastExit string // how the agent last ended, for a rollback's reason
+	// boots: the machine boots machine slots (process 1 of a VM, the QEMU
+	// harness its boot ROM); booted is the slot whose kernel and
+	// initramfs run, gaveUp the slot on trial the boot ROM gave up.
+	boots          bool
+	booted, gaveUp string
 	// probeClient, when set, probes the agent over HTTPS (hecd supervise
 	// of an agent with --mgmt-cert); nil probes plain HTTP.
 	probeClient *http.Client
@@ -178,6 +202,10 @@ func (s *supervisor) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		started := time.Now()
 		exe, slot := s.choose()
+		if exe == "" {
+			s.rebootMachine()
+			return
+		}
 		pid, exited, err := s.start(exe, slot)
 		if err != nil {
 			s.log.Error("start agent", "exe", exe, "err", err)
@@ -225,6 +253,9 @@ func (s *supervisor) start(exe, slot string) (int, <-chan unix.WaitStatus, error
 	env := append(os.Environ(), ChildEnv+"=1")
 	if s.slots != nil {
 		env = append(env, slots.LoaderEnv+"="+slots.Name(slot))
+		if s.boots {
+			env = append(env, slots.BootsEnv+"=1")
+		}
 	}
 	s.children.mu.Lock() // a fast exit must find its waiter registered
 	defer s.children.mu.Unlock()
