@@ -62,18 +62,23 @@ test-arm64: ## shared/ and ec/ tests as arm64 binaries under qemu-user (installs
 		echo "SKIP arm64 tests: qemu-user-static is not installed and cannot be installed here"; \
 	fi
 
+# IMAGE_OUT puts the image elsewhere than .cache/images/qemu (what
+# hecctl qemu up boots): a machine bundle to flash, built with a semantic
+# VERSION (make image VERSION=v2.0.0 IMAGE_OUT=.cache/images/machine-v2.0.0).
+IMAGE_OUT ?=
+KEY       ?=
+
 .PHONY: image
 image: build ## build the arm64 bundle (kernel, initramfs with hecd as /init, signed manifest) in .cache/images/qemu
 	@echo "image: building the image tool"
 	$(GO) build -o $(BIN)/mkimage ./images/cmd/mkimage
-	$(BIN)/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION)
+	$(BIN)/mkimage --agent $(ARM64_BIN)/hecd --version $(VERSION) $(if $(KEY),--key $(KEY)) $(if $(IMAGE_OUT),--out $(IMAGE_OUT))
 
 # An agent bundle's version: a semantic version, newer than what the agent
 # committed (BUNDLE_VERSION=v1.2.3); KEY signs it (default: the development
 # key in .cache/keys); BUNDLE_ARCH picks amd64 or arm64.
 BUNDLE_VERSION ?= v0.0.0
 BUNDLE_ARCH    ?= $(shell $(GO) env GOARCH)
-KEY            ?=
 
 .PHONY: bundle
 bundle: ## build an agent bundle (hecd of BUNDLE_VERSION for BUNDLE_ARCH, signed with KEY) in .cache/images/agent, for hecctl flash

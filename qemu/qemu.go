@@ -48,13 +48,13 @@ type Options struct {
 	// agent is reached at GuestIP through HTTP (which must dial inside
 	// NetNS). The forwarded ports are then unused.
 	NetNS, Tap, GuestIP string
-	HTTP                *http.Client
+	HTTP                *http.Client `json:"-"`
 	// Progress, when set, is told each stage of the boot, a line each.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 	// Token is the operator's token the agent is to hold (a test
 	// cluster's, shared by its nodes). Default: the VM's own, made on
 	// its first boot and kept in StateDir/token.
-	Token string
+	Token string `json:"-"` // kept in StateDir/token (0600), not in vm.json
 }
 
 func (o Options) withDefaults() Options {
@@ -110,6 +110,11 @@ type VM struct {
 	TokenFile string        `json:"token_file"`   // the operator's token the agent holds
 	BootTime  time.Duration `json:"boot_time_ns"` // QEMU start to /readyz
 	StartedAt time.Time     `json:"started_at"`
+	// Boot is the slot whose kernel and initramfs the boot ROM booted
+	// ("base": the bundle's own); Options, how the VM was booted, for
+	// Reboot.
+	Boot    string  `json:"boot"`
+	Options Options `json:"options"`
 }
 
 // ErrNotRunning is returned for a VM whose QEMU is gone.
@@ -154,6 +159,10 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if err := ensureDisk(ctx, disk, o.DiskSize); err != nil {
 		return nil, err
 	}
+	boot, err := o.bootROM(ctx, disk)
+	if err != nil {
+		return nil, err
+	}
 	tokenFile := filepath.Join(o.StateDir, "token")
 	if err := ensureToken(ctx, disk, tokenFile, o.Token); err != nil {
 		return nil, err
@@ -180,13 +189,14 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if o.LeaseTimeout > 0 {
 		appendArgs += " hec.lease_timeout=" + o.LeaseTimeout.String()
 	}
+	appendArgs += " " + boot.params
 	if o.KernelArgs != "" {
 		appendArgs += " " + o.KernelArgs
 	}
 	args := []string{
 		"-M", "virt", "-cpu", "cortex-a72", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMB),
 		"-nographic", "-no-reboot", "-nic", "none",
-		"-kernel", filepath.Join(o.Bundle, "Image"), "-initrd", filepath.Join(o.Bundle, "initramfs.cpio"),
+		"-kernel", boot.kernel, "-initrd", boot.initrd,
 		"-append", appendArgs,
 		"-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=",
 		"-object", fmt.Sprintf("memory-backend-file,id=shm,mem-path=%s,size=%d,share=on", o.Shm, o.ShmSize),
@@ -205,7 +215,8 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	}
 	vm := &VM{Name: o.Name, PID: cmd.Process.Pid, Agent: "shm://" + o.Shm, Mgmt: fmt.Sprintf("127.0.0.1:%d", o.MgmtPort),
 		TCP: fmt.Sprintf("127.0.0.1:%d", o.TCPPort), RESP: fmt.Sprintf("127.0.0.1:%d", o.RESPPort),
-		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, TokenFile: tokenFile, StartedAt: start}
+		UDP: fmt.Sprintf("127.0.0.1:%d", o.UDPPort), Shm: o.Shm, StateDir: o.StateDir, Console: console, TokenFile: tokenFile, StartedAt: start,
+		Boot: boot.slot, Options: o}
 	client := &http.Client{Timeout: time.Second}
 	if o.Tap != "" {
 		ip, _, _ := strings.Cut(o.GuestIP, "/")
@@ -393,7 +404,52 @@ func ensureShm(path string, size int64) error {
 
 func (vm *VM) save() error {
 	b, _ := json.MarshalIndent(vm, "", "  ")
-	return os.WriteFile(filepath.Join(vm.StateDir, "vm.json"), b, 0o644)
+	// 0600: the kernel arguments may hold a cluster key.
+	if err := os.WriteFile(filepath.Join(vm.StateDir, "vm.json"), b, 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(filepath.Join(vm.StateDir, "vm.json"), 0o600)
+}
+
+// Reboot boots the VM recorded in stateDir again, as it was booted (its
+// ports, disk, region, kernel arguments), once its QEMU has ended: the
+// guest rebooted (QEMU runs with -no-reboot), panicked or was cut. The
+// boot ROM chooses the kernel and initramfs from the slots' record.
+func Reboot(ctx context.Context, stateDir string, progress io.Writer) (*VM, error) {
+	vm, err := Load(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if vm.alive() {
+		return vm, nil
+	}
+	o := vm.Options
+	if o.StateDir == "" {
+		return nil, fmt.Errorf("VM %s was booted by an older harness: hecctl qemu up", vm.Name)
+	}
+	o.Progress = progress
+	return Up(ctx, o)
+}
+
+// KeepBooted reboots the VM recorded in stateDir whenever its QEMU ends,
+// until ctx ends: what a machine's own reset does for a guest that
+// reboots into a new kernel. Errors go to progress, and the next look
+// tries again.
+func KeepBooted(ctx context.Context, stateDir string, progress io.Writer) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		vm, err := Load(stateDir)
+		if err != nil || vm.alive() {
+			continue
+		}
+		if _, err := Reboot(ctx, stateDir, progress); err != nil && ctx.Err() == nil && progress != nil {
+			fmt.Fprintf(progress, "reboot %s: %v\n", vm.Name, err)
+		}
+	}
 }
 
 // Load reads a VM's record from its state directory.

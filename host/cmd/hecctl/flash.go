@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
 	"github.com/hecsys/hec/test/cluster"
@@ -44,7 +45,10 @@ architecture, a version newer than the anti-rollback floor), writes it into
 the slot it does not run from, and exits for its loader (hecd supervise, or
 process 1) to start the new version. The loader commits it once it is ready,
 or rolls back to the committed version; flash waits for that and prints the
-versions before and after. --dry-run verifies without installing.
+versions before and after. --dry-run verifies without installing. A VM
+started with hecctl qemu up also takes a machine bundle (make image
+VERSION=v… IMAGE_OUT=DIR: a kernel and an initramfs): it reboots into it,
+flash booting the VM again as its boot ROM would.
 
 With --cluster, flash is a rolling update of a test cluster's agents
 (hecctl cluster up --trusted-key): every agent first verifies its bundle
@@ -94,6 +98,11 @@ every node's version before and after says which.`,
 				fmt.Fprintf(a.out, "installed hecd %s into slot %s (was %s); the agent restarts into it…\n", reply.Version, reply.Slot, reply.From)
 			}
 			wctx, cancel := context.WithTimeout(ctx, timeout)
+			if vm := a.localVM(); vm != nil {
+				// A VM this machine runs: a machine bundle reboots it into
+				// its new kernel, and the harness is its boot ROM.
+				go qemu.KeepBooted(wctx, vm.StateDir, os.Stderr)
+			}
 			out, st, err := m.WaitUpdate(wctx, reply.Version)
 			cancel()
 			if err != nil {
@@ -162,6 +171,17 @@ func (a *app) flashCluster(ctx context.Context, name, state string, bundles []st
 		return ferr
 	}
 	return err
+}
+
+// localVM is the VM hecctl booted whose management API is the target's
+// (nil when the target is not one).
+func (a *app) localVM() *qemu.VM {
+	for _, vm := range qemu.List() {
+		if vm.Mgmt == a.mgmt {
+			return vm
+		}
+	}
+	return nil
 }
 
 func dash(s string) string {
