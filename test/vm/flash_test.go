@@ -29,19 +29,123 @@ import (
 // agent bundle of version with the image's key.
 func arm64Bundle(t *testing.T, pkg, ldflags, version string) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "hecd")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w "+ldflags, "-o", bin, pkg)
-	cmd.Dir = testutil.ModuleRoot()
-	cmd.Env = append(cmd.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s for arm64: %v\n%s", pkg, err, b)
-	}
-	out := filepath.Join(dir, "bundle")
+	return archBundle(t, "arm64", pkg, ldflags, version)
+}
+
+// archBundle builds pkg for linux/goarch with ldflags and signs it as an
+// agent bundle of version with the image's key.
+func archBundle(t *testing.T, goarch, pkg, ldflags, version string) string {
+	t.Helper()
+	bin := archBinary(t, goarch, pkg, ldflags)
+	out := filepath.Join(filepath.Dir(bin), "bundle")
 	if _, err := images.BuildAgent(images.AgentOptions{Agent: bin, Out: out, KeyPath: filepath.Join(bundle(t), "dev.ed25519"), Version: version}); err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// archBinary builds pkg for linux/goarch with ldflags.
+func archBinary(t *testing.T, goarch, pkg, ldflags string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hecd")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w "+ldflags, "-o", bin, pkg)
+	cmd.Dir = testutil.ModuleRoot()
+	cmd.Env = append(cmd.Environ(), "GOARCH="+goarch, "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s for %s: %v\n%s", pkg, goarch, err, b)
+	}
+	return bin
+}
+
+// TestFlashAMachineBundle flashes a whole machine into the VM: a kernel
+// and an initramfs whose init is a new hecd. The agent installs it into
+// a slot and exits; process 1 reboots; the QEMU harness, the boot ROM,
+// boots the slot's kernel and initramfs, whose process 1 commits it once
+// its agent is ready. A machine bundle whose init dies at start panics
+// the guest kernel: the ROM boots it its two tries, then the committed
+// machine, whose process 1 rolls the record back.
+func TestFlashAMachineBundle(t *testing.T) {
+	vm, o := boot(t, "machine")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	k, err := images.FetchKernel(ctx, filepath.Join(testutil.ModuleRoot(), ".cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := func(version, agent string) string {
+		out := filepath.Join(t.TempDir(), "machine-"+version)
+		if _, err := images.Build(images.BuildOptions{Agent: agent, Kernel: k, Target: "qemu", Out: out,
+			KeyPath: filepath.Join(bundle(t), "dev.ed25519"), Version: version}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	good := machine("v2.0.0", archBinary(t, "arm64", "./dpu/cmd/hecd", "-X github.com/hecsys/hec/dpu.Version=v2.0.0"))
+	dies := machine("v3.0.0", archBinary(t, "arm64", "./test/e2e/testdata/badagent", "-X main.mode=exit"))
+
+	// The harness as boot ROM: whenever the guest reboots (QEMU ends), it
+	// boots what the slots' record names.
+	var romLog syncLog
+	keep, stop := context.WithCancel(ctx)
+	defer stop()
+	go qemu.KeepBooted(keep, o.StateDir, &romLog)
+	defer func() {
+		if t.Failed() {
+			t.Logf("boot ROM:\n%s", romLog.String())
+		}
+	}()
+
+	m := mgmtOf(vm)
+	for _, c := range []struct {
+		bundle, version, result, serving, reason string
+	}{
+		{good, "v2.0.0", "committed", "v2.0.0", ""},
+		{dies, "v3.0.0", "rolled back", "v2.0.0", "did not bring the agent up in 2 boots"},
+	} {
+		t0 := time.Now()
+		reply, err := m.Update(ctx, c.bundle, false, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.version, err)
+		}
+		out, st, err := m.WaitUpdate(ctx, reply.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s into slot %s: %s (%s) after %v; %s serving", c.version, reply.Slot, out.Result, out.Reason,
+			time.Since(t0).Round(time.Millisecond), st.Version)
+		if out.Result != c.result || st.Version != c.serving || !strings.Contains(out.Reason, c.reason) {
+			t.Fatalf("%s: %s (%s), %s serving; want %s, %s serving", c.version, out.Result, out.Reason, st.Version, c.result, c.serving)
+		}
+		if st.Update.Machine != "a" {
+			t.Fatalf("%s: the committed machine is %q, want a", c.version, st.Update.Machine)
+		}
+		now, err := qemu.Load(o.StateDir)
+		if err != nil || now.Boot != "a" {
+			t.Fatalf("%s: the VM booted %q (%v), want slot a", c.version, now.Boot, err)
+		}
+		if err := dial(t, now).Ping(ctx); err != nil {
+			t.Fatalf("ping after %s: %v", c.version, err)
+		}
+	}
+	t.Logf("boot ROM:\n%s", romLog.String())
+}
+
+// syncLog is a log written by one goroutine and read by another.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestFlashTheVM flashes the arm64 agent in the VM over its management
