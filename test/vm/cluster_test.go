@@ -7,18 +7,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hecsys/hec/test/testutil"
-
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // A test cluster with an arm64 VM among its agents: the VM joins the
 // bridge through a tap, every agent reaches every other (the ping matrix),
-// and down leaves nothing behind.
+// a rolling update with one bundle per architecture (hecctl flash
+// --cluster) brings the x86 agents, run by hecd supervise, and the VM's,
+// run by its process 1, to the new version, and down leaves nothing
+// behind.
 func TestClusterWithAVM(t *testing.T) {
 	b := bundle(t)
 	if os.Geteuid() != 0 {
@@ -28,7 +32,8 @@ func TestClusterWithAVM(t *testing.T) {
 	const name = "tvm"
 	dir := filepath.Join(t.TempDir(), "state")
 	cluster.Down(name, dir, nil)
-	st, err := cluster.Up(context.Background(), cluster.Options{Name: name, Agents: 3, VMs: 1, Bundle: b, Hecd: hecd, StateDir: dir})
+	st, err := cluster.Up(context.Background(), cluster.Options{Name: name, Agents: 3, VMs: 1, Bundle: b, Hecd: hecd, StateDir: dir,
+		TrustedKey: filepath.Join(b, "manifest.pub")}) // the image's key: the VM trusts it too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +51,32 @@ func TestClusterWithAVM(t *testing.T) {
 		}
 		t.Logf("%d → %d: rtt p50 %.0f µs, %.3f GB/s", r.From, r.To, r.RTTP50Us, r.GBPerSec)
 	}
-	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID, st.Nodes[2].PID} // two agents and QEMU
+
+	const ver = "-X github.com/hecsys/hec/dpu.Version=v9.0.0"
+	bundles := []string{arm64Bundle(t, "./dpu/cmd/hecd", ver, "v9.0.0")}
+	if runtime.GOARCH != "arm64" {
+		bundles = append(bundles, archBundle(t, runtime.GOARCH, "./dpu/cmd/hecd", ver, "v9.0.0"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	flash := exec.CommandContext(ctx, testutil.Hecctl(t), append([]string{"flash", "--cluster=" + name, "--cluster-state", dir, "-o", "json"}, bundles...)...)
+	var stderr bytes.Buffer
+	flash.Stderr = &stderr
+	out, err := flash.Output()
+	t.Logf("hecctl flash --cluster:\n%s%s", out, stderr.Bytes())
+	var rollout struct {
+		Nodes []host.RolloutNode `json:"nodes"`
+	}
+	if err != nil || json.Unmarshal(out, &rollout) != nil || len(rollout.Nodes) != 3 {
+		t.Fatalf("rolling update: %v", err)
+	}
+	for i, r := range rollout.Nodes {
+		if want := map[bool]string{true: "arm64", false: runtime.GOARCH}[i == 2]; r.Result != "committed" || r.After != "v9.0.0" || r.Arch != want {
+			t.Errorf("node %s: %+v, want committed to v9.0.0 on %s", r.Node, r, want)
+		}
+	}
+
+	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID, st.Nodes[2].PID} // two loaders and QEMU
 	if err := cluster.Down(name, dir, nil); err != nil {
 		t.Fatal(err)
 	}
