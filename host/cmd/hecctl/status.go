@@ -36,6 +36,9 @@ func statusCmd(a *app) *cobra.Command {
 			fmt.Fprintf(out, "access   %s\n", accessLine(st.Access))
 			if u := st.Update; u != nil {
 				fmt.Fprintf(out, "slots    running %s (%s), committed %s, floor %s", u.Slot, st.Version, u.Committed, orDash(u.Floor))
+				if u.Machine != "" {
+					fmt.Fprintf(out, "; boots the machine in slot %s (%s)", u.Machine, u.Versions[u.Machine])
+				}
 				if l := u.Last; l != nil {
 					fmt.Fprintf(out, "; last update %s %s", l.Version, l.Result)
 					if l.Reason != "" {
