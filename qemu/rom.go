@@ -84,7 +84,7 @@ func (o Options) bootROM(ctx context.Context, disk string) (bootChoice, error) {
 		}
 		if tries := o.loaderTries(); st.Boots > tries {
 			o.progress("boot ROM: slot %s (%s) did not come up in %d boots: booting the committed machine", want, st.Version, tries)
-			gaveUp = append(gaveUp, want)
+			gaveUp = append(gaveUp, want+":"+bundle.GaveUpBoots)
 			want = bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets)
 		}
 	} else {
@@ -99,8 +99,10 @@ func (o Options) bootROM(ctx context.Context, disk string) (bootChoice, error) {
 			return c, nil
 		}
 		o.progress("boot ROM: slot %s: %v: not booting it", want, err)
-		gaveUp = append(gaveUp, want)
-		if next := bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets); next != want && !slices.Contains(gaveUp, next) {
+		gaveUp = append(gaveUp, want+":"+bundle.GaveUpVerify)
+		if next := bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets); next != want && !slices.ContainsFunc(gaveUp, func(g string) bool {
+			return strings.HasPrefix(g, next+":")
+		}) {
 			want = next
 		} else {
 			want = ""

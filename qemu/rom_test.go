@@ -91,7 +91,7 @@ func TestBootROM(t *testing.T) {
 	record(bundle.BootRecord{Active: "a", Committed: "", Targets: machines, Versions: map[string]string{"a": "v2.0.0"}})
 	boot("a", "hec.boot_slot=a")
 	boot("a", "hec.boot_slot=a")
-	boot("base", "hec.boot_slot=base hec.boot_gaveup=a")
+	boot("base", "hec.boot_slot=base hec.boot_gaveup=a:boots")
 
 	// Committed: booted every time, nothing counted.
 	record(bundle.BootRecord{Active: "a", Committed: "a", Machine: "a", Targets: machines})
@@ -104,7 +104,7 @@ func TestBootROM(t *testing.T) {
 
 	// The committed machine's kernel changed on the disk: not booted.
 	put("/slots/a/Image", []byte("stand-in Imagf"))
-	boot("base", "hec.boot_slot=base hec.boot_gaveup=a")
+	boot("base", "hec.boot_slot=base hec.boot_gaveup=a:verify")
 
 	// A record that does not parse boots the image.
 	put("/slots/record.json", []byte("{"))

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hecsys/hec/dpu/slots"
@@ -151,12 +152,13 @@ func (s *supervisor) choose() (exe, slot string) {
 		return self(), slots.Base
 	}
 	now := time.Now()
-	if g := s.gaveUp; g != "" {
-		s.gaveUp = "" // said once, at boot
-		if rec.Active == g && rec.Active != rec.Committed {
-			s.log.Error("the boot ROM gave the new machine slot up: rolling back", "slot", slots.Name(g))
-			rec.RollBack(fmt.Sprintf("its kernel and initramfs did not bring the agent up in %d boots, or do not verify", s.tries), now)
+	if s.gaveUp != "" {
+		for _, g := range strings.Split(s.gaveUp, ",") {
+			slot, why, _ := strings.Cut(g, ":")
+			s.log.Error("the boot ROM gave a machine slot up", "slot", slot, "why", why)
+			rec.GiveUpBoot(slot, why, s.tries, now)
 		}
+		s.gaveUp = "" // said once, at boot
 	}
 	if s.boots && bundle.IsMachine(rec.Targets[rec.Active]) && rec.Active != s.booted {
 		// A machine slot is run by booting it: the boot ROM boots what

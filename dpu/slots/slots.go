@@ -138,6 +138,34 @@ func (r *Record) RollBack(reason string, now time.Time) {
 	r.Active, r.Tries = r.Committed, 0
 }
 
+// GiveUpBoot applies what the boot ROM said of slot at this boot
+// (bundle.BootGaveUpParam): a slot on trial that booted its tries (why
+// bundle.GaveUpBoots) or does not verify is rolled back; a committed
+// machine slot that does not verify is dropped, and the image's own
+// kernel and agent are committed in its place, so that the record names
+// what the ROM can boot (else the loader would reboot into it for ever).
+func (r *Record) GiveUpBoot(slot, why string, tries int, now time.Time) {
+	if slot != A && slot != B {
+		return
+	}
+	reason := fmt.Sprintf("its kernel and initramfs did not bring the agent up in %d boots", tries)
+	if why != bundle.GaveUpBoots {
+		reason = "its bundle on the state disk does not verify (the boot ROM did not boot it)"
+	}
+	if r.Active == slot && r.Active != r.Committed {
+		r.RollBack(reason, now)
+	}
+	if r.Machine == slot {
+		r.Machine = Base
+	}
+	if r.Committed == slot && bundle.IsMachine(r.Targets[slot]) {
+		r.Committed = Base
+		if r.Active == slot {
+			r.Active, r.Tries = Base, 0
+		}
+	}
+}
+
 // Store is the slots directory of the agent's state.
 type Store struct {
 	dir string

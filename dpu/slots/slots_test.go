@@ -98,6 +98,27 @@ func TestMachineSlots(t *testing.T) {
 	if boot() != A || r.Machine != A || r.Inactive() != B {
 		t.Fatalf("after the rollback: boots %q, %+v", boot(), r)
 	}
+
+	// What the boot ROM gave up. A slot on trial that booted its tries is
+	// rolled back, with the reason.
+	r.Try(B, bundle.TargetQEMU, "v3.0.0", "v2.0.0", now)
+	r.GiveUpBoot(B, bundle.GaveUpBoots, 2, now)
+	if r.Active != A || boot() != A || !strings.Contains(r.Last.Reason, "in 2 boots") {
+		t.Fatalf("trial given up: %+v %+v", r, r.Last)
+	}
+	// The committed machine that no longer verifies is dropped: the
+	// image's own boots, and the record says so (else the loader would
+	// reboot into it for ever).
+	r.GiveUpBoot(A, bundle.GaveUpVerify, 2, now)
+	if r.Active != Base || r.Committed != Base || r.Machine != Base || boot() != Base {
+		t.Fatalf("committed machine given up: %+v, boots %q", r, boot())
+	}
+	// Nonsense from the command line changes nothing.
+	before := r
+	r.GiveUpBoot("../x", bundle.GaveUpBoots, 2, now)
+	if r.Active != before.Active || r.Machine != before.Machine {
+		t.Fatalf("a bad slot name changed the record: %+v", r)
+	}
 }
 
 func TestStoreDurableAndChecked(t *testing.T) {

@@ -27,7 +27,13 @@ const DefaultTries = 2
 // within its tries, or it does not verify).
 const (
 	BootSlotParam   = "hec.boot_slot"
-	BootGaveUpParam = "hec.boot_gaveup"
+	BootGaveUpParam = "hec.boot_gaveup" // SLOT:WHY[,SLOT:WHY]
+)
+
+// Why a boot ROM gives a slot up (the WHY of BootGaveUpParam).
+const (
+	GaveUpBoots  = "boots"  // booted its tries without its agent committing
+	GaveUpVerify = "verify" // its bundle on the disk does not verify
 )
 
 // BootRecord is what a boot ROM reads of the slots' record (the JSON of
