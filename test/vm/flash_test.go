@@ -67,6 +67,7 @@ func archBinary(t *testing.T, goarch, pkg, ldflags string) string {
 func TestFlashAMachineBundle(t *testing.T) {
 	vm, o := boot(t, "machine")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	var err error
 	defer cancel()
 	k, err := images.FetchKernel(ctx, filepath.Join(testutil.ModuleRoot(), ".cache"))
 	if err != nil {
@@ -127,6 +128,36 @@ func TestFlashAMachineBundle(t *testing.T) {
 			t.Fatalf("ping after %s: %v", c.version, err)
 		}
 	}
+
+	// The committed machine's kernel changes on the disk while the VM is
+	// off: the ROM does not boot it but the image's own, whose process 1
+	// drops the slot from the record instead of rebooting into it again.
+	stop()
+	vm, err = qemu.Load(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Down(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	spoilt := filepath.Join(t.TempDir(), "Image")
+	if err := os.WriteFile(spoilt, []byte("not the signed kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(o.StateDir, "disk.img")
+	exec.Command("debugfs", "-w", "-R", "rm /slots/a/Image", disk).Run()
+	if out, err := exec.Command("debugfs", "-w", "-R", "write "+spoilt+" /slots/a/Image", disk).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v %s", err, out)
+	}
+	vm, err = qemu.Reboot(ctx, o.StateDir, &romLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := mgmtOf(vm).Status(ctx)
+	if err != nil || vm.Boot != "base" || st.Update.Machine != "" || st.Update.Committed != "base" {
+		t.Fatalf("after the committed machine was spoilt: booted %s, %+v, %v", vm.Boot, st.Update, err)
+	}
+	t.Logf("spoilt committed machine: booted %s, serving %s", vm.Boot, st.Version)
 	t.Logf("boot ROM:\n%s", romLog.String())
 }
 
@@ -164,7 +195,6 @@ func TestFlashTheVM(t *testing.T) {
 	good := arm64Bundle(t, "./dpu/cmd/hecd", ver+"v1.1.0", "v1.1.0")
 	exits := arm64Bundle(t, "./test/e2e/testdata/badagent", "-X main.mode=exit", "v1.2.0")
 	hangs := arm64Bundle(t, "./test/e2e/testdata/badagent", "-X main.mode=hang", "v1.3.0")
-	later := arm64Bundle(t, "./dpu/cmd/hecd", ver+"v1.4.0", "v1.4.0")
 	m := mgmtOf(vm)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -209,7 +239,9 @@ func TestFlashTheVM(t *testing.T) {
 	flash(good, "v1.1.0", "committed", "v1.1.0")
 
 	key := filepath.Join(bundle(t), "dev.ed25519")
-	for _, b := range testutil.SpoiledBundles(t, later, key, testutil.NewKey(t), "v1.1.0", limit, "") {
+	// Spoilt copies of the committed bundle: each is refused before its
+	// version is looked at.
+	for _, b := range testutil.SpoiledBundles(t, good, key, testutil.NewKey(t), "v1.1.0", limit, "") {
 		t0 := time.Now()
 		_, err := m.Update(ctx, b.Dir, false, nil)
 		if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), b.Refusal) {
@@ -219,11 +251,11 @@ func TestFlashTheVM(t *testing.T) {
 		serving(b.Name, "v1.1.0")
 	}
 	noToken := &host.Mgmt{Addr: vm.Mgmt}
-	if _, err := noToken.Update(ctx, later, false, nil); !errors.Is(err, host.ErrDenied) {
+	if _, err := noToken.Update(ctx, good, false, nil); !errors.Is(err, host.ErrDenied) {
 		t.Errorf("no token: %v, want denied", err)
 	}
 	var tarball bytes.Buffer
-	if err := bundlepkg.Pack(&tarball, later); err != nil {
+	if err := bundlepkg.Pack(&tarball, good); err != nil {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+vm.Mgmt+"/v1/update", bytes.NewReader(tarball.Bytes()[:tarball.Len()/2]))
