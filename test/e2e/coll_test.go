@@ -66,7 +66,7 @@ func TestCollBenchAgentKilled(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rail", "dpu", "--sizes", "4M", "--iters", "100000",
 			"--deadline", "3s", "--net", "loopback") // the agents are its own processes: found by their region files
-		var out syncBuffer
+		var out testutil.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

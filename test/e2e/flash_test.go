@@ -89,7 +89,7 @@ func startLoader(t *testing.T, base string, loaderArgs, agentArgs []string) {
 	t.Helper()
 	args := append(append(append([]string{"supervise"}, loaderArgs...), "--"), agentArgs...)
 	loader := exec.Command(base, args...)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	loader.Stderr = &logs
 	if err := loader.Start(); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -117,7 +116,7 @@ func TestBusyPortIsAnError(t *testing.T) {
 func TestSecondAgentLeavesTheRegionAlone(t *testing.T) {
 	region, args := hecdArgs(t)
 	first := exec.Command(testutil.Hecd(t), append(args, "--mgmt", "127.0.0.1:0")...)
-	log := new(syncBuffer)
+	log := new(testutil.SyncBuffer)
 	first.Stderr = log
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
@@ -169,7 +168,7 @@ func TestListenersSurviveDescriptorExhaustion(t *testing.T) {
 	addrs := testutil.FreeAddrs(t, 3)
 	resp, tcp, mgmt := addrs[0], addrs[1], addrs[2]
 	cmd := exec.Command(testutil.Hecd(t), append(args, "--resp", resp, "--tcp", tcp, "--mgmt", mgmt, "--log-level", "warn")...)
-	log := new(syncBuffer)
+	log := new(testutil.SyncBuffer)
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -259,11 +258,11 @@ func respPing(addr string) error {
 // and the log says so.
 func TestCleanStopLeavesNothing(t *testing.T) {
 	region, args := hecdArgs(t)
-	start := func() (*exec.Cmd, *syncBuffer, string) {
+	start := func() (*exec.Cmd, *testutil.SyncBuffer, string) {
 		t.Helper()
 		addrs := testutil.FreeAddrs(t, 1)
 		cmd := exec.Command(testutil.Hecd(t), append(args, "--mgmt", addrs[0])...)
-		log := new(syncBuffer)
+		log := new(testutil.SyncBuffer)
 		cmd.Stderr = log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -299,23 +298,4 @@ func TestCleanStopLeavesNothing(t *testing.T) {
 	if !strings.Contains(log.String(), "left by an agent that is gone") {
 		t.Errorf("a stale region reused without a word:\n%s", log.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer a child process writes into while a test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -86,7 +86,7 @@ func TestFlashAMachineBundle(t *testing.T) {
 
 	// The harness as boot ROM: whenever the guest reboots (QEMU ends), it
 	// boots what the slots' record names.
-	var romLog syncLog
+	var romLog testutil.SyncBuffer
 	keep, stop := context.WithCancel(ctx)
 	defer stop()
 	go qemu.KeepBooted(keep, o.StateDir, &romLog)
@@ -159,24 +159,6 @@ func TestFlashAMachineBundle(t *testing.T) {
 	}
 	t.Logf("spoilt committed machine: booted %s, serving %s", vm.Boot, st.Version)
 	t.Logf("boot ROM:\n%s", romLog.String())
-}
-
-// syncLog is a log written by one goroutine and read by another.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestFlashTheVM flashes the arm64 agent in the VM over its management
