@@ -22,32 +22,10 @@ import (
 // installed.
 func TestUpdateFitsTheStateDisk(t *testing.T) {
 	mnt, _ := testutil.SmallDisk(t, 32<<20, 8<<20)
-	st, err := slots.Open(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
-	st.SetTrustedKey(key.Public().(ed25519.PublicKey))
-	s := newUpdateService(UpdateConfig{MaxBundle: "256MiB"})
-	s.max, s.store, s.slot, s.guarded, s.version = 256<<20, st, "base", true, "v1.0.0"
-	exited := make(chan struct{}, 1)
-	s.exit = func() { exited <- struct{}{} }
+	s, st, key, exited := testUpdateService(t, mnt)
 
 	post := func(size int) *httptest.ResponseRecorder {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, bundle.AgentPart), make([]byte, size), 0o755)
-		p, _ := bundle.HashFile(filepath.Join(dir, bundle.AgentPart))
-		m := bundle.Manifest{Version: "v1.1.0", Target: "agent", Arch: runtime.GOARCH, Parts: map[string]bundle.Part{bundle.AgentPart: p}}
-		if err := bundle.Sign(dir, m, key); err != nil {
-			t.Fatal(err)
-		}
-		var tarball bytes.Buffer
-		if err := bundle.Pack(&tarball, dir); err != nil {
-			t.Fatal(err)
-		}
-		w := httptest.NewRecorder()
-		s.serveUpdate(w, httptest.NewRequest(http.MethodPost, "/v1/update", &tarball))
-		return w
+		return postBundle(t, s, key, "v1.1.0", bundle.TargetAgent, map[string][]byte{bundle.AgentPart: make([]byte, size)})
 	}
 	w := post(30 << 20)
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "room on the state disk") {
@@ -72,33 +50,13 @@ func TestUpdateFitsTheStateDisk(t *testing.T) {
 // another target; where process 1 boots machine slots it is installed and
 // recorded as a machine slot for the boot ROM.
 func TestUpdateTakesMachineBundlesWhereTheLoaderBoots(t *testing.T) {
-	st, err := slots.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
-	st.SetTrustedKey(key.Public().(ed25519.PublicKey))
-	s := newUpdateService(UpdateConfig{MaxBundle: "256MiB"})
-	s.max, s.store, s.slot, s.guarded, s.version = 256<<20, st, "base", true, "v1.0.0"
-	exited := make(chan struct{}, 1)
-	s.exit = func() { exited <- struct{}{} }
+	s, st, key, exited := testUpdateService(t, t.TempDir())
 	post := func(target string, parts ...string) *httptest.ResponseRecorder {
-		dir := t.TempDir()
-		m := bundle.Manifest{Version: "v2.0.0", Target: target, Arch: runtime.GOARCH, Parts: map[string]bundle.Part{}}
+		files := map[string][]byte{}
 		for _, p := range parts {
-			os.WriteFile(filepath.Join(dir, p), []byte("stand-in "+p), 0o644)
-			m.Parts[p], _ = bundle.HashFile(filepath.Join(dir, p))
+			files[p] = []byte("stand-in " + p)
 		}
-		if err := bundle.Sign(dir, m, key); err != nil {
-			t.Fatal(err)
-		}
-		var tarball bytes.Buffer
-		if err := bundle.Pack(&tarball, dir); err != nil {
-			t.Fatal(err)
-		}
-		w := httptest.NewRecorder()
-		s.serveUpdate(w, httptest.NewRequest(http.MethodPost, "/v1/update", &tarball))
-		return w
+		return postBundle(t, s, key, "v2.0.0", target, files)
 	}
 	for _, c := range []struct {
 		boots  bool
@@ -126,4 +84,48 @@ func TestUpdateTakesMachineBundlesWhereTheLoaderBoots(t *testing.T) {
 	if rec.Active != slots.A || rec.Targets[slots.A] != bundle.TargetQEMU || bundle.BootSlot(rec.Active, rec.Machine, rec.Targets) != slots.A {
 		t.Fatalf("record %+v", rec)
 	}
+}
+
+// postBundle signs files as a bundle of target and version for this
+// machine's architecture and posts it to s's update API.
+func postBundle(t *testing.T, s *updateService, key ed25519.PrivateKey, version, target string, files map[string][]byte) *httptest.ResponseRecorder {
+	t.Helper()
+	dir := t.TempDir()
+	m := bundle.Manifest{Version: version, Target: target, Arch: runtime.GOARCH, Parts: map[string]bundle.Part{}}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.Parts[name], _ = bundle.HashFile(filepath.Join(dir, name))
+	}
+	if err := bundle.Sign(dir, m, key); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	if err := bundle.Pack(&tarball, dir); err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	s.serveUpdate(w, httptest.NewRequest(http.MethodPost, "/v1/update", &tarball))
+	return w
+}
+
+// testUpdateService is the update service of an agent v1.0.0 run from the
+// base slot by a loader, its slots in stateDir trusting key; exited hears
+// of its exit for the loader.
+func testUpdateService(t *testing.T, stateDir string) (s *updateService, st *slots.Store, key ed25519.PrivateKey, exited chan struct{}) {
+	t.Helper()
+	st, err := slots.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	if err := st.SetTrustedKey(key.Public().(ed25519.PublicKey)); err != nil {
+		t.Fatal(err)
+	}
+	s = newUpdateService(UpdateConfig{MaxBundle: "256MiB"})
+	s.max, s.store, s.slot, s.guarded, s.version = 256<<20, st, "base", true, "v1.0.0"
+	exited = make(chan struct{}, 1)
+	s.exit = func() { exited <- struct{}{} }
+	return s, st, key, exited
 }
