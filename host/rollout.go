@@ -131,7 +131,7 @@ func Rollout(ctx context.Context, targets []RolloutTarget, o RolloutOptions) ([]
 	// Before anything is installed: every agent up and ready, and willing
 	// to take its bundle. A rollout that would fail on a node for a
 	// reason known now stops before any node restarts.
-	parallel(len(targets), len(targets), func(i int) {
+	each(len(targets), func(i int) {
 		t, r := targets[i], &rows[i]
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -188,7 +188,7 @@ func Rollout(ctx context.Context, targets []RolloutTarget, o RolloutOptions) ([]
 	for len(todo) > 0 {
 		batch := todo[:min(o.MaxUnavailable, len(todo))]
 		todo = todo[len(batch):]
-		parallel(len(batch), len(batch), func(j int) {
+		each(len(batch), func(j int) {
 			i := batch[j]
 			t, r := targets[i], &rows[i]
 			b := bundles[r.Arch]
@@ -251,16 +251,13 @@ func readManifest(dir string) (bundle.Manifest, error) {
 	return m, nil
 }
 
-// parallel runs f(0..n-1), at most width at once, and returns when all
-// have.
-func parallel(n, width int, f func(i int)) {
+// each runs f(0..n-1) at once and returns when all have.
+func each(n int, f func(i int)) {
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, width)
-	for i := 0; i < n; i++ {
+	for i := range n {
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer wg.Done()
 			f(i)
 		}()
 	}
