@@ -360,8 +360,7 @@ func ensureToken(ctx context.Context, disk, file, token string) error {
 		}
 	}
 	if token == "" {
-		out, _ := exec.CommandContext(ctx, debugfs, "-R", "cat /token", disk).Output()
-		if t := strings.TrimSpace(string(out)); len(t) >= 16 && !strings.ContainsAny(t, " \n") {
+		if t := strings.TrimSpace(string(debugfsCat(ctx, disk, "/token"))); len(t) >= 16 && !strings.ContainsAny(t, " \n") {
 			token = t
 		}
 	}

@@ -67,6 +67,8 @@ func (o Options) bootROM(ctx context.Context, disk string) (bootChoice, error) {
 	if want == "" {
 		return base, nil
 	}
+	// The committed machine is what the ROM falls back to.
+	fallback := bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets)
 	var gaveUp []string
 	romFile := filepath.Join(o.StateDir, "boot-rom.json")
 	if rec.Active == want && rec.Active != rec.Committed {
@@ -85,30 +87,28 @@ func (o Options) bootROM(ctx context.Context, disk string) (bootChoice, error) {
 		if tries := o.loaderTries(); st.Boots > tries {
 			o.progress("boot ROM: slot %s (%s) did not come up in %d boots: booting the committed machine", want, st.Version, tries)
 			gaveUp = append(gaveUp, want+":"+bundle.GaveUpBoots)
-			want = bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets)
+			want = fallback
 		}
 	} else {
 		os.Remove(romFile)
 	}
-	for want != "" {
-		c, err := o.loadSlot(ctx, disk, want)
+	for _, slot := range []string{want, fallback} {
+		if slot == "" || slices.ContainsFunc(gaveUp, func(g string) bool { return strings.HasPrefix(g, slot+":") }) {
+			continue // the image's own, or given up already
+		}
+		c, err := o.loadSlot(ctx, disk, slot)
 		if err == nil {
 			if len(gaveUp) > 0 {
 				c.params += " " + bundle.BootGaveUpParam + "=" + strings.Join(gaveUp, ",")
 			}
 			return c, nil
 		}
-		o.progress("boot ROM: slot %s: %v: not booting it", want, err)
-		gaveUp = append(gaveUp, want+":"+bundle.GaveUpVerify)
-		if next := bundle.BootSlot(rec.Committed, rec.Machine, rec.Targets); next != want && !slices.ContainsFunc(gaveUp, func(g string) bool {
-			return strings.HasPrefix(g, next+":")
-		}) {
-			want = next
-		} else {
-			want = ""
-		}
+		o.progress("boot ROM: slot %s: %v: not booting it", slot, err)
+		gaveUp = append(gaveUp, slot+":"+bundle.GaveUpVerify)
 	}
-	base.params += " " + bundle.BootGaveUpParam + "=" + strings.Join(gaveUp, ",")
+	if len(gaveUp) > 0 {
+		base.params += " " + bundle.BootGaveUpParam + "=" + strings.Join(gaveUp, ",")
+	}
 	return base, nil
 }
 
@@ -148,7 +148,7 @@ func (o Options) loadSlot(ctx context.Context, disk, slot string) (bootChoice, e
 // default: the ROM counts boots against the loader's count of starts.
 func (o Options) loaderTries() int {
 	for _, f := range strings.Fields(o.KernelArgs) {
-		if v, ok := strings.CutPrefix(f, "hec.loader_tries="); ok {
+		if v, ok := strings.CutPrefix(f, bundle.LoaderTriesParam+"="); ok {
 			if n, err := strconv.Atoi(v); err == nil && n > 0 {
 				return n
 			}

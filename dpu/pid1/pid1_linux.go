@@ -140,18 +140,18 @@ func Run(log *slog.Logger) error {
 // (starts of a new slot before falling back, and how long it has to
 // become ready) from the kernel command line.
 func loaderParams(log *slog.Logger, params map[string]string, s *supervisor) {
-	if v, ok := params["hec.loader_tries"]; ok {
+	if v, ok := params[bundle.LoaderTriesParam]; ok {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			s.tries = n
 		} else {
-			log.Error("hec.loader_tries: want a count of 1 or more: ignored", "value", v)
+			log.Error(bundle.LoaderTriesParam+": want a count of 1 or more: ignored", "value", v)
 		}
 	}
-	if v, ok := params["hec.loader_gate"]; ok {
+	if v, ok := params[bundle.LoaderGateParam]; ok {
 		if d, err := time.ParseDuration(v); err == nil && d > 0 {
 			s.gate = d
 		} else {
-			log.Error("hec.loader_gate: want a duration such as 30s: ignored", "value", v)
+			log.Error(bundle.LoaderGateParam+": want a duration such as 30s: ignored", "value", v)
 		}
 	}
 }

@@ -30,6 +30,15 @@ const (
 	BootGaveUpParam = "hec.boot_gaveup" // SLOT:WHY[,SLOT:WHY]
 )
 
+// Loader parameters of the kernel command line, read by process 1 (its
+// starts of a new slot before falling back, and how long a new slot has
+// to become ready) and, the tries, by the boot ROM, which counts a machine
+// slot's boots against them.
+const (
+	LoaderTriesParam = "hec.loader_tries"
+	LoaderGateParam  = "hec.loader_gate"
+)
+
 // Why a boot ROM gives a slot up (the WHY of BootGaveUpParam).
 const (
 	GaveUpBoots  = "boots"  // booted its tries without its agent committing
