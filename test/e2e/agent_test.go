@@ -42,6 +42,11 @@ type testAgent struct {
 	done   chan error
 }
 
+// agentConfig is a small agent on loopback with its region in /dev/shm.
+// Its lease timeout is the default (3 s): with 1 s, a CI run that held
+// the whole test process off its cores for a second fenced a client of
+// TestFloodBesideWellBehaved ("lease fenced"); no test here waits for a
+// lease to run out (dead holders are found by their pid).
 func agentConfig(t *testing.T) dpu.Config {
 	shm := "/dev/shm"
 	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
@@ -51,7 +56,7 @@ func agentConfig(t *testing.T) dpu.Config {
 	t.Cleanup(func() { os.Remove(path) })
 	return dpu.Config{
 		Agent: dpu.AgentConfig{Shm: path, RegionSize: 16 << 20, QueuePairs: 8, RingEntries: 64,
-			TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", StateDir: t.TempDir(), LeaseTimeout: dpu.Duration{Duration: time.Second}},
+			TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", StateDir: t.TempDir()},
 		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off},
 	}
 }
