@@ -235,16 +235,21 @@ func (cm *committer) run() {
 			due = false
 			cm.flushDirty(last)
 		}
-		// Writers' log records go out with any round of writes (ahead of
-		// its own), else once they waited walWriteEvery or pile up.
-		writeShared := len(group) > 0 || logDue || last ||
-			cm.wal != nil && cm.wal.pending.Load() >= walWriteSoon
+		// Writers' log records go out with any round that writes (ahead
+		// of its own records), else once they waited walWriteEvery or
+		// pile up — checked every round, not only when the committer
+		// idles: an Async round of queued Puts only adds to them, and
+		// under a steady stream of such rounds the log fell behind
+		// without bound.
+		onlyPuts := !needsBadger
+		writeShared := len(group) > 0 && (!onlyPuts || cm.syncLog) || logDue || last ||
+			cm.wal != nil && cm.wal.due(time.Now())
 		if writeShared && len(group) == 0 && cm.wal != nil && cm.wal.pending.Load() > 0 &&
 			cm.writable(cm.wal.pending.Load()) != nil {
 			writeShared = false // kept, for when space returns (flushed to Badger meanwhile)
 		}
 		logDue = false
-		if cm.commitAll(group, !needsBadger, writeShared) {
+		if cm.commitAll(group, onlyPuts, writeShared) {
 			due = true
 		}
 		if last || cm.wal != nil && cm.wal.size > cm.checkpointAt.Load() {
@@ -446,6 +451,14 @@ func (cm *committer) commitAll(group []*write, onlyPuts, writeShared bool) (flus
 			}
 			cm.hasDirty.Store(true)
 			w.installed = true
+		}
+		if !cm.syncLog && writeShared && cm.writable(cm.wal.pending.Load()) == nil {
+			// Async: the Puts logged themselves; write the writers'
+			// records when due (run), as a round without writes would
+			// (and, as it would, keep them while the disk is full).
+			if err := cm.wal.commit(false, true); err != nil {
+				cm.logFailed(err)
+			}
 		}
 		for _, w := range group {
 			cm.release(w)

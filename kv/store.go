@@ -601,6 +601,11 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 		s.closed.Load() || s.ready() != nil || s.WriteErr() != nil {
 		return false // the committer's path (which refuses it, if the store may not write)
 	}
+	// What it will write — its log record, then its entry in Badger —
+	// counts against the disk's margin, as a committer round's does.
+	if s.guard.room(2*(entrySize(key, value)+walHeader)) != nil {
+		return false // the committer's path refuses it
+	}
 	var exp int64
 	if o.TTL > 0 {
 		exp = int64(o.expiry())

@@ -82,7 +82,8 @@ type wal struct {
 	sync   func(*os.File) error // fdatasync; tests fail it
 
 	mu      sync.Mutex
-	shared  []byte // records appended by writers (Async cached Puts)
+	shared  []byte    // records appended by writers (Async cached Puts)
+	since   time.Time // when the first of them was appended
 	spare   []byte
 	pending atomic.Int64 // len(shared)
 }
@@ -144,11 +145,28 @@ func (l *wal) add(op byte, key, value []byte, expires uint64) {
 func (l *wal) addShared(op byte, key, value []byte, expires uint64) (tell bool) {
 	l.mu.Lock()
 	before := len(l.shared)
+	if before == 0 {
+		l.since = time.Now()
+	}
 	l.shared = appendRecord(l.shared, op, key, value, expires)
 	after := len(l.shared)
 	l.pending.Store(int64(after))
 	l.mu.Unlock()
 	return before == 0 || before < walWriteSoon && after >= walWriteSoon
+}
+
+// due reports whether the writers' records should be written now: they
+// pile up past walWriteSoon, or the first has waited walWriteEvery.
+func (l *wal) due(now time.Time) bool {
+	switch n := l.pending.Load(); {
+	case n >= walWriteSoon:
+		return true
+	case n == 0:
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.shared) > 0 && now.Sub(l.since) >= walWriteEvery
 }
 
 // mark and cut drop the records added since mark (a discarded transaction).
