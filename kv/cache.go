@@ -2,6 +2,8 @@ package kv
 
 import (
 	"hash/maphash"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -67,7 +69,7 @@ type cacheShard struct {
 	dirtyBytes int64
 	hits       uint64
 	closed     bool     // the committer took its last dirty entries
-	dirty      []string // keys of dirty entries
+	dirty      []string // keys of dirty entries (copies)
 	m          map[string]cacheEntry
 	_          [32]byte // keep shards' locks on separate cache lines
 }
@@ -273,7 +275,7 @@ func (c *cache) relist(failed []dirtyEntry) {
 		if e, ok := sh.m[string(d.key)]; ok && e.dirty && !e.listed {
 			e.listed = true
 			sh.m[e.key()] = e
-			sh.dirty = append(sh.dirty, e.key())
+			sh.dirty = append(sh.dirty, strings.Clone(e.key()))
 		}
 		sh.mu.Unlock()
 	}
@@ -324,14 +326,20 @@ func (c *cache) insertDirty(sh *cacheShard, key, value []byte, expires int64, ve
 	if sh.bytes+cost > c.perShard {
 		c.evict(sh, cost, key)
 	}
-	buf := make([]byte, len(key)+len(value))
-	copy(buf, key)
-	copy(buf[len(key):], value)
+	// value appended to key capped at its length, so append allocates:
+	// unlike make, it leaves unzeroed the bytes it is about to overwrite.
+	// (With nothing to append it would return key itself.)
+	buf := append(key[:len(key):len(key)], value...)
+	if len(value) == 0 {
+		buf = slices.Clone(key)
+	}
 	ce := cacheEntry{dirty: true, listed: had && old.listed, buf: buf, klen: uint32(len(key)), version: version,
 		expires: expires}
 	if !ce.listed {
 		ce.listed = true
-		sh.dirty = append(sh.dirty, ce.key())
+		// A copy: a slice of the entry would hold its buffer — a whole
+		// value — after the key is written again, until the next flush.
+		sh.dirty = append(sh.dirty, strings.Clone(ce.key()))
 	}
 	sh.m[ce.key()] = ce
 	sh.bytes += cost

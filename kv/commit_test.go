@@ -250,3 +250,30 @@ func TestWriteBackFlushesOnItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedPutOwnsItsBytes: a Put acknowledged from the cache keeps its
+// own copy of key and value, an empty value included: the caller may reuse
+// its buffers at once (a RESP loop's read buffer).
+func TestCachedPutOwnsItsBytes(t *testing.T) {
+	s, err := Open(t.TempDir(), WithDurability(Async), WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, v := range []string{"", "value"} {
+		key, value := []byte("own/a"), []byte(v)
+		if done, err := s.PutNoWait(key, value, PutOptions{}); !done || err != nil {
+			t.Fatalf("value %q: not taken by the cache (%v, %v)", v, done, err)
+		}
+		key[len(key)-1] = 'b'
+		for i := range value {
+			value[i] = 'x'
+		}
+		if e, err := s.Get([]byte("own/a"), nil); err != nil || string(e.Value) != v {
+			t.Fatalf("own/a = %q (%v), want %q", e.Value, err, v)
+		}
+		if _, err := s.Get([]byte("own/b"), nil); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("own/b: %v: the cache kept the caller's key buffer", err)
+		}
+	}
+}
