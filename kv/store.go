@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -611,6 +612,13 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 		exp = int64(o.expiry())
 	}
 	ok, now, logged := s.cache.putDirty(key, value, exp, s.clock.Add(1))
+	if !ok && s.commit.wal != nil && s.commit.wal.pending.Load() > walMaxShared {
+		// The writers' records wait for the committer: give it the P
+		// (see below) and try once more before taking the slow way.
+		s.commit.signal()
+		runtime.Gosched()
+		ok, now, logged = s.cache.putDirty(key, value, exp, s.clock.Add(1))
+	}
 	if ok && exp != 0 {
 		s.commit.hasTTL.Store(true)
 	}
@@ -621,7 +629,16 @@ func (s *Store) putCached(key, value []byte, o PutOptions) bool {
 		s.puts.Add(1)
 		s.commit.dirtied(now)
 		if logged {
-			s.commit.signal() // the first record since the log's last write: start its timer
+			// The first record since the log's last write (start its
+			// timer), or the records just passed walWriteSoon (write
+			// them now): let the committer run now, even when this
+			// goroutine holds the only P (an agent on one core). A
+			// front end that keeps taking writes would otherwise run
+			// until the runtime preempts it, its writers' records piling
+			// up past walMaxShared meanwhile, which sends writes the slow
+			// way, through the committer.
+			s.commit.signal()
+			runtime.Gosched()
 		}
 	} else if now {
 		s.commit.signal()
