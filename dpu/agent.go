@@ -441,5 +441,11 @@ func (a *Agent) background(ctx context.Context) {
 	} else {
 		a.log.Warn("platform detection", "err", err)
 	}
+	if a.cfg.Agent.Shm == Off && a.cfg.Agent.TCP == Off {
+		// The rates are for hosts planning a split over the handoff; an
+		// agent without one (a RESP or UDP server) would spend a core for
+		// 0.4 s, and 32 MiB, each time on rates no one reads.
+		return
+	}
 	a.calibrate(ctx)
 }

@@ -27,7 +27,9 @@ type Status struct {
 	Ops        []OpCount   `json:"ops"`
 	// Platform is what the agent runs on; Profile the DPU profile applied
 	// (nil: none); Rails the agent's own rates, calibrated in the
-	// background after it is ready (empty until the first calibration).
+	// background after it is ready (empty until the first calibration,
+	// and for an agent without a handoff transport: no host plans a
+	// split with it).
 	Platform *Platform `json:"platform,omitempty"`
 	Profile  *Profile  `json:"dpu_profile,omitempty"`
 	Rails    []Rail    `json:"rails"`
@@ -41,6 +43,17 @@ type Status struct {
 	// Update is the A/B slots and the latest update (nil when the agent
 	// was not started by a loader that keeps slots).
 	Update *UpdateStatus `json:"update,omitempty"`
+}
+
+// ServesHandoff says whether the agent serves the handoff: its region, or
+// the TCP transport.
+func (st Status) ServesHandoff() bool {
+	for _, sv := range st.Services {
+		if sv.Name == "tcp" && sv.Served {
+			return true
+		}
+	}
+	return st.Region != ""
 }
 
 // UpdateStatus is the loader's record as the agent read it: the slot

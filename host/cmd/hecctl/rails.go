@@ -175,7 +175,10 @@ func (a *app) rails(ctx context.Context, recalibrate bool) error {
 	if agentErr != nil {
 		return nil
 	}
-	if len(st.Rails) == 0 {
+	switch {
+	case len(st.Rails) == 0 && !st.ServesHandoff():
+		fmt.Fprintf(tw, "dpu\t(the agent serves no handoff, so it calibrates no rail)\n")
+	case len(st.Rails) == 0:
 		fmt.Fprintf(tw, "dpu\t(the agent has not calibrated yet: it does in the background once ready)\n")
 	}
 	cl, err := a.dial(ctx)
