@@ -48,6 +48,7 @@ type cacheEntry struct {
 	absent  bool // the key is not in the store (a cached miss)
 	dirty   bool // written here, not yet in Badger
 	listed  bool // in its shard's dirty list
+	taken   bool // handed to a flush (takeDirty), which reads buf until markClean or relist
 	klen    uint32
 	buf     []byte // key, then value: one allocation, the map's key points into it
 	version uint64
@@ -238,6 +239,7 @@ func (c *cache) takeDirty(dst []dirtyEntry, last bool) []dirtyEntry {
 				continue
 			}
 			e.listed = false
+			e.taken = e.dirty
 			sh.m[e.key()] = e
 			if e.dirty {
 				dst = append(dst, dirtyEntry{key: e.buf[:e.klen:e.klen], value: e.value(), version: e.version,
@@ -258,7 +260,7 @@ func (c *cache) markClean(flushed []dirtyEntry) {
 		sh := c.shard(d.key)
 		sh.mu.Lock()
 		if e, ok := sh.m[string(d.key)]; ok && e.dirty && e.version == d.version {
-			e.dirty = false
+			e.dirty, e.taken = false, false
 			sh.m[e.key()] = e
 			sh.dirtyBytes -= e.cost()
 		}
@@ -273,6 +275,7 @@ func (c *cache) relist(failed []dirtyEntry) {
 		sh := c.shard(d.key)
 		sh.mu.Lock()
 		if e, ok := sh.m[string(d.key)]; ok && e.dirty && !e.listed {
+			e.taken = e.taken && e.version != d.version
 			e.listed = true
 			sh.m[e.key()] = e
 			sh.dirty = append(sh.dirty, strings.Clone(e.key()))
@@ -326,12 +329,22 @@ func (c *cache) insertDirty(sh *cacheShard, key, value []byte, expires int64, ve
 	if sh.bytes+cost > c.perShard {
 		c.evict(sh, cost, key)
 	}
-	// value appended to key capped at its length, so append allocates:
-	// unlike make, it leaves unzeroed the bytes it is about to overwrite.
-	// (With nothing to append it would return key itself.)
-	buf := append(key[:len(key):len(key)], value...)
-	if len(value) == 0 {
-		buf = slices.Clone(key)
+	var buf []byte
+	if n := len(key) + len(value); had && !old.taken && cap(old.buf) >= n && cap(old.buf)-n <= n/4 {
+		// The key written again, its buffer read by no flush (and by
+		// nothing else outside the lock): the value goes in place, no
+		// allocation (a hot key's writes make no garbage).
+		buf = old.buf[:n]
+		copy(buf[len(key):], value)
+	} else {
+		// value appended to key capped at its length, so append
+		// allocates: unlike make, it leaves unzeroed the bytes it is
+		// about to overwrite. (With nothing to append it would return
+		// key itself.)
+		buf = append(key[:len(key):len(key)], value...)
+		if len(value) == 0 {
+			buf = slices.Clone(key)
+		}
 	}
 	ce := cacheEntry{dirty: true, listed: had && old.listed, buf: buf, klen: uint32(len(key)), version: version,
 		expires: expires}

@@ -277,3 +277,77 @@ func TestCachedPutOwnsItsBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestOverwriteInPlaceBesideFlushes: a hot key's value is written into its
+// cached entry in place — but never while a flush is reading that entry.
+// Writers overwrite a few keys as fast as they can while a small cache
+// flushes all the time; a reader sees only whole values, and reopened,
+// Badger has each key's last value. (Under the race detector a flush
+// reading a buffer being overwritten is reported.)
+func TestOverwriteInPlaceBesideFlushes(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, WithDurability(Async), WithCache(64<<10), WithFlushInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(n int) []byte { return bytes.Repeat([]byte{byte(n)}, 300) }
+	whole := func(v []byte) bool { return len(v) == 300 && bytes.Count(v, v[:1]) == 300 }
+	const writers, keys, rounds = 4, 8, 3000
+	last := make([][]int, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		last[w] = make([]int, keys)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				k := i % keys
+				if _, err := s.Put(fmt.Appendf(nil, "hot/%d/%d", w, k), value(i), PutOptions{}); err != nil {
+					t.Error(err)
+					return
+				}
+				last[w][k] = i
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	read := make(chan error, 1)
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				read <- nil
+				return
+			default:
+			}
+			if e, err := s.Get(fmt.Appendf(nil, "hot/%d/%d", n%writers, n%keys), nil); err == nil && !whole(e.Value) {
+				read <- fmt.Errorf("a read saw a torn value: %q", e.Value)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Flushes < 10 {
+		t.Fatalf("only %d flushes ran beside the writes: the test did not test them", st.Flushes)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir, WithCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for w := range writers {
+		for k := range keys {
+			e, err := r.Get(fmt.Appendf(nil, "hot/%d/%d", w, k), nil)
+			if err != nil || !bytes.Equal(e.Value, value(last[w][k])) {
+				t.Fatalf("hot/%d/%d: %.8q… (%v), want %d bytes of %d", w, k, e.Value, err, 300, byte(last[w][k]))
+			}
+		}
+	}
+}
