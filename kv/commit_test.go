@@ -218,15 +218,8 @@ func TestWriteBack(t *testing.T) {
 		t.Fatalf("scan: %d entries, first %q, %v", len(kvs), kvs[0].Value, err)
 	}
 	put("last", "written just before Close")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
 	// Reopened (no cache): every write is in Badger.
-	r, err := Open(dir, WithCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := reopenUncached(t, s, dir)
 	for k, want := range map[string]string{"wb000": "again", "wb099": "99", "n": "42", "last": "written just before Close"} {
 		if e, err := r.Get([]byte(k), nil); err != nil || string(e.Value) != want {
 			t.Errorf("after reopen %s = %q, %v; want %q", k, e.Value, err, want)
@@ -334,14 +327,7 @@ func TestOverwriteInPlaceBesideFlushes(t *testing.T) {
 	if st := s.Stats(); st.Flushes < 10 {
 		t.Fatalf("only %d flushes ran beside the writes: the test did not test them", st.Flushes)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(dir, WithCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := reopenUncached(t, s, dir)
 	for w := range writers {
 		for k := range keys {
 			e, err := r.Get(fmt.Appendf(nil, "hot/%d/%d", w, k), nil)
@@ -350,4 +336,19 @@ func TestOverwriteInPlaceBesideFlushes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// reopenUncached closes s and opens the store in dir again without a
+// cache, so reads see what Badger holds (closed when the test ends).
+func reopenUncached(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir, WithCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
