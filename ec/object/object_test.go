@@ -638,3 +638,52 @@ func TestRepairMovesShardsOffAnAgentThatLeft(t *testing.T) {
 		t.Fatalf("get through the moved shard: %v", err)
 	}
 }
+
+// TestConcurrentRepairsOfOneShard: two coordinators (an agent's scrub and
+// an operator's repair) rebuild the same lost shard at once. The agent
+// that gets it takes one writer's shard — the other finds its writes
+// going nowhere — and both must say the object is whole again, not fail.
+// On the code before, the one that lost the race reported "was not
+// prepared here (or was dropped)" and a repair left below full redundancy.
+func TestConcurrentRepairsOfOneShard(t *testing.T) {
+	c := newMemCluster(t, 6)
+	ctx := context.Background()
+	coords := make([]*Coordinator, 2)
+	for i := range coords {
+		co, err := NewCoordinator(c, Config{K: 4, M: 2, Chunk: 512, Node: uint32(i + 1), CallTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coords[i] = co
+	}
+	want := payload(64<<10, 7)
+	if _, err := coords[0].Put(ctx, "a", want); err != nil {
+		t.Fatal(err)
+	}
+	st, err := coords[0].Stat(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 10 {
+		c.wipe(st.Place[round%len(st.Place)])
+		results := make([]RepairResult, len(coords))
+		errs := make([]error, len(coords))
+		var wg sync.WaitGroup
+		for i, co := range coords {
+			wg.Add(1)
+			go func() { defer wg.Done(); results[i], errs[i] = co.Repair(ctx, "a") }()
+		}
+		wg.Wait()
+		for i := range coords {
+			if errs[i] != nil || len(results[i].Failed) > 0 || results[i].After != len(st.Place) {
+				t.Fatalf("round %d, coordinator %d: %+v, %v", round, i+1, results[i], errs[i])
+			}
+		}
+		if st, err := coords[1].Stat(ctx, "a"); err != nil || st.Healthy != len(st.Place) {
+			t.Fatalf("round %d: after both repairs %+v %v", round, st, err)
+		}
+	}
+	if got, _, _, err := coords[1].Get(ctx, "a"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("get after the repairs: %v", err)
+	}
+}

@@ -236,6 +236,7 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 	}
 	meta, _ := json.Marshal(&cur.Header)
 	var failed []string
+	var raced []int
 	live := want[:0:0]
 	for _, i := range want {
 		if _, err := c.call(ctx, cur.Place[i], &Request{Kind: KindReplace, Name: cur.Name, Index: i, Meta: meta}); err != nil {
@@ -275,9 +276,12 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 		})
 		next := live[:0:0]
 		for j, err := range errs {
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrNotFound):
+				raced = append(raced, live[j])
+			case err != nil:
 				failed = append(failed, fmt.Sprintf("shard %d: %v", live[j], err))
-			} else {
+			default:
 				next = append(next, live[j])
 			}
 		}
@@ -286,6 +290,10 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 	var done []int
 	for _, i := range live {
 		_, err := c.call(ctx, cur.Place[i], &Request{Kind: KindSeal, Name: cur.Name, Version: cur.Version, Index: i})
+		if errors.Is(err, ErrNotFound) {
+			raced = append(raced, i)
+			continue
+		}
 		if err == nil {
 			_, err = c.call(ctx, cur.Place[i], &Request{Kind: KindCommit, Name: cur.Name, Version: cur.Version})
 		}
@@ -295,10 +303,41 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 		}
 		done = append(done, i)
 	}
+	// A shard whose agent no longer had the one being written: another
+	// rebuilder (an agent's scrub, a second repair) shared it and sealed
+	// it first — then it is whole there — or it was dropped.
+	for _, i := range raced {
+		if err := c.sealedElsewhere(ctx, cur, i); err != nil {
+			failed = append(failed, fmt.Sprintf("shard %d: %v", i, err))
+			continue
+		}
+		done = append(done, i)
+	}
 	if len(failed) > 0 {
 		return done, fmt.Errorf("rebuild %s: %s", cur.Name, strings.Join(failed, "; "))
 	}
 	return done, nil
+}
+
+// sealedElsewhere checks that shard i of cur, whose writing its agent
+// dropped under this rebuild, is sealed there uncorrupted all the same
+// (another rebuilder's), and commits it, as that one would.
+func (c *Coordinator) sealedElsewhere(ctx context.Context, cur *version, i int) error {
+	rep, err := c.call(ctx, cur.Place[i], &Request{Kind: KindStat, Name: cur.Name})
+	if err != nil {
+		return err
+	}
+	var held []Shard
+	if err := json.Unmarshal(rep.Body, &held); err != nil {
+		return fmt.Errorf("node %d: stat: %w", cur.Place[i], err)
+	}
+	if !slices.ContainsFunc(held, func(sh Shard) bool {
+		return sh.Index == i && len(sh.Corrupt) == 0 && sh.Header.Same(&cur.Header)
+	}) {
+		return fmt.Errorf("node %d dropped the shard being written, and holds none of version %s", cur.Place[i], cur.Version)
+	}
+	_, err = c.call(ctx, cur.Place[i], &Request{Kind: KindCommit, Name: cur.Name, Version: cur.Version})
+	return err
 }
 
 // RepairAll repairs every object the agents hold, tombstones included, and

@@ -67,6 +67,27 @@ type pending struct {
 	n    int
 	last time.Time
 	mu   sync.Mutex // orders the seal after the writes
+	// Rebuilders of one shard (an agent's scrub and an operator's
+	// repair) share its pending: writes share use, a seal, an abort or
+	// an expiry hold it alone, and gone says the file is sealed or
+	// dropped, so a late write or second seal is told the shard is no
+	// longer being written here instead of failing on a closed file.
+	use  sync.RWMutex
+	gone bool
+}
+
+// errDropped is a write or seal of a shard no longer being written here.
+func errDropped(r *Request) error {
+	return fmt.Errorf("%w: %s version %s shard %d was not prepared here (or was dropped)", ErrNotFound, r.Name, r.Version, r.Index)
+}
+
+// drop removes p's file (p.use held).
+func (p *pending) drop() {
+	if !p.gone {
+		p.gone = true
+		p.f.Close()
+		os.Remove(p.f.Name())
+	}
 }
 
 // OpenStore opens (or makes) the store in cfg.Dir and loads its index.
@@ -249,9 +270,9 @@ func (s *Store) prepare(r *Request) error {
 // expire drops shards nobody has written to for pendingTimeout (under mu).
 func (s *Store) expire() {
 	for k, p := range s.pending {
-		if time.Since(p.last) > pendingTimeout {
-			p.f.Close()
-			os.Remove(p.f.Name())
+		if time.Since(p.last) > pendingTimeout && p.use.TryLock() { // in use: not idle after all
+			p.drop()
+			p.use.Unlock()
 			delete(s.pending, k)
 		}
 	}
@@ -262,7 +283,7 @@ func (s *Store) pendingOf(r *Request) (*pending, error) {
 	defer s.mu.Unlock()
 	p := s.pending[pendingKey{r.Name, shardKey{r.Version, r.Index}}]
 	if p == nil {
-		return nil, fmt.Errorf("%w: %s version %s shard %d was not prepared here (or was dropped)", ErrNotFound, r.Name, r.Version, r.Index)
+		return nil, errDropped(r)
 	}
 	p.last = time.Now()
 	return p, nil
@@ -272,6 +293,11 @@ func (s *Store) write(r *Request) error {
 	p, err := s.pendingOf(r)
 	if err != nil {
 		return err
+	}
+	p.use.RLock()
+	defer p.use.RUnlock()
+	if p.gone {
+		return errDropped(r)
 	}
 	h := &p.sh.Header
 	if r.Stripe < 0 || r.Stripe >= h.Stripes() {
@@ -301,6 +327,11 @@ func (s *Store) seal(r *Request) error {
 	if err != nil {
 		return err
 	}
+	p.use.Lock()
+	defer p.use.Unlock()
+	if p.gone {
+		return errDropped(r) // sealed by the other rebuilder, or dropped
+	}
 	p.mu.Lock()
 	n, total := p.n, len(p.got)
 	sh := p.sh
@@ -325,6 +356,7 @@ func (s *Store) seal(r *Request) error {
 	delete(s.pending, pendingKey{r.Name, shardKey{r.Version, r.Index}})
 	s.add(&sh)
 	s.mu.Unlock()
+	p.gone = true
 	p.f.Close()
 	return nil
 }
@@ -423,14 +455,21 @@ func (s *Store) remove(sh *Shard) {
 
 func (s *Store) abort(name string, v Version) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var dropped []*pending
 	for k, p := range s.pending {
 		if k.name == name && k.v == v {
-			p.f.Close()
-			os.Remove(p.f.Name())
+			dropped = append(dropped, p)
 			delete(s.pending, k)
 		}
 	}
+	s.mu.Unlock()
+	for _, p := range dropped { // once the writes under way are done
+		p.use.Lock()
+		p.drop()
+		p.use.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for k, sh := range s.names[name] {
 		if k.v == v && !sh.Committed {
 			s.remove(sh)
