@@ -28,6 +28,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/test/cluster"
 )
 
@@ -288,19 +289,20 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		if err != nil {
 			return err
 		}
-		ports, err := freePorts(o.world)
+		ports, err := freePorts(2 * o.world) // the agents' peer layer, then their management API
 		if err != nil {
 			return err
 		}
-		var peers []string
-		for i, p := range ports {
+		var peers, mgmts []string
+		for i, p := range ports[:o.world] {
 			peers = append(peers, fmt.Sprintf("%d@127.0.0.1:%d", i+1, p))
+			mgmts = append(mgmts, fmt.Sprintf("127.0.0.1:%d", ports[o.world+i]))
 		}
 		for i := range o.world {
 			shms[i] = fmt.Sprintf("/dev/shm/hec-coll-%d-%d", os.Getpid(), i)
 			state := filepath.Join(dir, fmt.Sprintf("agent%d", i))
 			argv := []string{hecd, "--shm", shms[i], "--region-size", strconv.Itoa(region), "--queue-pairs", "2",
-				"--tcp", "off", "--mgmt", "off", "--resp", "off", "--udp", "off", "--state-dir", state,
+				"--tcp", "off", "--mgmt", mgmts[i], "--resp", "off", "--udp", "off", "--state-dir", state,
 				"--peer", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(peers, ","),
 				"--node-id", strconv.Itoa(i + 1), "--cluster-key-file", keyFile, "--peer-deadline", o.deadline.String(),
 				"--log-level", "warn"}
@@ -312,6 +314,9 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			places[i].agent = shms[i]
 		}
 		if err := waitAgents(ctx, procs, shms); err != nil {
+			return err
+		}
+		if err := waitCalibrated(ctx, procs, mgmts); err != nil {
 			return err
 		}
 	}
@@ -468,6 +473,34 @@ func waitAgents(ctx context.Context, agents []*benchProc, shms []string) error {
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("coll bench: %s made no region at %s within 20s", agents[i].what, path)
+			}
+		}
+	}
+	return nil
+}
+
+// waitCalibrated waits until each agent has calibrated its rail, which it
+// does in the background just after it is ready, burning its cores for a
+// few hundred milliseconds: measured meanwhile, the first sizes would
+// measure the calibration too (a 4 KiB allreduce on the DPU rail took
+// 3.1 ms then, 0.47 ms after).
+func waitCalibrated(ctx context.Context, agents []*benchProc, mgmts []string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for i, addr := range mgmts {
+		m := host.NewMgmt(addr)
+		for {
+			if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
+				break
+			}
+			select {
+			case <-agents[i].done:
+				return fmt.Errorf("coll bench: %s exited starting: %v: %s", agents[i].what, agents[i].err, agents[i].stderr.last())
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("coll bench: %s did not calibrate its rail within 20s", agents[i].what)
 			}
 		}
 	}
