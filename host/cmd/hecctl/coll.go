@@ -313,10 +313,20 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			defer os.Remove(shms[i])
 			places[i].agent = shms[i]
 		}
-		if err := waitAgents(ctx, procs, shms); err != nil {
+		// Each agent sizes its region (formatting follows at once), then
+		// calibrates its rail in the background, burning its cores for a
+		// few hundred milliseconds: measured meanwhile, the first sizes
+		// would measure the calibration too (a 4 KiB allreduce on the DPU
+		// rail took 3.1 ms then, 0.47 ms after).
+		sized := func(i int) bool { st, err := os.Stat(shms[i]); return err == nil && st.Size() > 0 }
+		if err := waitAgents(ctx, procs, 20*time.Millisecond, sized, func(i int) string { return "made no region at " + shms[i] }); err != nil {
 			return err
 		}
-		if err := waitCalibrated(ctx, procs, mgmts); err != nil {
+		calibrated := func(i int) bool {
+			st, err := host.NewMgmt(mgmts[i]).Status(ctx)
+			return err == nil && len(st.Rails) > 0
+		}
+		if err := waitAgents(ctx, procs, 50*time.Millisecond, calibrated, func(int) string { return "did not calibrate its rail" }); err != nil {
 			return err
 		}
 	}
@@ -455,52 +465,22 @@ loop:
 	return nil
 }
 
-// waitAgents waits until every agent has sized its region (formatting
-// follows at once), or one has exited.
-func waitAgents(ctx context.Context, agents []*benchProc, shms []string) error {
+// waitAgents waits, up to 20 s, until ready(i) holds for every agent i,
+// looking every step; an agent that exits first ends the wait, and one
+// still not ready is named with notYet(i).
+func waitAgents(ctx context.Context, agents []*benchProc, step time.Duration, ready func(i int) bool, notYet func(i int) string) error {
 	deadline := time.Now().Add(20 * time.Second)
-	for i, path := range shms {
-		for {
-			if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-				break
-			}
+	for i, a := range agents {
+		for !ready(i) {
 			select {
-			case <-agents[i].done:
-				return fmt.Errorf("coll bench: %s exited starting: %v: %s", agents[i].what, agents[i].err, agents[i].stderr.last())
+			case <-a.done:
+				return fmt.Errorf("coll bench: %s exited starting: %v: %s", a.what, a.err, a.stderr.last())
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(step):
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("coll bench: %s made no region at %s within 20s", agents[i].what, path)
-			}
-		}
-	}
-	return nil
-}
-
-// waitCalibrated waits until each agent has calibrated its rail, which it
-// does in the background just after it is ready, burning its cores for a
-// few hundred milliseconds: measured meanwhile, the first sizes would
-// measure the calibration too (a 4 KiB allreduce on the DPU rail took
-// 3.1 ms then, 0.47 ms after).
-func waitCalibrated(ctx context.Context, agents []*benchProc, mgmts []string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for i, addr := range mgmts {
-		m := host.NewMgmt(addr)
-		for {
-			if st, err := m.Status(ctx); err == nil && len(st.Rails) > 0 {
-				break
-			}
-			select {
-			case <-agents[i].done:
-				return fmt.Errorf("coll bench: %s exited starting: %v: %s", agents[i].what, agents[i].err, agents[i].stderr.last())
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("coll bench: %s did not calibrate its rail within 20s", agents[i].what)
+				return fmt.Errorf("coll bench: %s %s within 20s", a.what, notYet(i))
 			}
 		}
 	}
