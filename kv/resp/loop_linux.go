@@ -440,7 +440,10 @@ func (lp *loop) process(c *client, data []byte) {
 			return
 		case !c.authed || isSet || (cmd != nil && !cmd.runsOnLoop()):
 			if isSet {
-				c.handed = &so // the worker's first request: parsed already
+				// The worker's first request: parsed already. A copy, so
+				// that so stays on the stack of every other request.
+				handed := so
+				c.handed = &handed
 			}
 			lp.handOff(c, data)
 			return

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"slices"
@@ -1305,5 +1306,51 @@ func TestClientListInfoKill(t *testing.T) {
 	}
 	if _, err := br.ReadString('\n'); err == nil {
 		t.Fatal("a client that killed itself was not disconnected after the reply")
+	}
+}
+
+// TestPipelinedGetsDoNotAllocate: the loop serves a pipeline of GETs of
+// cached keys without allocating (a per-command allocation was 6% of a
+// pipelined GET's CPU). The client's side allocates nothing either: one
+// prepared request buffer, replies read into one buffer of their length.
+func TestPipelinedGetsDoNotAllocate(t *testing.T) {
+	addr, _ := startServer(t, "")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const depth = 16
+	var req, want bytes.Buffer
+	for i := range depth {
+		k, v := fmt.Sprintf("key:%012d", i), strings.Repeat("v", 100)
+		fmt.Fprintf(&req, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(k), k)
+		fmt.Fprintf(&want, "$%d\r\n%s\r\n", len(v), v)
+		set := fmt.Sprintf("*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(k), k, len(v), v)
+		if _, err := conn.Write([]byte(set)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, len("+OK\r\n"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, want.Len())
+	round := func() {
+		if _, err := conn.Write(req.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round()
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("replies:\n%q\nwant\n%q", got, want.Bytes())
+	}
+	// Both sides: this process is client and server. Less than one
+	// allocation per round leaves room for the runtime's own (timers,
+	// netpoll) and none per command.
+	if n := testing.AllocsPerRun(200, round); n >= 1 {
+		t.Errorf("%.1f allocations per round of %d pipelined GETs, want none per GET", n, depth)
 	}
 }
