@@ -266,12 +266,18 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 }
 
 // yield is Request.Yield on a worker: it serves, before the job goes on,
-// the job of a pair that has nothing running (workQueue.preempt). It first
-// lets other goroutines have the P: the poller, which takes that job from
-// the rings, could otherwise run only when this one ends (or the runtime
-// preempts it, after 10 ms) where workers hold every P (an agent on one
-// core has one).
+// the job of a pair that has nothing running (workQueue.preempt): one
+// queued already, then one the poller queues while this goroutine lets
+// the others have the P. The poller, which takes that job from the rings,
+// could otherwise run only when this one ends (or the runtime preempts
+// it, after 10 ms) where workers hold every P (an agent on one core has
+// one); and a job queued before the slice ended is not kept waiting
+// behind the poller's own pass (a wake of a sleeping host is a system
+// call of tens of microseconds on a virtualised core).
 func (d *Dispatcher) yield(ctx context.Context) {
+	if nj := d.work.preempt(); nj != nil {
+		d.runJob(ctx, nj, nil)
+	}
 	runtime.Gosched()
 	if nj := d.work.preempt(); nj != nil {
 		d.runJob(ctx, nj, nil)
@@ -463,6 +469,12 @@ completions:
 			d.work.push(j)
 			l.withWorkers++
 			pushed = true
+			if j.lone {
+				// Its pair's only job: let a worker at the end of a
+				// slice take it now (Request.Yield), before this pass
+				// goes on taking and publishing other pairs' work.
+				runtime.Gosched()
+			}
 		}
 	}
 	for i, t := range l.touched {
