@@ -257,6 +257,10 @@ func appendCommit(dst []byte, count uint64, sum uint32, gen uint64) []byte {
 	return dst
 }
 
+// zeros is what prepare writes ahead, a piece at a time: not a fresh
+// buffer of the whole step (16 MiB) to fault in and clear each time.
+var zeros = make([]byte, 1<<20)
+
 // prepare makes sure n more bytes fit in the written part of the file,
 // writing zeros ahead in walAhead steps (until the file has grown to its
 // working size): fdatasync after appending into blocks already written has
@@ -267,8 +271,10 @@ func (l *wal) prepare(n int64) error {
 		return nil
 	}
 	grow := max(l.ahead, l.size+n-l.ready)
-	if _, err := l.f.WriteAt(make([]byte, grow), l.ready); err != nil {
-		return noSpace(fmt.Errorf("kv: extend log: %w", err))
+	for off := int64(0); off < grow; off += int64(len(zeros)) {
+		if _, err := l.f.WriteAt(zeros[:min(int64(len(zeros)), grow-off)], l.ready+off); err != nil {
+			return noSpace(fmt.Errorf("kv: extend log: %w", err))
+		}
 	}
 	if err := l.f.Sync(); err != nil {
 		return l.fail("sync log", err)
