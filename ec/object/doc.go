@@ -13,6 +13,13 @@
 // library's client-side baseline reaches every agent's store itself, as
 // HDFS and MinIO clients do.
 //
+// # On disk
+//
+// A shard is a file in the store's directory: its whole pieces are
+// written past the page cache (O_DIRECT) where the file system takes it,
+// a shorter last piece through the page cache; the seal fsyncs the file,
+// writes its metadata record and renames it into place.
+//
 // # Placement
 //
 // Rendezvous (highest-random-weight) hashing of the object's name over the
