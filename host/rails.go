@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,6 +219,10 @@ type Decision struct {
 	Predicted time.Duration // the time predicted for what was done
 	Trial     int64         // bytes split as a trial before the choice (0: none)
 	TrialTook time.Duration // the trial's time
+	// Stolen is what of the agent's pieces the host checksummed itself:
+	// it reached them before the agent had finished (a buffer in the
+	// window: the host never waits for the agent).
+	Stolen int64
 }
 
 // autoMinGain is the least gain over the best single rail, by the model,
@@ -234,8 +240,11 @@ const autoMinGain = 0.10
 // a trial, in the shape the rest would run: when it did not beat the best
 // single rail's prediction for it by 5 %, one rail does the rest; when it
 // did, the rest is split. Either way the rest is planned with each rail at
-// the slower of its calibrated and trial rates. The answer equals a
-// single-rail checksum whatever is chosen.
+// the slower of its calibrated and trial rates. A buffer in the window
+// goes another way (checksumSteal): the host never waits for the agent,
+// and takes over a piece of the agent's it reaches unfinished, so the
+// host alone is the worst case. The answer equals a single-rail checksum
+// whatever is chosen.
 func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) (uint32, Decision, error) {
 	n := int64(len(b))
 	plan := rail.Split(rails, n, 4096)
@@ -264,6 +273,9 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 		return crc, d, err
 	}
 	trial := min(n/8, 32<<20) / 4096 * 4096
+	if c.t.inWindow(b) {
+		return c.checksumSteal(ctx, b, rails, trial, d)
+	}
 	t0 := time.Now()
 	head, tp, took, err := c.checksumSplit(ctx, b[:trial], rails)
 	d.Trial, d.TrialTook = trial, time.Since(t0)
@@ -295,6 +307,149 @@ func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) 
 			trial>>20, d.TrialTook.Round(time.Microsecond), bestTrial.Round(time.Microsecond), plan.BestOne)
 	}
 	return crc32c.Combine(head, tail, int64(len(rest))), d, nil
+}
+
+// checksumSteal is ChecksumAuto for a buffer in the window. The host
+// checksums it from the front, in pieces, and never waits for the agent;
+// the agent gets pieces from the back: first its planned share of the
+// trial's bytes, then, once that is done, its share of what is left
+// between the two, planned with each rail at the slower of its calibrated
+// and measured rates (none when that split would not gain autoMinGain).
+// When the host reaches a piece the agent has not finished — an agent
+// whose CPU quota ran out, or busy with other work — it checksums that
+// piece itself and the agent's answer is not waited for. So the agent
+// only ever takes work off the host, and the host alone is the worst
+// case: no trial that loses, no split that waits.
+func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail, trial int64, d Decision) (uint32, Decision, error) {
+	const piece = 2 << 20 // the host's, between looks at the agent's completion
+	n := int64(len(b))
+	poller, _ := c.t.(interface{ poll() })
+	type part struct {
+		off, n int64
+		crc    uint32
+	}
+	var (
+		lo, hi  = int64(0), n // the host has done [0, lo); the agent's pieces start at hi
+		hostCRC uint32
+		done    []part // the agent's finished pieces, back to front
+		call    *Call  // the agent's piece in flight: [hi, hi+callN)
+		callN   int64
+		callT0  time.Time
+		planned string // what the last plan said, for the reason
+	)
+	submit := func(size int64) error {
+		if size = size / 4096 * 4096; size <= 0 || size > hi-lo {
+			return nil
+		}
+		cl, err := c.Go(ctx, Request{Op: wire.OpChecksum, In: [][]byte{b[hi-size : hi]}})
+		if err != nil {
+			return err
+		}
+		call, callN, callT0, hi = cl, size, time.Now(), hi-size
+		return nil
+	}
+	shareOf := func(p rail.Plan, name string) int64 {
+		for _, s := range p.Shares {
+			if s.Rail == name {
+				return s.Bytes
+			}
+		}
+		return 0
+	}
+	t0 := time.Now()
+	tp := rail.Split(rails, trial, 4096)
+	if err := submit(shareOf(tp, RailDPU)); err != nil {
+		return 0, d, err
+	}
+	d.Trial, d.Predicted = trial, d.Plan.Predicted
+	cautious := slices.Clone(rails)
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, d, err
+		}
+		if call != nil && call.Done() {
+			r, err := c.Wait(ctx, call)
+			if err != nil {
+				return 0, d, err
+			}
+			took, first := time.Since(callT0), len(done) == 0
+			done = append(done, part{hi, callN, uint32(r.Arg0)})
+			call = nil
+			if first {
+				d.TrialTook = time.Since(t0)
+				hostTook := time.Since(t0)
+				for i, rl := range cautious {
+					switch {
+					case rl.Name == RailDPU && took > rl.Alpha:
+						cautious[i].Rate = min(rl.Rate, float64(callN)/(took-rl.Alpha).Seconds())
+					case rl.Name == RailHost && lo > 0:
+						cautious[i].Rate = min(rl.Rate, float64(lo)/hostTook.Seconds())
+					}
+				}
+				p := rail.SplitIfGain(cautious, hi-lo, 4096, autoMinGain, 1)
+				d.Predicted = time.Since(t0) + p.Predicted
+				planned = fmt.Sprintf("the agent's share of the first %d MiB took %v: the %d MiB left were planned at the slower of each rail's calibrated and measured rates: %s",
+					trial>>20, took.Round(time.Microsecond), (hi-lo)>>20, shareWords(p))
+				if err := submit(shareOf(p, RailDPU)); err != nil {
+					return 0, d, err
+				}
+			}
+			continue
+		}
+		if lo < hi {
+			end := min(lo+piece, hi)
+			hostCRC = crc32c.Update(hostCRC, b[lo:end])
+			lo = end
+			if poller != nil {
+				poller.poll()
+			}
+			continue
+		}
+		if call != nil {
+			// The host has reached the agent's piece in flight: it takes
+			// it over rather than wait (the answer, when it comes, is
+			// dropped with the call).
+			hostCRC = crc32c.Update(hostCRC, b[hi:hi+callN])
+			d.Stolen += callN
+			lo, hi, call = hi+callN, hi+callN, nil
+		}
+		break
+	}
+	crc := hostCRC
+	for i := len(done) - 1; i >= 0; i-- {
+		if done[i].off != lo {
+			return 0, d, fmt.Errorf("host: checksum: pieces do not meet at %d (%d): a bug", lo, done[i].off)
+		}
+		crc, lo = crc32c.Combine(crc, done[i].crc, done[i].n), lo+done[i].n
+	}
+	var agent int64 // what the agent's answers cover
+	for _, p := range done {
+		agent += p.n
+	}
+	d.Choice = "split"
+	if agent == 0 {
+		d.Choice = RailHost
+	}
+	d.Reason = fmt.Sprintf("the host checksummed from the front, the agent from the back (%d MiB)", agent>>20)
+	if planned != "" {
+		d.Reason += "; " + planned
+	}
+	if d.Stolen > 0 {
+		d.Reason += fmt.Sprintf("; the host took over %d MiB the agent had not finished when it got there", d.Stolen>>20)
+	}
+	return crc, d, nil
+}
+
+// shareWords says a plan's shares in words.
+func shareWords(p rail.Plan) string {
+	if len(p.Shares) < 2 {
+		return p.BestOne + " alone"
+	}
+	var w []string
+	for _, s := range p.Shares {
+		w = append(w, fmt.Sprintf("%s %.0f%%", s.Rail, 100*float64(s.Bytes)/float64(max(p.Size, 1))))
+	}
+	return strings.Join(w, ", ")
 }
 
 // cautiousRates returns the rails a trial split ran on (plan tp, each

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 func TestPingAndChecksumBothTransports(t *testing.T) {
@@ -438,6 +441,105 @@ func TestChecksumSplitEqualsSingleRail(t *testing.T) {
 		t.Fatalf("the model did not learn: agent rate %.3g B/s, agent share %.2f then %.2f", agent, first, last)
 	}
 	t.Logf("learned rails: %+v; agent share %.2f → %.2f", m.Rails(), first, last)
+}
+
+// TestChecksumAutoInTheWindow: a one-shot multi-rail checksum of a buffer
+// in the window (the host from the front, the agent from the back) gives
+// the single-rail answer whatever the model claims.
+func TestChecksumAutoInTheWindow(t *testing.T) {
+	cfg := agentConfig(t)
+	cfg.Agent.RegionSize, cfg.Agent.QueuePairs = 128<<20, 2
+	a := startAgent(t, cfg)
+	c := dial(t, "shm://"+a.cfg.Agent.Shm)
+	ctx := context.Background()
+	b, err := c.Alloc(40<<20 + 12345)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	want := crc32.Checksum(b, castagnoli)
+	for _, tc := range []struct {
+		name  string
+		rails []rail.Rail
+	}{
+		// Pessimistic about both: the measured rates plan the rest.
+		{"a model that underrates both", []rail.Rail{{Name: host.RailHost, Rate: 1e7}, {Name: host.RailDPU, Rate: 1e7}}},
+		// Eight times the host's rate (more, and the host's share would
+		// not be worth a split): the trial's measure plans the rest.
+		{"a model that flatters the agent", []rail.Rail{{Name: host.RailHost, Rate: 1e10}, {Name: host.RailDPU, Rate: 8e10}}},
+		{"calibrated", nil},
+	} {
+		rails := tc.rails
+		if rails == nil {
+			if rails, err = c.CalibrateChecksum(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, d, err := c.ChecksumAuto(ctx, b, rails)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got != want || d.Reason == "" || (tc.rails != nil && d.Trial == 0) {
+			t.Fatalf("%s: %#x want %#x, after a trial of %d bytes (%s: %s)", tc.name, got, want, d.Trial, d.Choice, d.Reason)
+		}
+		t.Logf("%s: %s: %s", tc.name, d.Choice, d.Reason)
+	}
+}
+
+// TestChecksumAutoNeverWaitsForTheAgent: with the agent stopped (SIGSTOP:
+// a DPU whose CPU quota ran out, or busy elsewhere), a one-shot split of
+// a buffer in the window still returns the right answer: the host takes
+// over the agent's piece instead of waiting for it. The agent's late
+// answer, once it runs again, disturbs nothing.
+func TestChecksumAutoNeverWaitsForTheAgent(t *testing.T) {
+	mgmtPort, tcpPort := portPair(t)
+	region, args := hecdArgs(t)
+	agent := exec.Command(testutil.Hecd(t), append(args, "--region-size", strconv.Itoa(128<<20), "--log-level", "warn",
+		"--mgmt", fmt.Sprintf("127.0.0.1:%d", mgmtPort), "--tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort))...)
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Process.Signal(syscall.SIGCONT); agent.Process.Kill(); agent.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := host.NewMgmt(fmt.Sprintf("127.0.0.1:%d", mgmtPort)).WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, "shm://"+region)
+	b, err := c.Alloc(40 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = byte(i * 31)
+	}
+	want := crc32.Checksum(b, castagnoli)
+	even := []rail.Rail{{Name: host.RailHost, Rate: 1e10}, {Name: host.RailDPU, Rate: 1e10}}
+	if err := agent.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	got, d, err := c.ChecksumAuto(ctx, b, even)
+	if err != nil || got != want {
+		t.Fatalf("with the agent stopped: %#x, %v; want %#x", got, err, want)
+	}
+	if d.Stolen == 0 || d.Choice != host.RailHost {
+		t.Fatalf("with the agent stopped: chose %s, the host took over %d bytes: %s", d.Choice, d.Stolen, d.Reason)
+	}
+	t.Logf("agent stopped: %s: %s", d.Choice, d.Reason)
+	if err := agent.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping after the agent ran again: %v", err)
+	}
+	if got, d, err = c.ChecksumAuto(ctx, b, even); err != nil || got != want {
+		t.Fatalf("after the agent ran again: %#x, %v; want %#x (%s)", got, err, want, d.Reason)
+	}
+	t.Logf("agent running: %s: %s", d.Choice, d.Reason)
 }
 
 // TestChecksumAutoDecides: the one-shot multi-rail checksum splits only
