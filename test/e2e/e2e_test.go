@@ -456,10 +456,7 @@ func TestChecksumAutoInTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(9, 9))
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
+	copy(b, randomBytes(len(b), 9))
 	want := crc32.Checksum(b, castagnoli)
 	for _, tc := range []struct {
 		name  string
@@ -549,11 +546,7 @@ func TestChecksumAutoDecides(t *testing.T) {
 	a := startAgent(t, agentConfig(t))
 	c := dial(t, "shm://"+a.cfg.Agent.Shm)
 	ctx := context.Background()
-	b := make([]byte, 40<<20+12345) // Go memory: the agent's share is staged
-	rng := rand.New(rand.NewPCG(7, 7))
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
+	b := randomBytes(40<<20+12345, 7) // Go memory: the agent's share is staged
 	want := crc32.Checksum(b, castagnoli)
 	for _, tc := range []struct {
 		name   string
