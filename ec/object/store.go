@@ -89,8 +89,8 @@ const directAlign = 4096
 // writeAt writes a piece of the shard at off. A piece is written once and
 // read rarely (a Get reads k shards of the newest version), so whole
 // aligned pieces bypass the page cache: through it each costs a copy into
-// newly allocated cache pages (the most of an agent's CPU in an inline
-// Put, in profiles) and waits for write-back until the seal's fsync.
+// newly allocated cache pages (the largest single cost of an agent in an
+// inline Put, in profiles) and waits for write-back until the seal's fsync.
 // Direct, it costs a copy into an aligned pooled buffer, and the disk
 // writes while the pieces stream in, so the seal has little to sync.
 func (p *pending) writeAt(b []byte, off int64) error {
