@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -362,7 +361,7 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 		return 0, d, err
 	}
 	d.Trial, d.Predicted = trial, d.Plan.Predicted
-	cautious := slices.Clone(rails)
+	var agent int64 // what the agent's answers cover
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, d, err
@@ -374,18 +373,14 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 			}
 			took, first := time.Since(callT0), len(done) == 0
 			done = append(done, part{hi, callN, uint32(r.Arg0)})
+			agent += callN
 			call = nil
 			if first {
+				// The trial: the host's bytes so far and the agent's
+				// piece, each over its time.
 				d.TrialTook = time.Since(t0)
-				hostTook := time.Since(t0)
-				for i, rl := range cautious {
-					switch {
-					case rl.Name == RailDPU && took > rl.Alpha:
-						cautious[i].Rate = min(rl.Rate, float64(callN)/(took-rl.Alpha).Seconds())
-					case rl.Name == RailHost && lo > 0:
-						cautious[i].Rate = min(rl.Rate, float64(lo)/hostTook.Seconds())
-					}
-				}
+				seen := rail.Plan{Shares: []rail.Share{{Rail: RailHost, Bytes: lo}, {Rail: RailDPU, Bytes: callN}}}
+				cautious := cautiousRates(rails, seen, []time.Duration{d.TrialTook, took})
 				p := rail.SplitIfGain(cautious, hi-lo, 4096, autoMinGain, 1)
 				d.Predicted = time.Since(t0) + p.Predicted
 				planned = fmt.Sprintf("the agent's share of the first %d MiB took %v: the %d MiB left were planned at the slower of each rail's calibrated and measured rates: %s",
@@ -421,10 +416,6 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 			return 0, d, fmt.Errorf("host: checksum: pieces do not meet at %d (%d): a bug", lo, done[i].off)
 		}
 		crc, lo = crc32c.Combine(crc, done[i].crc, done[i].n), lo+done[i].n
-	}
-	var agent int64 // what the agent's answers cover
-	for _, p := range done {
-		agent += p.n
 	}
 	d.Choice = "split"
 	if agent == 0 {
