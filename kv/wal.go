@@ -259,7 +259,7 @@ func appendCommit(dst []byte, count uint64, sum uint32, gen uint64) []byte {
 
 // zeros is what prepare writes ahead, a piece at a time: not a fresh
 // buffer of the whole step (16 MiB) to fault in and clear each time.
-var zeros = make([]byte, 1<<20)
+var zeros [1 << 20]byte // in BSS: nothing to allocate at start-up
 
 // prepare makes sure n more bytes fit in the written part of the file,
 // writing zeros ahead in walAhead steps (until the file has grown to its
