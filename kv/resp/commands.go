@@ -331,12 +331,22 @@ func expireAt(n int64, unit time.Duration) (time.Duration, bool) {
 	return time.Until(time.UnixMilli(ms)), true // Until saturates
 }
 
-// expiryOf is the store's expiry for d from now: for an absolute time
+// expireAtTime is expireAt's millisecond itself, exactly (n already
+// checked by expireAt): not now plus a duration taken at another moment,
+// which drifts across a millisecond boundary on a busy machine.
+func expireAtTime(n int64, unit time.Duration) time.Time {
+	if unit == time.Second {
+		return time.UnixMilli(n * 1000)
+	}
+	return time.UnixMilli(n)
+}
+
+// expiryOf is the store's expiry for d from now: for an absolute time at
 // (EXAT, PXAT, EXPIREAT, PEXPIREAT) the millisecond asked for, else, as
 // Redis, the current millisecond plus d.
-func expiryOf(d time.Duration, absolute bool) uint64 {
-	if absolute {
-		return kv.ExpiryMillis(time.Now().Add(d).Round(time.Millisecond))
+func expiryOf(d time.Duration, at time.Time) uint64 {
+	if !at.IsZero() {
+		return kv.ExpiryMillis(at)
 	}
 	return kv.ExpiryAfter(d)
 }
@@ -356,8 +366,11 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 	}
 	absolute := strings.HasSuffix(name, "AT")
 	var d time.Duration
+	var at time.Time // absolute: the millisecond asked for
 	if absolute {
-		d, ok = expireAt(n, unit)
+		if d, ok = expireAt(n, unit); ok {
+			at = expireAtTime(n, unit)
+		}
 	} else {
 		d, ok = expireAfter(n, unit)
 	}
@@ -366,7 +379,7 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 		return
 	}
 	if len(args) > 3 {
-		c.expireIf(args, expiryOf(d, absolute), absolute && d <= 0 || !absolute && n <= 0)
+		c.expireIf(args, expiryOf(d, at), absolute && d <= 0 || !absolute && n <= 0)
 		return
 	}
 	var found bool
@@ -377,7 +390,7 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 		cnt, err = c.s.Store.Delete(args[1])
 		found = cnt > 0
 	case absolute: // to the millisecond asked for
-		found, err = c.s.Store.ExpireAt(args[1], time.Now().Add(d).Round(time.Millisecond))
+		found, err = c.s.Store.ExpireAt(args[1], at)
 	default: // at least the time asked for
 		found, err = c.s.Store.Expire(args[1], d)
 	}
@@ -941,7 +954,8 @@ func (c *client) expireIf(args [][]byte, when uint64, past bool) {
 // getex serves GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the
 // value, and its expiry changed as asked.
 func (c *client) getex(_ context.Context, args [][]byte) {
-	change, persist, absolute := false, false, false
+	change, persist := false, false
+	var at time.Time // EXAT, PXAT: the millisecond asked for
 	var d time.Duration
 	switch {
 	case len(args) == 2:
@@ -960,10 +974,10 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 			d, ok = expireAfter(n, time.Millisecond)
 		case eq(args[2], "EXAT"):
 			d, ok = expireAt(n, time.Second)
-			absolute = true
+			at = expireAtTime(n, time.Second)
 		case eq(args[2], "PXAT"):
 			d, ok = expireAt(n, time.Millisecond)
-			absolute = true
+			at = expireAtTime(n, time.Millisecond)
 		default:
 			c.w.Error("ERR syntax error")
 			return
@@ -977,7 +991,7 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 		c.w.Error("ERR syntax error")
 		return
 	}
-	when := expiryOf(d, absolute)
+	when := expiryOf(d, at)
 	var v []byte
 	var found bool
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {

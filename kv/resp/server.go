@@ -436,8 +436,9 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 				if opt == "PXAT" {
 					unit = time.Millisecond
 				}
-				o.TTL, ok = expireAt(n, unit)
-				o.At = time.Now().Add(o.TTL).Round(time.Millisecond) // the millisecond asked for
+				if o.TTL, ok = expireAt(n, unit); ok {
+					o.At = expireAtTime(n, unit) // the millisecond asked for
+				}
 			}
 			if !ok {
 				return o, false, "ERR invalid expire time in '" + name + "' command"
