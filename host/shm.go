@@ -489,7 +489,7 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		w.Sleep = func(d time.Duration) {
 			// A fault here (the region's file cut short) is found and
 			// handled by the next reap.
-			r.CatchFault(func() { qp.SleepForCompletion(d) }) //nolint:errcheck // see above
+			r.CatchFault(func() { qp.SleepForCompletion(d, func() bool { return !c.done.Load() }) }) //nolint:errcheck // see above
 		}
 	}
 	for !c.done.Load() {

@@ -46,7 +46,7 @@
 // indices or work in flight.
 //
 // Binding rewrites the pair: before the agent marks a newly leased pair
-// active it zeroes every index, the reset request and the sleeping flag,
+// active it zeroes every index, the reset request and the sleepers count,
 // whatever a former holder or a scribbler left there. Lease gives back a
 // pair that faults or is not bound in time and tries the next; it fails
 // only when none binds.

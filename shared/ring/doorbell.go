@@ -24,11 +24,16 @@ const (
 	futexWakeOp = 1 // FUTEX_WAKE
 )
 
-func futexWait(addr *uint64, val uint32, d time.Duration) {
+// futexWait sleeps on *addr while its low 32 bits are val, for at most d,
+// and returns the system call's errno: 0 when woken, ETIMEDOUT, EAGAIN
+// (the word had already changed) or EINTR. Each means the same to a
+// caller — look again — except that only 0 says a FUTEX_WAKE reached it.
+func futexWait(addr *uint64, val uint32, d time.Duration) unix.Errno {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
 	// The futex word is the low 32 bits of the doorbell (little-endian).
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(&ts)), 0, 0) //nolint:errcheck // EAGAIN, ETIMEDOUT and EINTR all mean: look again
+	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return e
 }
 
 func futexWake(addr *uint64) {
@@ -44,7 +49,7 @@ func (a *Agent) SleepOnDoorbell(d time.Duration, hasWork func() bool) {
 	seq := uint32(bell.Load())
 	a.r.word(hSleeping).Store(1)
 	if !hasWork() {
-		futexWait((*uint64)(unsafe.Pointer(bell)), seq, d)
+		futexWait((*uint64)(unsafe.Pointer(bell)), seq, d) //nolint:errcheck // every outcome means: look again
 	}
 	a.r.word(hSleeping).Store(0)
 }
@@ -78,16 +83,85 @@ func (q *HostQP) ringDoorbell() {
 	}
 }
 
+// Wake is how a SleepForCompletion ended.
+type Wake uint8
+
+const (
+	// WakeNone: it did not sleep (a completion was waiting, or the caller
+	// no longer waits), or it woke for another reason (the bell moved
+	// before it slept, a signal): nothing learned about the bell.
+	WakeNone Wake = iota
+	// WakeRung: the bell moved while it slept and a wake reached it: the
+	// agent's ring — so the agent's wakes reach this kernel and a sleeper
+	// may sleep long — or, once the holder relies on that, its own
+	// WakeSleepers.
+	WakeRung
+	// WakeMissed: the time ran out although the agent had published a
+	// completion meanwhile: its ring did not reach this kernel (an agent
+	// in a VM), so only the timeout bounds a sleep.
+	WakeMissed
+	// WakeTimeout: the time ran out and nothing was published.
+	WakeTimeout
+)
+
 // SleepForCompletion sleeps for at most d unless the agent publishes a
 // completion on this pair first (it rings the pair's bell when it sees the
-// holder sleeping). Like the agent's doorbell it needs a shared kernel; in a
-// VM the timeout bounds the wait.
-func (q *HostQP) SleepForCompletion(d time.Duration) {
+// holder sleeping) and says how the sleep ended. Like the agent's doorbell
+// it needs a shared kernel; in a VM the timeout bounds the wait. Several
+// goroutines of the holder may sleep at once: the sleeping word counts
+// them, so the agent rings while any sleeps. waiting is asked once the
+// sleeper is counted, the last look before it sleeps: another goroutine
+// that reaps this one's completion meanwhile and then calls WakeSleepers
+// is either seen by it or wakes it.
+func (q *HostQP) SleepForCompletion(d time.Duration, waiting func() bool) Wake {
 	bell := q.word(qBell)
 	seq := uint32(bell.Load())
-	q.word(qSleeping).Store(1)
-	if q.word(qCQTail).Load() == q.word(qCQHead).Load() { // nothing to poll: sleep
-		futexWait((*uint64)(unsafe.Pointer(q.h.r.word(q.block+qBell))), seq, d)
+	sleeping := q.word(qSleeping)
+	sleeping.Add(1)
+	defer func() {
+		// Not below zero: the agent clears the word when it resets the
+		// pair, maybe while this one slept.
+		for {
+			v := sleeping.Load()
+			if v == 0 || sleeping.CompareAndSwap(v, v-1) {
+				return
+			}
+		}
+	}()
+	if q.completionsWaiting() || !waiting() {
+		return WakeNone
 	}
-	q.word(qSleeping).Store(0)
+	switch futexWait((*uint64)(unsafe.Pointer(q.h.r.word(q.block+qBell))), seq, d) {
+	case 0:
+		if uint32(bell.Load()) != seq {
+			return WakeRung
+		}
+	case unix.ETIMEDOUT:
+		if q.completionsWaiting() {
+			return WakeMissed
+		}
+		return WakeTimeout
+	}
+	return WakeNone
+}
+
+// WakeSleepers rings the pair's bell from the holder's side, when any of
+// its goroutines sleeps in SleepForCompletion: for a call another
+// goroutine completed, cancelled or failed meanwhile. It moves the bell as
+// the agent's ring does (a wake that cannot be lost), so the sleepers take
+// it for one (WakeRung): only a holder that relies on the agent's rings
+// (it has seen one) should call it.
+func (q *HostQP) WakeSleepers() {
+	if q.word(qSleeping).Load() == 0 {
+		return
+	}
+	bell := q.h.r.word(q.block + qBell)
+	bell.Add(1)
+	futexWake((*uint64)(unsafe.Pointer(bell)))
+}
+
+// completionsWaiting reports whether the agent has published completions
+// the holder has not reaped.
+func (q *HostQP) completionsWaiting() bool {
+	return q.word(qCQTail).Load() != q.word(qCQHead).Load()
 }

@@ -66,7 +66,7 @@ const (
 	qState     = 5 * wordStride  // agent: gen<<32 | resetAck<<16 | state
 	qSQHead    = 6 * wordStride  // agent
 	qCQTail    = 7 * wordStride  // agent
-	qSleeping  = 8 * wordStride  // host: 1 while it sleeps on its completion bell
+	qSleeping  = 8 * wordStride  // host: how many of its goroutines sleep on its completion bell
 	qBell      = 9 * wordStride  // agent: adds 1 and futex-wakes when the host sleeps
 	qAgentBeat = 10 * wordStride // agent: its heartbeat, copied into every pair's block
 )

@@ -1,0 +1,131 @@
+package ring
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// completeOne has the agent take the host's one submitted ping and
+// complete it; silent publishes it without ringing the bell, as an agent
+// in a VM does in effect (its wake reaches its own kernel only).
+func completeOne(t *testing.T, aq *AgentQP, silent bool) {
+	t.Helper()
+	in := make([]Incoming, 1)
+	if aq.Take(in) != 1 {
+		t.Fatal("the agent found no descriptor")
+	}
+	d := in[0].Desc
+	aq.Complete(&d)
+	if silent {
+		aq.set(qCQTail, aq.cqTail)
+		aq.pending = false
+		return
+	}
+	aq.Publish()
+}
+
+func stillWaiting() bool { return true }
+
+// sleepAsync runs SleepForCompletion(d) on a goroutine of its own.
+func sleepAsync(q *HostQP, d time.Duration) <-chan Wake {
+	out := make(chan Wake, 1)
+	go func() { out <- q.SleepForCompletion(d, stillWaiting) }()
+	return out
+}
+
+// waitSleeping waits until n goroutines sleep on q's bell.
+func waitSleeping(t *testing.T, q *HostQP, n uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); q.word(qSleeping).Load() != n; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sleepers after 5s, want %d", q.word(qSleeping).Load(), n)
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // from the count to the futex wait
+}
+
+// TestSleepForCompletionSaysHowItEnded: a sleeper learns whether the
+// agent's ring reached it (the host library then sleeps long, one wake-up
+// per op), whether a completion came without one (a VM: short sleeps
+// again), or neither. The sleeps that should end early are given a minute:
+// a ring that did not arrive shows as a test that hangs for it.
+func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	q := leaseHousekeeping(t, r, a)
+	aq := a.QueuePairs()[q.Index()]
+	ping := []wire.Desc{{Op: wire.OpPing}}
+	out := make([]wire.Desc, 1)
+	reap := func() {
+		t.Helper()
+		if n, err := q.Poll(out); n != 1 || err != nil {
+			t.Fatalf("poll: %d completions, %v", n, err)
+		}
+	}
+
+	if got := q.SleepForCompletion(time.Millisecond, stillWaiting); got != WakeTimeout {
+		t.Fatalf("nothing published: %v, want WakeTimeout", got)
+	}
+
+	q.Submit(ping)
+	woke := sleepAsync(q, time.Minute)
+	waitSleeping(t, q, 1)
+	completeOne(t, aq, false)
+	if got := <-woke; got != WakeRung {
+		t.Fatalf("published while it slept: %v, want WakeRung", got)
+	}
+	reap()
+
+	q.Submit(ping)
+	completeOne(t, aq, false)
+	if got := q.SleepForCompletion(time.Minute, stillWaiting); got != WakeNone {
+		t.Fatalf("a completion already waiting: %v, want WakeNone (no sleep)", got)
+	}
+	reap()
+
+	q.Submit(ping)
+	woke = sleepAsync(q, 50*time.Millisecond)
+	waitSleeping(t, q, 1)
+	completeOne(t, aq, true)
+	if got := <-woke; got != WakeMissed {
+		t.Fatalf("published without a ring: %v, want WakeMissed", got)
+	}
+	reap()
+
+	woke = sleepAsync(q, time.Minute)
+	waitSleeping(t, q, 1)
+	q.WakeSleepers()
+	if got := <-woke; got != WakeRung {
+		t.Fatalf("woken by the holder: %v, want WakeRung", got)
+	}
+
+	if got := q.SleepForCompletion(time.Minute, func() bool { return false }); got != WakeNone {
+		t.Fatalf("the caller no longer waits: %v, want WakeNone (no sleep)", got)
+	}
+}
+
+// TestWakeSleepersIsNotLost: a goroutine that completes another's call
+// wakes it with WakeSleepers at whatever point of going to sleep the other
+// is — here the worst: after its last look said it still waits, before
+// the futex wait. A wake that left the bell as it was would be lost there,
+// and the sleeper would sleep its whole minute.
+func TestWakeSleepersIsNotLost(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	q := leaseHousekeeping(t, r, a)
+	woke := make(chan Wake, 1)
+	go func() {
+		woke <- q.SleepForCompletion(time.Minute, func() bool {
+			q.WakeSleepers() // the other goroutine, just after the look
+			return true
+		})
+	}()
+	select {
+	case got := <-woke:
+		if got != WakeNone {
+			t.Fatalf("%v, want WakeNone: the bell had moved before the sleep", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeper was not woken")
+	}
+}
