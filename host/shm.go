@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -39,6 +40,8 @@ type shmTransport struct {
 
 	lastBeat   uint64 // agent heartbeat last seen
 	lastBeatAt time.Time
+
+	bellRings atomic.Bool // a ring of the agent's was seen to end a sleep: its rings reach this kernel
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -293,8 +296,13 @@ func (t *shmTransport) detach(status wire.Status, why error) {
 			t.slots = append(t.slots, uint16(i))
 		}
 	}
-	if t.qp != nil && status != wire.StatusFaulted && !t.lost {
-		t.qp.Release()
+	if t.qp != nil && !t.lost {
+		if t.bellRings.Load() {
+			t.catch(t.qp.WakeSleepers) //nolint:errcheck // a lost region is found by the next reap
+		}
+		if status != wire.StatusFaulted {
+			t.qp.Release()
+		}
 	}
 	t.broken = status
 }
@@ -433,6 +441,11 @@ func (t *shmTransport) reapRing() {
 		t.unstage(c)
 		c.complete(res, nil)
 	}
+	if n > 0 && t.bellRings.Load() {
+		// Another goroutine may sleep on the bell for a call just
+		// completed here, until the next ring.
+		t.qp.WakeSleepers()
+	}
 	if err != nil {
 		t.fail(err)
 	}
@@ -468,11 +481,25 @@ func (t *shmTransport) poll() {
 // from spinning straight to sleeping.
 const deepQueue = 8
 
+// bellSleep bounds a sleep on a completion bell whose rings are known to
+// reach this process: it ends with the ring, and this is only the look a
+// waiter takes if a ring were lost. Each wake-up costs the host tens of
+// microseconds of CPU on a virtual machine (a wake by timer, the
+// scheduler, the Go runtime handing the P back), which the Waiter's
+// doubling sleeps of 20 µs to 1 ms paid over and over in every long op.
+const bellSleep = 50 * time.Millisecond
+
 func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	var w ring.Waiter
 	// Past the spin and yield phases, sleep on the pair's completion bell:
 	// the agent wakes us when it publishes. Bounded, for agents that
-	// cannot reach this kernel (a VM) and for cancellation.
+	// cannot reach this kernel (a VM): the Waiter's short sleeps, doubling,
+	// until a ring has been seen to end a sleep; from then on (bellRings)
+	// one sleep of bellSleep per wait, ended by the ring, by ctx's end, by
+	// a detach or by another goroutine that reaped this call's completion
+	// (each rings the bell from this side: WakeSleepers). A sleep that runs
+	// out while a completion waits (the ring did not reach us) goes back
+	// to the short sleeps.
 	t.mu.Lock()
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
@@ -486,10 +513,33 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		w.SkipYield()
 	}
 	if qp != nil {
+		waiting := func() bool { return !c.done.Load() }
+		var unhook func() bool
+		defer func() {
+			if unhook != nil {
+				unhook()
+			}
+		}()
 		w.Sleep = func(d time.Duration) {
+			trusted := t.bellRings.Load()
+			if trusted {
+				// The agent's ring ends the sleep, and so does ctx's end:
+				// the time is only a bound.
+				d = bellSleep
+				if unhook == nil {
+					unhook = context.AfterFunc(ctx, func() { r.CatchFault(qp.WakeSleepers) }) //nolint:errcheck // see below
+				}
+			}
+			var how ring.Wake
 			// A fault here (the region's file cut short) is found and
 			// handled by the next reap.
-			r.CatchFault(func() { qp.SleepForCompletion(d, func() bool { return !c.done.Load() }) }) //nolint:errcheck // see above
+			r.CatchFault(func() { how = qp.SleepForCompletion(d, waiting) }) //nolint:errcheck // see above
+			switch how {
+			case ring.WakeRung:
+				t.bellRings.Store(true)
+			case ring.WakeMissed:
+				t.bellRings.Store(false)
+			}
 		}
 	}
 	for !c.done.Load() {
