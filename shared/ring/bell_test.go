@@ -46,6 +46,21 @@ func waitSleeping(t *testing.T, q *HostQP, n uint64) {
 	time.Sleep(2 * time.Millisecond) // from the count to the futex wait
 }
 
+// raced runs one sleep-and-wake round until its sleeper was asleep when
+// the wake came: a sleeper counted but not yet in the futex wait when the
+// bell moves finds WakeNone, which a loaded machine makes likely once in a
+// while. It returns the first other outcome.
+func raced(t *testing.T, round func() Wake) Wake {
+	t.Helper()
+	for range 20 {
+		if got := round(); got != WakeNone {
+			return got
+		}
+	}
+	t.Fatal("20 rounds in a row woke their sleeper before it slept")
+	return WakeNone
+}
+
 // TestSleepForCompletionSaysHowItEnded: a sleeper learns whether the
 // agent's ring reached it (the host library then sleeps long, one wake-up
 // per op), whether a completion came without one (a VM: short sleeps
@@ -68,14 +83,16 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 		t.Fatalf("nothing published: %v, want WakeTimeout", got)
 	}
 
-	q.Submit(ping)
-	woke := sleepAsync(q, time.Minute)
-	waitSleeping(t, q, 1)
-	completeOne(t, aq, false)
-	if got := <-woke; got != WakeRung {
+	if got := raced(t, func() Wake {
+		q.Submit(ping)
+		woke := sleepAsync(q, time.Minute)
+		waitSleeping(t, q, 1)
+		completeOne(t, aq, false)
+		defer reap()
+		return <-woke
+	}); got != WakeRung {
 		t.Fatalf("published while it slept: %v, want WakeRung", got)
 	}
-	reap()
 
 	q.Submit(ping)
 	completeOne(t, aq, false)
@@ -84,19 +101,23 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 	}
 	reap()
 
-	q.Submit(ping)
-	woke = sleepAsync(q, 50*time.Millisecond)
-	waitSleeping(t, q, 1)
-	completeOne(t, aq, true)
-	if got := <-woke; got != WakeMissed {
+	if got := raced(t, func() Wake {
+		q.Submit(ping)
+		woke := sleepAsync(q, 50*time.Millisecond)
+		waitSleeping(t, q, 1)
+		completeOne(t, aq, true)
+		defer reap()
+		return <-woke
+	}); got != WakeMissed {
 		t.Fatalf("published without a ring: %v, want WakeMissed", got)
 	}
-	reap()
 
-	woke = sleepAsync(q, time.Minute)
-	waitSleeping(t, q, 1)
-	q.WakeSleepers()
-	if got := <-woke; got != WakeRung {
+	if got := raced(t, func() Wake {
+		woke := sleepAsync(q, time.Minute)
+		waitSleeping(t, q, 1)
+		q.WakeSleepers()
+		return <-woke
+	}); got != WakeRung {
 		t.Fatalf("woken by the holder: %v, want WakeRung", got)
 	}
 
@@ -127,5 +148,37 @@ func TestWakeSleepersIsNotLost(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the sleeper was not woken")
+	}
+}
+
+// TestSleepersAreCounted: while one goroutine sleeps long on the bell,
+// another's short sleep ends; the agent must still ring for the first.
+// With a flag instead of a count, the second cleared it on its way out and
+// the first slept its whole time.
+func TestSleepersAreCounted(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	q := leaseHousekeeping(t, r, a)
+	aq := a.QueuePairs()[q.Index()]
+	long := sleepAsync(q, time.Minute)
+	waitSleeping(t, q, 1)
+	if got := q.SleepForCompletion(time.Millisecond, stillWaiting); got != WakeTimeout {
+		t.Fatalf("short sleep: %v", got)
+	}
+	if n := q.word(qSleeping).Load(); n != 1 {
+		t.Fatalf("%d sleepers counted, want 1", n)
+	}
+	q.Submit([]wire.Desc{{Op: wire.OpPing}})
+	completeOne(t, aq, false)
+	select {
+	case got := <-long:
+		// WakeNone: rung before its futex wait began (the bell had moved).
+		if got != WakeRung && got != WakeNone {
+			t.Fatalf("long sleeper: %v, want WakeRung", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not ring for the sleeper left")
+	}
+	if n := q.word(qSleeping).Load(); n != 0 {
+		t.Fatalf("%d sleepers counted after both woke", n)
 	}
 }
