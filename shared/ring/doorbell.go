@@ -114,7 +114,7 @@ const (
 // that reaps this one's completion meanwhile and then calls WakeSleepers
 // is either seen by it or wakes it.
 func (q *HostQP) SleepForCompletion(d time.Duration, waiting func() bool) Wake {
-	bell := q.word(qBell)
+	bell := q.h.r.word(q.block + qBell)
 	seq := uint32(bell.Load())
 	sleeping := q.word(qSleeping)
 	sleeping.Add(1)
@@ -131,7 +131,7 @@ func (q *HostQP) SleepForCompletion(d time.Duration, waiting func() bool) Wake {
 	if q.completionsWaiting() || !waiting() {
 		return WakeNone
 	}
-	switch futexWait((*uint64)(unsafe.Pointer(q.h.r.word(q.block+qBell))), seq, d) {
+	switch futexWait((*uint64)(unsafe.Pointer(bell)), seq, d) {
 	case 0:
 		if uint32(bell.Load()) != seq {
 			return WakeRung
