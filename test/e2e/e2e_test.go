@@ -511,9 +511,7 @@ func TestChecksumAutoNeverWaitsForTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range b {
-		b[i] = byte(i * 31)
-	}
+	copy(b, randomBytes(len(b), 31))
 	want := crc32.Checksum(b, castagnoli)
 	even := []rail.Rail{{Name: host.RailHost, Rate: 1e10}, {Name: host.RailDPU, Rate: 1e10}}
 	if err := agent.Process.Signal(syscall.SIGSTOP); err != nil {
