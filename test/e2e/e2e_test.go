@@ -517,6 +517,7 @@ func TestChecksumAutoNeverWaitsForTheAgent(t *testing.T) {
 	if err := agent.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, agent.Process.Pid)
 	got, d, err := c.ChecksumAuto(ctx, b, even)
 	if err != nil || got != want {
 		t.Fatalf("with the agent stopped: %#x, %v; want %#x", got, err, want)
@@ -535,6 +536,32 @@ func TestChecksumAutoNeverWaitsForTheAgent(t *testing.T) {
 		t.Fatalf("after the agent ran again: %#x, %v; want %#x (%s)", got, err, want, d.Reason)
 	}
 	t.Logf("agent running: %s: %s", d.Choice, d.Reason)
+}
+
+// waitStopped waits until every thread of pid is stopped: kill returns
+// once SIGSTOP is sent, while a thread running on another core may go on
+// for a while (in CI one finished half a millisecond of checksum work).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if st := string(b); strings.Contains(st[strings.LastIndexByte(st, ')')+1:], " T ") {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d threads of %d stopped after 5s", stopped, len(tasks), pid)
+		}
+	}
 }
 
 // TestChecksumAutoDecides: the one-shot multi-rail checksum splits only
