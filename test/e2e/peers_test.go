@@ -132,8 +132,12 @@ func TestEtcdMembership(t *testing.T) {
 	// They talk, found through etcd. Membership is eventually consistent:
 	// node 3 may not have seen node 1 yet and refuses its first connection
 	// ("not in the member set"), so the test is retried for a while.
+	// Each try is bounded: a refused first connection once held a try
+	// (and the whole test) for a minute in CI.
 	for tries, deadline := 1, time.Now().Add(15*time.Second); ; tries++ {
-		res, err := host.NewMgmt(agents[0].Addr("mgmt")).TestPeer(context.Background(), 3, 5, 1<<20)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := host.NewMgmt(agents[0].Addr("mgmt")).TestPeer(ctx, 3, 5, 1<<20)
+		cancel()
 		if err == nil && res.Error == "" {
 			t.Logf("1 → 3 talked at try %d", tries)
 			break
