@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -180,5 +181,38 @@ func TestSleepersAreCounted(t *testing.T) {
 	}
 	if n := q.word(qSleeping).Load(); n != 0 {
 		t.Fatalf("%d sleepers counted after both woke", n)
+	}
+}
+
+// TestRingWakesOnlyASleepingAgent: a worker hands work over (here a
+// channel send, what the dispatcher's workers do) and rings. The agent,
+// asleep on its doorbell or at any point of going to sleep, must see the
+// work or be woken, never sleep its whole time; and a ring while no agent
+// sleeps leaves the doorbell as it was (no system call).
+func TestRingWakesOnlyASleepingAgent(t *testing.T) {
+	_, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	before := a.r.word(hDoorbell).Load()
+	a.Ring()
+	if got := a.r.word(hDoorbell).Load(); got != before {
+		t.Fatalf("a ring with no agent asleep moved the doorbell from %d to %d", before, got)
+	}
+	work := make(chan struct{}, 1)
+	for i := range 2000 {
+		slept := make(chan struct{})
+		go func() {
+			defer close(slept)
+			a.SleepOnDoorbell(time.Minute, func() bool { return len(work) > 0 })
+		}()
+		if i%2 == 1 {
+			runtime.Gosched() // some rounds hand over later in the sleeper's way down
+		}
+		work <- struct{}{}
+		a.Ring()
+		select {
+		case <-slept:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the agent slept on with work handed over and rung", i)
+		}
+		<-work
 	}
 }

@@ -47,15 +47,26 @@ func futexWake(addr *uint64) {
 func (a *Agent) SleepOnDoorbell(d time.Duration, hasWork func() bool) {
 	bell := a.r.word(hDoorbell)
 	seq := uint32(bell.Load())
-	a.r.word(hSleeping).Store(1)
+	// A swap, not a store: hasWork may read plain memory (a channel's
+	// length), which on arm64 could otherwise be read before the word is
+	// seen set, and a Ring in between would then look, see no sleeper and
+	// not wake this one.
+	a.r.word(hSleeping).Swap(1)
 	if !hasWork() {
 		futexWait((*uint64)(unsafe.Pointer(bell)), seq, d) //nolint:errcheck // every outcome means: look again
 	}
 	a.r.word(hSleeping).Store(0)
 }
 
-// Ring wakes the agent if it sleeps on the doorbell.
+// Ring wakes the agent if it sleeps on the doorbell, and costs a load
+// when it does not (a wake is a system call: a few microseconds on a
+// virtualised core, on every job a worker hands back). Work handed over
+// before Ring is either seen by SleepOnDoorbell's last look or Ring sees
+// the sleeping word it set before that look.
 func (a *Agent) Ring() {
+	if a.r.word(hSleeping).Load() == 0 {
+		return
+	}
 	a.r.word(hDoorbell).Add(1)
 	futexWake((*uint64)(unsafe.Pointer(a.r.word(hDoorbell))))
 }
