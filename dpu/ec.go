@@ -85,13 +85,21 @@ func (c *ECConfig) flags(fs *flag.FlagSet) {
 // a host naming every shape cannot grow the agent without end.
 const maxCoders = 64
 
-// ecRound is the data coded between two yields: a round of a large op
-// (column-wise: every shard's next columns) is a slice of the worker. One
-// MiB, four slices of YieldEvery: each call into the coder costs some
-// microseconds of its own, which smaller rounds pay too often (a 64 MiB
-// 10+4 stripe in 256 KiB rounds coded 25% slower); a round is still some
-// 60–100 µs on a host core.
-const ecRound = 4 * YieldEvery
+// A round is the data coded between two yields (Request.Yield): a large
+// op is coded column-wise, every shard's next columns per round, and each
+// round is a slice of the worker. Each call into the coder costs some
+// microseconds of its own and restarts its streams through memory, which
+// small rounds pay too often: a 64 MiB 10+4 stripe in 256 KiB rounds coded
+// 25 % slower, a 16 MiB one in 1 MiB rounds 5-30 % slower than in one call
+// (4 MiB rounds: 2-11 %), on a core that codes some 40 GB/s. So a round is
+// what this agent's coder does in ecRoundTime, at its rate so far (a slow
+// Arm core yields as often as a fast one), within [ecRound, ecRoundMax] of
+// input.
+const (
+	ecRoundTime = 100 * time.Microsecond
+	ecRound     = 4 * YieldEvery
+	ecRoundMax  = 16 * YieldEvery
+)
 
 // ecService codes Reed-Solomon (ec.Coder) over the handoff: spans of the
 // caller's window, in place, through the span accessor.
@@ -103,6 +111,10 @@ type ecService struct {
 
 	mu     sync.Mutex
 	coders map[uint64]*ec.Coder
+
+	// rate is the coder's input bytes times outputs per microsecond, a
+	// moving average over the rounds coded (roundWidth).
+	rate atomic.Uint64
 
 	bytes            *prometheus.CounterVec
 	encoded, rebuilt atomic.Uint64 // for the status
@@ -317,9 +329,9 @@ func views(mem ring.Accessor, spans []wire.Span) [][]byte {
 // with each round's in and out columns (with outEmpty, out columns of
 // length 0 and room for the round: what a rebuild fills) and yielding
 // between rounds.
-func rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte) error) wire.Status {
+func (s *ecService) rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte) error) wire.Status {
 	w := int(sh.w)
-	cw := max(ecRound/sh.k/ec.Align*ec.Align, ec.Align)
+	cw := s.roundWidth(w, sh.k, len(sh.out))
 	in, out := views(req.Mem, sh.in), views(req.Mem, sh.out)
 	staged := in == nil || out == nil
 	var scratch []byte
@@ -353,9 +365,11 @@ func rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte
 				outs[j] = outs[j][:0]
 			}
 		}
+		t0 := time.Now()
 		if err := code(ins, outs); err != nil {
 			return wire.StatusBadArg
 		}
+		s.observe(len(ins)*n, len(outs), time.Since(t0))
 		if staged {
 			for j, o := range outs {
 				if err := req.Mem.WriteAt(o[:n], uint64(sh.out[j].Off)+uint64(c)); err != nil {
@@ -367,12 +381,41 @@ func rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte
 	return wire.StatusOK
 }
 
+// roundWidth is the columns of each round of an op w columns wide, from
+// k input shards into outs outputs: rounds of about ecRoundTime (at most
+// half as much again), as even as Align allows, so that no round is a
+// sliver (a 1 MiB 10+4 stripe's 104,896 columns were a round of 104,832
+// and one of 64: a second call into the coder, and a yield, for nothing).
+func (s *ecService) roundWidth(w, k, outs int) int {
+	most := ecRound
+	if r := s.rate.Load(); r > 0 {
+		most = min(max(int(r)*int(ecRoundTime/time.Microsecond)/max(outs, 1), ecRound), ecRoundMax)
+	}
+	most = max(most/k/ec.Align*ec.Align, ec.Align)
+	n := max((w+most/2)/most, 1)
+	return ((w+n-1)/n + ec.Align - 1) / ec.Align * ec.Align
+}
+
+// observe adds a round of in bytes into outs outputs that took d to the
+// coder's rate.
+func (s *ecService) observe(in, outs int, d time.Duration) {
+	us := uint64(d / time.Microsecond)
+	if us < 5 {
+		return // too short to tell
+	}
+	r := uint64(in) * uint64(outs) / us
+	if old := s.rate.Load(); old != 0 {
+		r = (7*old + r) / 8
+	}
+	s.rate.Store(r) // workers racing here lose a sample, no more
+}
+
 func (s *ecService) serveEncode(ctx context.Context, req *Request, resp *wire.Desc) {
 	c, st := s.counts(req)
 	if st == wire.StatusOK {
 		var sh ecShards
 		if sh, st = encodeShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
-			st = rounds(req, sh, false, func(in, out [][]byte) error { return c.EncodeColumns(ctx, in, out) })
+			st = s.rounds(req, sh, false, func(in, out [][]byte) error { return c.EncodeColumns(ctx, in, out) })
 			if st == wire.StatusOK {
 				s.done(req, resp, sh, "encode", uint64(sh.k)*uint64(sh.w))
 			}
@@ -388,7 +431,7 @@ func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire
 		if sh, st = reconstructShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
 			k, n := sh.k, sh.k+sh.m
 			shards := make([][]byte, n)
-			st = rounds(req, sh, true, func(in, out [][]byte) error {
+			st = s.rounds(req, sh, true, func(in, out [][]byte) error {
 				clear(shards)
 				for i, b := range in {
 					shards[sh.idx[i]] = b

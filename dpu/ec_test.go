@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
@@ -300,5 +301,76 @@ func BenchmarkECEncodeOp(b *testing.B) {
 				s.serveEncode(context.Background(), &req, &resp)
 			}
 		})
+	}
+}
+
+// TestECRoundsAreEven: an op is coded in rounds of about ecRound of input
+// until the coder's rate is known, then of about ecRoundTime within
+// [ecRound, ecRoundMax]; none a sliver, each a multiple of ec.Align but
+// the last, and together exactly the op's columns.
+func TestECRoundsAreEven(t *testing.T) {
+	cols := func(b int) int { return b / 10 / ec.Align * ec.Align }        // 10 data shards
+	fast := uint64(2 * ecRoundMax * 4 / int(ecRoundTime/time.Microsecond)) // a round of ecRoundTime: twice ecRoundMax
+	slow := uint64(1)                                                      // a round of ecRoundTime: less than ecRound
+	for _, tc := range []struct {
+		name   string
+		rate   uint64 // 0: not known yet
+		w      int
+		rounds int
+		most   int // columns
+	}{
+		{"one column", 0, 1, 1, cols(ecRound)},
+		{"one Align", 0, ec.Align, 1, cols(ecRound)},
+		{"a 1 MiB 10+4 stripe (104,896 columns)", 0, 104896, 1, cols(ecRound)},
+		{"just over a round", 0, cols(ecRound) + ec.Align, 1, cols(ecRound)},
+		{"half as much again", 0, cols(ecRound) + cols(ecRound)/2 - ec.Align, 1, cols(ecRound)},
+		{"two rounds' worth", 0, 2 * cols(ecRound), 2, cols(ecRound)},
+		{"a 64 MiB stripe", 0, 6710912, 64, cols(ecRound)},
+		{"an odd width", 0, 3*cols(ecRound) + 17, 3, cols(ecRound)},
+		{"a 16 MiB stripe on a fast core", fast, 1677760, 4, cols(ecRoundMax)},
+		{"a 64 MiB stripe on a fast core", fast, 6710912, 16, cols(ecRoundMax)},
+		{"a 16 MiB stripe on a slow core", slow, 1677760, 16, cols(ecRound)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &ecService{}
+			s.rate.Store(tc.rate)
+			cw := s.roundWidth(tc.w, 10, 4)
+			if cw%ec.Align != 0 {
+				t.Fatalf("round of %d columns, not a multiple of %d", cw, ec.Align)
+			}
+			n, last := 0, 0
+			for c := 0; c < tc.w; c += cw {
+				n, last = n+1, min(cw, tc.w-c)
+			}
+			if n != tc.rounds {
+				t.Fatalf("%d columns in %d rounds of %d, want %d rounds", tc.w, n, cw, tc.rounds)
+			}
+			if n > 1 && last < cw/2 {
+				t.Fatalf("%d columns: a last round of %d after rounds of %d", tc.w, last, cw)
+			}
+			if cw > tc.most+tc.most/2+ec.Align {
+				t.Fatalf("rounds of %d columns, more than half again the %d wanted", cw, tc.most)
+			}
+		})
+	}
+}
+
+// TestECRateIsLearnt: the coder's rate follows the rounds it codes, and a
+// round too short to time leaves it alone.
+func TestECRateIsLearnt(t *testing.T) {
+	s := &ecService{}
+	s.observe(1<<20, 4, time.Microsecond)
+	if r := s.rate.Load(); r != 0 {
+		t.Fatalf("a 1 µs round set the rate to %d", r)
+	}
+	s.observe(1<<20, 4, 100*time.Microsecond) // 41,943 bytes × outputs per µs
+	if r := s.rate.Load(); r != 41943 {
+		t.Fatalf("rate %d after one round, want 41943", r)
+	}
+	for range 64 {
+		s.observe(1<<20, 4, 400*time.Microsecond)
+	}
+	if r := s.rate.Load(); r < 10485 || r > 10485*11/10 {
+		t.Fatalf("rate %d after rounds 4× slower, want about 10485", r)
 	}
 }
