@@ -1,8 +1,23 @@
 package host
 
+import (
+	"context"
+	"time"
+)
+
 // BellRings reports whether c's shared-memory transport has seen the
 // agent's ring end a sleep, so that its long waits sleep until the ring.
 func BellRings(c *Client) bool {
 	t, ok := c.t.(*shmTransport)
 	return ok && t.bellRings.Load()
+}
+
+// GoExpecting is Client.Go for a call its caller expects to end between
+// wakeAt and spinTo (what the EC client sets from the agent's rate).
+func GoExpecting(ctx context.Context, c *Client, req Request, wakeAt, spinTo time.Time) (*Call, error) {
+	call, err := c.Go(ctx, req)
+	if err == nil {
+		call.long, call.wakeAt, call.spinTo = true, wakeAt, spinTo
+	}
+	return call, err
 }

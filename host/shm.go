@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -489,6 +490,11 @@ const deepQueue = 8
 // doubling sleeps of 20 µs to 1 ms paid over and over in every long op.
 const bellSleep = 50 * time.Millisecond
 
+// untrustedSleep bounds one sleep until a call's expected end while the
+// agent's rings are not known to reach this process: only its time ends
+// it, so ctx's end is seen within this.
+const untrustedSleep = 10 * time.Millisecond
+
 func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	var w ring.Waiter
 	// Past the spin and yield phases, sleep on the pair's completion bell:
@@ -499,12 +505,13 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	// a detach or by another goroutine that reaped this call's completion
 	// (each rings the bell from this side: WakeSleepers). A sleep that runs
 	// out while a completion waits (the ring did not reach us) goes back
-	// to the short sleeps.
+	// to the short sleeps. A call whose end is expected (wakeAt) first
+	// sleeps until shortly before it and stays awake until shortly after.
 	t.mu.Lock()
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
-	if deep || c.long {
+	if deep || (c.long && c.wakeAt.IsZero()) {
 		// Many ops ahead of this one, or one long op: its completion is
 		// rarely within the spin, and yielding for a millisecond would
 		// only burn a core that the agent (on the same machine) or the
@@ -520,15 +527,23 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 				unhook()
 			}
 		}()
-		w.Sleep = func(d time.Duration) {
+		// sleep sleeps on the bell for d, or (!exact, once the agent's
+		// rings are known to reach us) until rung.
+		sleep := func(d time.Duration, exact bool) {
 			trusted := t.bellRings.Load()
 			if trusted {
 				// The agent's ring ends the sleep, and so does ctx's end:
 				// the time is only a bound.
-				d = bellSleep
+				if !exact {
+					d = bellSleep
+				}
 				if unhook == nil {
 					unhook = context.AfterFunc(ctx, func() { r.CatchFault(qp.WakeSleepers) }) //nolint:errcheck // see below
 				}
+			}
+			if exact && !trusted {
+				// Nothing rings on ctx's end: look at it now and then.
+				d = min(d, untrustedSleep)
 			}
 			var how ring.Wake
 			// A fault here (the region's file cut short) is found and
@@ -540,6 +555,25 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 			case ring.WakeMissed:
 				t.bellRings.Store(false)
 			}
+		}
+		w.Sleep = func(d time.Duration) { sleep(d, false) }
+		if !c.wakeAt.IsZero() {
+			// An op whose end is expected: sleep until shortly before it,
+			// then look without sleeping until shortly after; past that,
+			// as any long op (the Waiter's spin, then the bell).
+			for !c.done.Load() && ctx.Err() == nil {
+				d := time.Until(c.wakeAt)
+				if d <= 0 {
+					break
+				}
+				sleep(d, true)
+				t.poll()
+			}
+			for !c.done.Load() && ctx.Err() == nil && time.Now().Before(c.spinTo) {
+				t.poll()
+				runtime.Gosched()
+			}
+			w.SkipYield()
 		}
 	}
 	for !c.done.Load() {
