@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -404,8 +405,8 @@ func offsetOf(k coll.Kind, rank, count int) int {
 
 // countWrong counts the elements of got that differ from want.
 func countWrong(dt coll.DType, got, want []byte) int64 {
-	if want == nil {
-		return 0
+	if want == nil || bytes.Equal(got[:min(len(got), len(want))], want) {
+		return 0 // the common case, at memory speed: the ranks run beside it
 	}
 	es := dt.Size()
 	var n int64
