@@ -645,6 +645,28 @@ func TestWaiterNeverOversubscribesSpinners(t *testing.T) {
 	}
 }
 
+// TestWaiterSleepNow: a waiter told to sleep at once neither spins nor
+// yields: its first wait is a sleep of the shortest time, doubling after;
+// Reset brings back the spin.
+func TestWaiterSleepNow(t *testing.T) {
+	var slept []time.Duration
+	w := Waiter{Sleep: func(d time.Duration) { slept = append(slept, d) }}
+	w.SleepNow()
+	if !w.Idle() {
+		t.Fatal("not in the sleeping phase after SleepNow")
+	}
+	w.Wait()
+	w.Wait()
+	if len(slept) != 2 || slept[0] != minSleep || slept[1] != 2*minSleep {
+		t.Fatalf("slept %v, want [%v %v]", slept, minSleep, 2*minSleep)
+	}
+	w.Reset()
+	w.Wait()
+	if w.Idle() || len(slept) != 2 {
+		t.Fatalf("after Reset: idle %v, slept %v: want a spin", w.Idle(), slept)
+	}
+}
+
 func TestHolderLiveness(t *testing.T) {
 	if os.Getenv("HEC_TEST_EXEC") != "" {
 		t.Skip("under qemu-user /proc/self/stat is synthesised by the emulator; start times are not comparable")

@@ -140,6 +140,14 @@ func (w *Waiter) doSleep() {
 // Reset clears it.
 func (w *Waiter) SkipYield() { w.skipYield = true }
 
+// SleepNow puts the waiter in its sleeping phase at once, for a wait
+// known to last milliseconds (a collective across agents), where the spin
+// and the yields would only burn a core: its first sleep is the shortest
+// one. Reset clears it.
+func (w *Waiter) SleepNow() {
+	w.phase, w.n, w.since, w.sleep = 2, 0, time.Now(), minSleep
+}
+
 // Reset returns the waiter to its spinning phase after work was found.
 func (w *Waiter) Reset() {
 	w.n, w.phase = 0, 0
