@@ -58,9 +58,9 @@ type Call struct {
 	err  error
 	done atomic.Bool
 	ch   chan struct{} // closed on completion when set (the TCP transport waits on it)
-	// long: the op is expected to take a millisecond or more, so a
-	// waiter sleeps on the completion bell after its spin instead of
-	// yielding the core for a millisecond first (set before Wait).
+	// long: the op is expected to take a millisecond or more, so its
+	// waiter sleeps on the completion bell from the start instead of
+	// spinning and yielding the core first (set before Wait).
 	long bool
 	// wakeAt, when set, is shortly before a long op is expected to end:
 	// its waiter sleeps on the completion bell until then and looks

@@ -511,12 +511,16 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
-	if deep || (c.long && c.wakeAt.IsZero()) {
-		// Many ops ahead of this one, or one long op: its completion is
-		// rarely within the spin, and yielding for a millisecond would
-		// only burn a core that the agent (on the same machine) or the
-		// application may need. Sleep on the pair's bell instead; the
-		// agent rings it.
+	switch {
+	case c.long && c.wakeAt.IsZero():
+		// A long op whose end is not known: its completion is not
+		// within a spin, and spinning or yielding would only burn a core
+		// that the agent (on the same machine) or the application may
+		// need. Sleep on the pair's bell at once; the agent rings it.
+		w.SleepNow()
+	case deep:
+		// Many ops ahead of this one: spin for the short ones, then
+		// sleep rather than yield.
 		w.SkipYield()
 	}
 	if qp != nil {
