@@ -46,46 +46,33 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 	if out, err := exec.Command("mpicc", "-O2", "-o", mpiBin, src).CombinedOutput(); err != nil {
 		return fmt.Errorf("mpicc: %v: %s", err, out)
 	}
-	sizes := []int{1 << 20, 16 << 20, 64 << 20}
-	reps, iters := 3, 5
+	// Timed iterations per size, the same for both: twenty (nccl-tests'
+	// default) up to 16 MiB, where with five a row's mean was a few
+	// milliseconds of ops and Open MPI's was still warming up (its
+	// 1 MiB busbw over TCP rose from about 0.55 to 1.1-1.9 GB/s with
+	// twenty); five at 64 MiB, whose ops take up to half a second. The
+	// split's rate-limited 16 MiB ops take most of a second each: five.
+	groups := []struct {
+		iters int
+		sizes []int
+	}{{20, []int{1 << 20, 16 << 20}}, {5, []int{64 << 20}}}
+	reps, splitIters := 3, 5
 	if quick {
-		sizes, reps, iters = []int{1 << 20, 16 << 20}, 1, 2
+		groups, reps, splitIters = groups[:1], 1, 2
+		groups[0].iters = 5
 	}
-	var sizeArgs []string
-	for _, z := range sizes {
-		sizeArgs = append(sizeArgs, strconv.Itoa(z))
+	var sizes []int
+	for _, g := range groups {
+		sizes = append(sizes, g.sizes...)
 	}
-	type key struct {
-		n    int
-		path string
-		size int
-	}
-	busbw := map[key][]float64{}
-	cpu := map[key][]float64{}
+	busbw := map[collKey][]float64{}
+	cpu := map[collKey][]float64{}
 	for rep := range reps {
 		for _, n := range []int{2, 4} {
 			progress(s, "repetition %d of %d: %d ranks", rep+1, reps, n)
-			rows, err := runCollBench(ctx, hecctl, hecd, n, iters, sizeArgs)
-			if err != nil {
-				return err
-			}
-			for _, r := range rows {
-				if r.Wrong != 0 {
-					return fmt.Errorf("hecctl coll bench: %d wrong elements, %s rail, %d bytes", r.Wrong, r.Rail, r.Size)
-				}
-				k := key{n, r.Rail, r.Size}
-				busbw[k] = append(busbw[k], r.BusBW)
-				cpu[k] = append(cpu[k], r.HostCPU)
-			}
-			for _, btl := range []string{"tcp", "shm"} {
-				mrows, err := runMPI(ctx, mpiBin, n, iters, btl, sizeArgs)
-				if err != nil {
+			for _, g := range groups {
+				if err := collRound(ctx, hecctl, hecd, mpiBin, n, g.iters, g.sizes, busbw, cpu); err != nil {
 					return err
-				}
-				for _, r := range mrows {
-					k := key{n, "mpi-" + btl, r.size}
-					busbw[k] = append(busbw[k], r.busbw)
-					cpu[k] = append(cpu[k], r.cpuMS)
 				}
 			}
 		}
@@ -94,21 +81,62 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 		for _, z := range sizes {
 			label := fmt.Sprintf("N=%d %s", n, sizeName(z))
 			for _, p := range []string{"host", "dpu", "mpi-tcp", "mpi-shm"} {
-				rep.addN(s, fmt.Sprintf("%s busbw, %s", label, p), busbw[key{n, p, z}], "GB/s")
-				rep.addN(s, fmt.Sprintf("%s host CPU per allreduce, %s", label, p), cpu[key{n, p, z}], "ms")
+				rep.addN(s, fmt.Sprintf("%s busbw, %s", label, p), busbw[collKey{n, p, z}], "GB/s")
+				rep.addN(s, fmt.Sprintf("%s host CPU per allreduce, %s", label, p), cpu[collKey{n, p, z}], "ms")
 			}
 			for _, p := range []string{"host", "dpu"} {
 				rep.atLeastN(s, fmt.Sprintf("%s busbw: %s rail / Open MPI over TCP", label, p),
-					ratio(busbw[key{n, p, z}], busbw[key{n, "mpi-tcp", z}]), 1.0, "×")
+					ratio(busbw[collKey{n, p, z}], busbw[collKey{n, "mpi-tcp", z}]), 1.0, "×")
 			}
 			rep.atMostN(s, fmt.Sprintf("%s host CPU per allreduce: DPU rail / host rail", label),
-				ratio(cpu[key{n, "dpu", z}], cpu[key{n, "host", z}]), 0.2, "×")
+				ratio(cpu[collKey{n, "dpu", z}], cpu[collKey{n, "host", z}]), 0.2, "×")
 		}
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the coll scenario's split across rate-limited rails makes network namespaces: run make bench as root")
 	}
-	return benchCollSplit(ctx, rep, hecctl, hecd, reps, iters)
+	return benchCollSplit(ctx, rep, hecctl, hecd, reps, splitIters)
+}
+
+// collKey names a row: ranks, rail or peer, size.
+type collKey struct {
+	n    int
+	path string
+	size int
+}
+
+// collRound runs hecctl coll bench and Open MPI (over TCP and over shared
+// memory) once each for n ranks, iters timed iterations of sizes, and adds
+// their rows to busbw and cpu.
+func collRound(ctx context.Context, hecctl, hecd, mpiBin string, n, iters int, sizes []int, busbw, cpu map[collKey][]float64) error {
+	var sizeArgs []string
+	for _, z := range sizes {
+		sizeArgs = append(sizeArgs, strconv.Itoa(z))
+	}
+	rows, err := runCollBench(ctx, hecctl, hecd, n, iters, sizeArgs)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Wrong != 0 {
+			return fmt.Errorf("hecctl coll bench: %d wrong elements, %s rail, %d bytes", r.Wrong, r.Rail, r.Size)
+		}
+		k := collKey{n, r.Rail, r.Size}
+		busbw[k] = append(busbw[k], r.BusBW)
+		cpu[k] = append(cpu[k], r.HostCPU)
+	}
+	for _, btl := range []string{"tcp", "shm"} {
+		mrows, err := runMPI(ctx, mpiBin, n, iters, btl, sizeArgs)
+		if err != nil {
+			return err
+		}
+		for _, r := range mrows {
+			k := collKey{n, "mpi-" + btl, r.size}
+			busbw[k] = append(busbw[k], r.busbw)
+			cpu[k] = append(cpu[k], r.cpuMS)
+		}
+	}
+	return nil
 }
 
 // benchCollSplit: two ranks in namespaces, the host rail's links limited
