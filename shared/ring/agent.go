@@ -246,8 +246,7 @@ type AgentQP struct {
 	lease       uint64 // the lease word bound to, while active/faulted
 	epoch       uint32 // epoch a free lease carries
 	holderStart uint64
-	hbVal       uint64
-	hbSeen      time.Time
+	holderBeat  BeatWatch // the holder's heartbeat, judged on the agent's own housekeeping passes
 
 	sqHead, cqTail         uint64 // ours; published
 	seenSQTail, seenCQHead uint64 // host's, last observed
@@ -363,7 +362,11 @@ func (q *AgentQP) bind(w uint64, now time.Time) {
 	}
 	q.lease = w
 	q.holderStart = q.w(qStart)
-	q.hbVal, q.hbSeen = q.w(qHeartbeat), now
+	// A pass seconds late (the agent did not run) counts for half the
+	// lease timeout at most: the holder, on this machine, most likely did
+	// not run either.
+	q.holderBeat = BeatWatch{Timeout: q.a.cfg.LeaseTimeout, MaxGap: q.a.cfg.LeaseTimeout / 2}
+	q.holderBeat.Reset(now, q.w(qHeartbeat))
 	q.sqHead, q.cqTail = 0, 0
 	q.seenSQTail, q.seenCQHead = 0, 0
 	q.resetSeen, q.resetAck = 0, 0
@@ -381,10 +384,9 @@ func (q *AgentQP) checkHolder(now time.Time) {
 		}
 		return
 	}
-	if hb := q.w(qHeartbeat); hb != q.hbVal {
-		q.hbVal, q.hbSeen = hb, now
-	} else if now.Sub(q.hbSeen) > q.a.cfg.LeaseTimeout {
-		q.fence(fmt.Sprintf("heartbeat stale for %v", now.Sub(q.hbSeen).Round(time.Millisecond)))
+	stale, dead := q.holderBeat.Look(now, q.w(qHeartbeat))
+	if dead {
+		q.fence(fmt.Sprintf("heartbeat stale for %v", stale.Round(time.Millisecond)))
 		return
 	}
 	if q.holderStart == 0 {
@@ -399,7 +401,7 @@ func (q *AgentQP) checkHolder(now time.Time) {
 	case holderSuspect:
 		// The pid was probably reused: a holder that still beats keeps
 		// its pair, one silent for suspectTimeout loses it.
-		if stale := now.Sub(q.hbSeen); stale > suspectTimeout {
+		if stale > suspectTimeout {
 			q.fence(fmt.Sprintf("holder pid %d has another start time and no heartbeat for %v", leasePID(q.lease), stale.Round(time.Millisecond)))
 		}
 	}
