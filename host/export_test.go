@@ -21,3 +21,23 @@ func GoExpecting(ctx context.Context, c *Client, req Request, wakeAt, spinTo tim
 	}
 	return call, err
 }
+
+// WithHeartbeatEvery sets how often the shared-memory transport beats its
+// lease and looks at the agent's heartbeat.
+func WithHeartbeatEvery(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
+
+// TickAt runs one of c's heartbeat looks as if the time were now.
+func TickAt(c *Client, now time.Time) {
+	t := c.t.(*shmTransport)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.catch(func() { t.tick(now) }) //nolint:errcheck // a lost region detaches
+}
+
+// Detached reports whether c's transport has given its agent up.
+func Detached(c *Client) bool {
+	t := c.t.(*shmTransport)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.broken != nil
+}

@@ -39,8 +39,7 @@ type shmTransport struct {
 	closed  bool
 	old     []*ring.Region // mappings kept alive for buffers handed out before a re-map
 
-	lastBeat   uint64 // agent heartbeat last seen
-	lastBeatAt time.Time
+	agentBeat ring.BeatWatch // the agent's heartbeat in the pair's block, judged on the looks this host took
 
 	bellRings atomic.Bool // a ring of the agent's was seen to end a sleep: its rings reach this kernel
 
@@ -184,7 +183,11 @@ func (t *shmTransport) attach(ctx context.Context) error {
 		t.cq = make([]wire.Desc, n)
 	}
 	t.broken, t.lost = nil, false
-	t.lastBeat, t.lastBeatAt = qp.AgentHeartbeat(), time.Now()
+	// A look seconds late (this process did not run) counts for half the
+	// timeout at most: the agent, on this machine, most likely did not
+	// run either.
+	t.agentBeat = ring.BeatWatch{Timeout: t.o.agentTimeout, MaxGap: t.o.agentTimeout / 2}
+	t.agentBeat.Reset(time.Now(), qp.AgentHeartbeat())
 	return nil
 }
 
@@ -622,10 +625,8 @@ func (t *shmTransport) tick(now time.Time) {
 		return
 	}
 	t.qp.Beat()
-	if b := t.qp.AgentHeartbeat(); b != t.lastBeat {
-		t.lastBeat, t.lastBeatAt = b, now
-	} else if now.Sub(t.lastBeatAt) > t.o.agentTimeout {
-		t.detach(wire.StatusUnavailable, fmt.Errorf("agent heartbeat stopped %v ago", now.Sub(t.lastBeatAt).Round(time.Millisecond)))
+	if still, dead := t.agentBeat.Look(now, t.qp.AgentHeartbeat()); dead {
+		t.detach(wire.StatusUnavailable, fmt.Errorf("agent heartbeat stood still for %v", still.Round(time.Millisecond)))
 	}
 	if t.broken == nil {
 		if err := t.qp.Check(); err != nil && t.inflight() == 0 {

@@ -3,12 +3,17 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -132,4 +137,73 @@ func TestExpectedEndsDoNotHoldTheWaiter(t *testing.T) {
 			t.Fatal("the waiter still waits 10 s after its context ended")
 		}
 	})
+}
+
+// TestAStallOfTheWholeMachineIsNotAnAgentDeath: the host's heartbeat
+// looks judge the agent on the time they were there to see. After a look
+// seconds late (the host did not run: a virtual machine paused, a stopped
+// process), the agent, which did not run either, gets a fresh window
+// instead of being given up at once, as both ranks' hosts once gave up
+// their live agents after a 2.25 s stall of the bench's machine; an agent
+// that then stays silent for the timeout is still given up.
+func TestAStallOfTheWholeMachineIsNotAnAgentDeath(t *testing.T) {
+	shm := filepath.Join("/dev/shm", fmt.Sprintf("hec-stall-%d", os.Getpid()))
+	g := ring.Geometry{QueuePairs: 1, Entries: 8, WindowSize: 64 << 10}
+	size, err := g.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ring.Map(shm, size, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(shm)
+	a, err := ring.Format(r, ring.AgentConfig{Geometry: g, LeaseTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent housekeeps (binds the pair, beats) until stopped.
+	var frozen atomic.Bool
+	done := make(chan struct{})
+	defer func() { frozen.Store(true); close(done) }()
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if !frozen.Load() {
+				a.Housekeep(time.Now())
+			}
+		}
+	}()
+	const timeout = 2 * time.Second
+	c, err := host.Dial(context.Background(), "shm://"+shm, host.WithAgentTimeout(timeout), host.WithHeartbeatEvery(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	frozen.Store(true)
+	time.Sleep(20 * time.Millisecond) // its last housekeeping pass is over
+	t0 := time.Now()
+	host.TickAt(c, t0) // sees the agent's last beat
+	for _, d := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, 3500 * time.Millisecond} {
+		host.TickAt(c, t0.Add(d))
+		if host.Detached(c) {
+			t.Fatalf("given up at a look %v after the first, 3 s of it a stall of the host itself", d)
+		}
+	}
+	// The agent stays silent: given up once it has been silent for the
+	// timeout in looks the host was there for (the stall counting for
+	// half the timeout at most: 0.5 s + 1 s by 3.5 s, and whatever the
+	// agent's last housekeeping pass left before the first look), not
+	// before.
+	for d := 3750 * time.Millisecond; d <= 6500*time.Millisecond; d += 250 * time.Millisecond {
+		host.TickAt(c, t0.Add(d))
+		gone := host.Detached(c)
+		if d <= 3750*time.Millisecond && gone || d >= 4250*time.Millisecond && !gone {
+			t.Fatalf("at %v: given up %v", d, gone)
+		}
+	}
 }
