@@ -74,7 +74,10 @@ func TestCollBenchAgentKilled(t *testing.T) {
 		shm := "/dev/shm/hec-coll-" + strconv.Itoa(cmd.Process.Pid) + "-" + strconv.Itoa(victim)
 		var agent int
 		testutil.WaitFor(t, 30*time.Second, "the rows to start", func() bool {
-			agent = findProcess(shm + "\x00")
+			// The agent's own argument, not the rank's --agent-at
+			// naming the same file: /proc lists pids as strings, so
+			// either could come first.
+			agent = findProcess("--shm\x00" + shm + "\x00")
 			return agent != 0 && strings.Contains(out.String(), "rail")
 		})
 		time.Sleep(time.Duration(500+300*round) * time.Millisecond) // mid-run
