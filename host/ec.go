@@ -492,11 +492,12 @@ func expectEnd(now, prev time.Time, bytes int, rate float64) (end, wakeAt, spinT
 
 // A call expected to end sleepAhead or more from now sleeps until shortly
 // before: a quarter of the wait before, within [minAhead, maxAhead].
-// Shorter waits are spent awake: sleeping would cost more than it frees. The margin is wide because the rate is learnt from the host's
-// own view of each op, which includes its wake-up when it slept past the
-// end (some 120 µs on the 2-vCPU virtual machine this was tuned on, of a
-// 16 MiB stripe's 530 µs): a narrower one kept the waiter asleep at the
-// end, and so the rate low, for good.
+// Shorter waits are spent awake: sleeping would cost more than it frees.
+// The margin is wide because the rate is learnt from the host's own view
+// of each op, which includes its wake-up when it slept past the end (some
+// 120 µs on the 2-vCPU virtual machine this was tuned on, of a 16 MiB
+// stripe's 530 µs): a narrower one kept the waiter asleep at the end, and
+// so the rate low, for good.
 const (
 	sleepAhead = 400 * time.Microsecond
 	minAhead   = 150 * time.Microsecond
