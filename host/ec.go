@@ -481,7 +481,11 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 // bracket the end it should be awake for. A short wait is spent awake: a
 // sleep would cost more than it frees.
 func expectEnd(now, prev time.Time, bytes int, rate float64) (end, wakeAt, spinTo time.Time, long bool) {
-	end = later(now, prev).Add(time.Duration(float64(bytes) / rate * float64(time.Second)))
+	end = now
+	if prev.After(now) {
+		end = prev
+	}
+	end = end.Add(time.Duration(float64(bytes) / rate * float64(time.Second)))
 	wait := end.Sub(now)
 	if wait < sleepAhead {
 		return end, time.Time{}, time.Time{}, false
@@ -503,13 +507,6 @@ const (
 	minAhead   = 150 * time.Microsecond
 	maxAhead   = 300 * time.Microsecond
 )
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
 
 // finish waits for calls up to n and runs their after functions.
 func (p *pieces) finish(n int) error {

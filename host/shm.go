@@ -537,8 +537,7 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		// sleep sleeps on the bell for d, or (!exact, once the agent's
 		// rings are known to reach us) until rung.
 		sleep := func(d time.Duration, exact bool) {
-			trusted := t.bellRings.Load()
-			if trusted {
+			if t.bellRings.Load() {
 				// The agent's ring ends the sleep, and so does ctx's end:
 				// the time is only a bound.
 				if !exact {
@@ -547,8 +546,7 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 				if unhook == nil {
 					unhook = context.AfterFunc(ctx, func() { r.CatchFault(qp.WakeSleepers) }) //nolint:errcheck // see below
 				}
-			}
-			if exact && !trusted {
+			} else if exact {
 				// Nothing rings on ctx's end: look at it now and then.
 				d = min(d, untrustedSleep)
 			}

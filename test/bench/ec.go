@@ -142,6 +142,38 @@ func ecAgent(ctx context.Context, hecd, dir, tag string, args ...string) (*host.
 	return c, func() { c.Close(); stop() }, nil
 }
 
+// rawAndAgent times the raw library (on cpu) and the agent encoding the
+// same shape, a batch of each per round for three rounds, so both meet
+// the same moments of a noisy machine, and returns each one's median per
+// round and their ratios.
+func rawAndAgent(ctx context.Context, coder *ec.Coder, e *host.EC, shards, wshards [][]byte, cpu int, minTime time.Duration) (
+	raw, agent []time.Duration, ratios []float64, err error) {
+	// A fresh agent's first 100 ms or so of ops ran at half speed (its
+	// heap and the runtime settling): measured is the agent in its steady
+	// state, as the raw library is.
+	for t0 := time.Now(); time.Since(t0) < 200*time.Millisecond; {
+		if _, err := e.Encode(ctx, wshards); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	for range 3 {
+		var r []time.Duration
+		if err := onCPU(cpu, func() (err error) {
+			r, err = timeRuns(minTime/3, func() error { return coder.Encode(shards) })
+			return err
+		}); err != nil {
+			return nil, nil, nil, err
+		}
+		a, err := timeRuns(minTime/3, func() error { _, err := e.Encode(ctx, wshards); return err })
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		raw, agent = append(raw, median(r)), append(agent, median(a))
+		ratios = append(ratios, median(r).Seconds()/median(a).Seconds())
+	}
+	return raw, agent, ratios, nil
+}
+
 func shapeName(k, m, size int) string { return fmt.Sprintf("%d+%d %d MiB", k, m, size>>20) }
 
 func gbs(size int, d time.Duration) float64 { return float64(size) / d.Seconds() / 1e9 }
@@ -167,7 +199,7 @@ func benchEC(ctx context.Context, rep *Report, quick bool) error {
 	if err != nil {
 		return err
 	}
-	old, err := pinAll(0) // this process (the host rail, the raw library): the first core
+	old, err := pinAll(0) // this process (the host rail, and the waiter on the agent): the first core
 	if err != nil {
 		return err
 	}
@@ -201,39 +233,11 @@ func benchEC(ctx context.Context, rep *Report, quick bool) error {
 			}
 			wshards := ecStripe(buf, sh.k, sh.m, size)
 			e, _ := c.EC(sh.k, sh.m, host.WithRails(host.RailsDPU))
-			// A fresh agent's first 100 ms or so of ops ran at half speed
-			// (its heap and the runtime settling): measured is the agent in
-			// its steady state, as the raw library is.
-			for t0 := time.Now(); time.Since(t0) < 200*time.Millisecond; {
-				if _, err := e.Encode(ctx, wshards); err != nil {
-					c.Free(buf)
-					stop()
-					return err
-				}
-			}
-			// The raw library and the agent in turns, a batch of each per
-			// round, so both meet the same moments of a noisy machine.
-			var raw, agent []time.Duration
-			var ratios []float64
-			for round := 0; round < 3; round++ {
-				var r []time.Duration
-				err := onCPU(agentCPU, func() (err error) {
-					r, err = timeRuns(minTime/3, func() error { return coder.Encode(shards) })
-					return err
-				})
-				if err != nil {
-					c.Free(buf)
-					stop()
-					return err
-				}
-				a, err := timeRuns(minTime/3, func() error { _, err := e.Encode(ctx, wshards); return err })
-				if err != nil {
-					c.Free(buf)
-					stop()
-					return err
-				}
-				raw, agent = append(raw, median(r)), append(agent, median(a))
-				ratios = append(ratios, median(r).Seconds()/median(a).Seconds())
+			raw, agent, ratios, err := rawAndAgent(ctx, coder, e, shards, wshards, agentCPU, minTime)
+			if err != nil {
+				c.Free(buf)
+				stop()
+				return err
 			}
 			ours, agentHash := parityFNV(shards[sh.k:]), parityFNV(wshards[sh.k:])
 			c.Free(buf)
