@@ -57,11 +57,18 @@ func planDisk(total, memtable int64, memtables int) diskPlan {
 	// Badger's sparse files: the active value-log file (created at twice
 	// its size), each memtable's log (written up to the memtable's size),
 	// the tables a flush and a compaction write before they delete what
-	// they replace.
-	p.reserve = 2*p.vlogFile + int64(memtables+1)*p.memtable + max(8*p.memtable, total/8) + 1<<20
+	// they replace — an eighth of the disk, but no more than maxCompaction
+	// (those tables follow Badger's table sizes, not the disk's: a 258 GB
+	// disk kept 33 GiB free).
+	p.reserve = 2*p.vlogFile + int64(memtables+1)*p.memtable + max(8*p.memtable, min(total/8, maxCompaction)) + 1<<20
 	p.resume = p.reserve + max(p.reserve/4, 1<<20)
 	return p
 }
+
+// maxCompaction bounds what the reserve keeps for the tables Badger's
+// flushes and compactions (two at a time) write before they delete what
+// they replace.
+const maxCompaction = 4 << 30
 
 func pow2Floor(n int64) int64 {
 	if n <= 0 {
@@ -85,6 +92,7 @@ type diskGuard struct {
 	dir             string
 	reserve, resume int64
 	checkEvery      time.Duration
+	space           func() (free int64, err error) // the file system's free bytes (fsSpace)
 	mu              sync.Mutex
 	checked         time.Time // last statfs
 	since           int64     // bytes the rounds may have written since
@@ -95,7 +103,8 @@ type diskGuard struct {
 }
 
 func newDiskGuard(dir string, p diskPlan) *diskGuard {
-	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, checkEvery: 100 * time.Millisecond}
+	g := &diskGuard{dir: dir, reserve: p.reserve, resume: p.resume, checkEvery: 100 * time.Millisecond,
+		space: func() (int64, error) { _, free, err := fsSpace(dir); return free, err }}
 	g.recheck()
 	return g
 }
@@ -149,7 +158,7 @@ func (g *diskGuard) err() error {
 func (g *diskGuard) recheck() {
 	g.checked, g.since = time.Now(), 0
 	g.next.Store(g.checked.Add(g.checkEvery).UnixNano())
-	_, free, err := fsSpace(g.dir)
+	free, err := g.space()
 	if err != nil {
 		free = 0 // cannot tell: refuse
 	}
