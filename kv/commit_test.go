@@ -357,7 +357,7 @@ func reopenUncached(t *testing.T, s *Store, dir string) *Store {
 // server's clients do once their replies reach them, still share one sync
 // per round: a round does not start with the first of them and leave the
 // rest a whole sync to wait for the next. (Before rounds waited for their
-// writers, 32 such writers made 15 writes per sync.)
+// writers, 32 such writers made 11–13 writes per sync.)
 func TestSyncRoundsWaitForTheirWriters(t *testing.T) {
 	s := open(t) // Sync
 	// The disk's sync time, once the store's files are made: the writers
