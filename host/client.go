@@ -12,6 +12,7 @@ import (
 
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -29,6 +30,12 @@ var ErrClosed = errors.New("host: client closed")
 
 // ErrTarget is returned by Dial for a target it cannot parse.
 var ErrTarget = errors.New("host: bad target")
+
+// ErrAgentDead says a shared-memory dial found a region whose agent's
+// heartbeat stood still for the agent timeout (WithAgentTimeout): the agent
+// died without removing it (SIGKILL, a crash). Trying again does not help
+// until an agent formats the region again.
+var ErrAgentDead = ring.ErrAgentSilent
 
 // Request is one op: its code, two arguments, the buffers handed to the
 // agent (In) and the buffers it may write into (Out), at most

@@ -160,6 +160,7 @@ func (t *shmTransport) attach(ctx context.Context) error {
 			return err
 		}
 	}
+	h.SetAgentTimeout(t.o.agentTimeout)
 	qp, err := h.Lease(ctx, t.prefer)
 	if err != nil {
 		return err

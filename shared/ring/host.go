@@ -13,12 +13,24 @@ import (
 // ErrNoQueuePair is returned by Lease when every queue pair is taken.
 var ErrNoQueuePair = errors.New("ring: no free queue pair")
 
+// ErrAgentSilent says the agent's heartbeat stood still for the host's
+// agent timeout while a lease waited for it: the agent died without
+// marking its region (SIGKILL), or is stalled past the timeout.
+var ErrAgentSilent = errors.New("ring: agent heartbeat stood still")
+
+// DefaultAgentTimeout is how long a heartbeat of the agent may stand still
+// before a host takes the agent for dead: the agent housekeeps at least
+// every 500 ms, even idle.
+const DefaultAgentTimeout = 2 * time.Second
+
 // Host is a host process's view of a region formatted by an agent. Its
 // geometry was read and checked once, at Attach.
 type Host struct {
 	r   *Region
 	l   layout
 	gen uint32
+
+	agentTimeout time.Duration // SetAgentTimeout
 }
 
 // Attach reads and checks the header of a region formatted by a running
@@ -55,7 +67,15 @@ func Attach(r *Region) (*Host, error) {
 	if st := r.word(l.block(0) + qState).Load(); stateGen(st) != gen {
 		return nil, fmt.Errorf("attach %s: header generation %d, queue pair 0 says %d: %w", r.path, gen, stateGen(st), ErrNotFormatted)
 	}
-	return &Host{r: r, l: l, gen: gen}, nil
+	return &Host{r: r, l: l, gen: gen, agentTimeout: DefaultAgentTimeout}, nil
+}
+
+// SetAgentTimeout sets how long the agent's heartbeat may stand still while
+// Lease waits for it to bind a pair (DefaultAgentTimeout).
+func (h *Host) SetAgentTimeout(d time.Duration) {
+	if d > 0 {
+		h.agentTimeout = d
+	}
 }
 
 // Geometry returns the region's geometry as read at Attach.
@@ -117,6 +137,9 @@ var bindWait = 3 * time.Second
 func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning bool, failed, err error) {
 	n := h.l.QueuePairs
 	pid := uint32(os.Getpid())
+	// One watch over the whole pass: the agent writes the same heartbeat
+	// into every pair's block, and a dead agent's stands still in all.
+	beat := BeatWatch{Timeout: h.agentTimeout, MaxGap: h.agentTimeout / 2}
 	for k := 0; k < n; k++ {
 		i := k
 		if prefer >= 0 && prefer < n {
@@ -138,13 +161,14 @@ func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning b
 		q.word(qStart).Store(selfStart())
 		q.word(qHeartbeat).Store(1)
 		q.ringDoorbell()
-		err := q.waitActive(ctx, 0, bindWait)
+		err := q.waitActive(ctx, 0, bindWait, &beat)
 		if err == nil {
 			return q, false, nil, nil
 		}
 		q.Release()
 		err = fmt.Errorf("lease queue pair %d: %w", i, err)
-		if errors.Is(err, wire.StatusRestarted) || errors.Is(err, wire.StatusUnavailable) && h.AgentStopped() || ctx.Err() != nil {
+		if errors.Is(err, wire.StatusRestarted) || errors.Is(err, ErrAgentSilent) ||
+			errors.Is(err, wire.StatusUnavailable) && h.AgentStopped() || ctx.Err() != nil {
 			return nil, false, nil, err
 		}
 		failed = err
@@ -290,17 +314,24 @@ func (q *HostQP) Reset(ctx context.Context) error {
 	q.resetReq = q.word(qResetReq).Load() + 1
 	q.word(qResetReq).Store(q.resetReq)
 	q.ringDoorbell()
-	if err := q.waitActive(ctx, uint16(q.resetReq), 5*time.Second); err != nil {
+	if err := q.waitActive(ctx, uint16(q.resetReq), 5*time.Second, nil); err != nil {
 		return fmt.Errorf("reset queue pair %d: %w", q.idx, err)
 	}
 	return nil
 }
 
 // waitActive waits (up to limit) for the agent to mark the pair active
-// with reset acknowledgement ack.
-func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration) error {
+// with reset acknowledgement ack. It gives up early, with ErrAgentSilent,
+// when the agent's heartbeat in the pair's block stands still for the
+// host's agent timeout, judged by beat (nil: a watch of its own).
+func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration, beat *BeatWatch) error {
 	var w Waiter
-	deadline := time.Now().Add(limit)
+	now := time.Now()
+	deadline := now.Add(limit)
+	if beat == nil {
+		beat = &BeatWatch{Timeout: q.h.agentTimeout, MaxGap: q.h.agentTimeout / 2}
+	}
+	beat.Look(now, q.AgentHeartbeat())
 	for {
 		st := q.word(qState).Load()
 		if stateGen(st) != q.h.gen {
@@ -323,7 +354,11 @@ func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if still, dead := beat.Look(now, q.AgentHeartbeat()); dead {
+			return fmt.Errorf("queue pair %d: %w for %v (is the agent running?): %w", q.idx, ErrAgentSilent, still.Round(time.Millisecond), wire.StatusUnavailable)
+		}
+		if now.After(deadline) {
 			return fmt.Errorf("agent did not bind the pair within %v: %w", limit, wire.StatusUnavailable)
 		}
 		w.Wait()

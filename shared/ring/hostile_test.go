@@ -316,3 +316,38 @@ func TestTruncatedRegionFaultsAreCaught(t *testing.T) {
 	var p *int
 	r.CatchFault(func() { _ = *p })
 }
+
+// TestLeaseGivesUpOnADeadAgent: a region whose agent was killed (SIGKILL:
+// it still reads "ready") binds no pair. Lease must say so once the
+// agent's heartbeat has stood still for the host's agent timeout, not
+// wait out the bind wait of every pair in turn (16 × 3 s by default) or
+// the caller's whole deadline.
+func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
+	r, _ := newRegion(t, Geometry{QueuePairs: 4, Entries: 4, WindowSize: 4096}, AgentConfig{})
+	h, err := Attach(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	h.SetAgentTimeout(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	q, err := h.Lease(ctx, -1)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("leased pair %d of a dead agent", q.Index())
+	}
+	if !errors.Is(err, ErrAgentSilent) || !errors.Is(err, wire.StatusUnavailable) {
+		t.Fatalf("lease from a dead agent: %v, want ErrAgentSilent and StatusUnavailable", err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("lease from a dead agent took %v (agent timeout %v)", took, timeout)
+	}
+	// Nothing stranded: every pair is free again for the next agent.
+	for i := range 4 {
+		if w := h.qp(i).word(qLease).Load(); leasePID(w) != releasedPID && leasePID(w) != 0 {
+			t.Errorf("pair %d left leased to pid %d", i, leasePID(w))
+		}
+	}
+}

@@ -80,7 +80,10 @@ func TestCollBenchAgentKilled(t *testing.T) {
 			agent = findProcess("--shm\x00" + shm + "\x00")
 			return agent != 0 && strings.Contains(out.String(), "rail")
 		})
-		time.Sleep(time.Duration(500+300*round) * time.Millisecond) // mid-run
+		// Round 0 kills at once, while the ranks may still be attaching
+		// (a lease must notice the agent's heartbeat standing still);
+		// the others mid-run.
+		time.Sleep(time.Duration(550*round) * time.Millisecond)
 		syscall.Kill(agent, syscall.SIGKILL)
 		killed := time.Now()
 		err := cmd.Wait()

@@ -169,13 +169,14 @@ func runRank(ctx context.Context, o rankOptions) error {
 }
 
 // dialAgent dials the agent, trying again for a few seconds while it
-// formats its region (the driver waited for the file's size).
+// formats its region (the driver waited for the file's size); an agent
+// whose heartbeat stood still (it died) is not waited for.
 func dialAgent(ctx context.Context, target string, opts ...host.Option) (*host.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
 		cl, err := host.Dial(ctx, host.ParseTarget(target), opts...)
-		if err == nil || errors.Is(err, host.ErrTarget) {
+		if err == nil || errors.Is(err, host.ErrTarget) || errors.Is(err, host.ErrAgentDead) {
 			return cl, err
 		}
 		select {
