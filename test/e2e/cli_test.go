@@ -264,3 +264,27 @@ func TestClusterCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIAgentKilled: an agent killed with SIGKILL leaves its region file
+// behind, still reading "ready". hecctl against it must say, within the
+// agent timeout and some slack, that the agent there stopped beating — not
+// wait out its whole dial deadline and report "context deadline exceeded".
+func TestCLIAgentKilled(t *testing.T) {
+	testutil.Hecctl(t) // built before the clock starts
+	region, _, _, agent := startHecd(t)
+	agent.Process.Kill()
+	agent.Wait()
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("a killed agent's region: %v", err)
+	}
+	start := time.Now()
+	r := hecctl(t, nil, "--agent", "shm://"+region, "ping", "--n", "1")
+	took := time.Since(start)
+	t.Logf("hecctl ping, its agent killed: exit %d after %v: %s", r.code, took.Round(time.Millisecond), r.stderr)
+	if r.code != 3 || !strings.Contains(r.stderr, "heartbeat") || !strings.Contains(r.stderr, "start one") {
+		t.Errorf("ping a killed agent's region: exit %d, %q (want 3, the heartbeat named, and what to do)", r.code, r.stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("ping a killed agent's region took %v (agent timeout 2 s)", took)
+	}
+}

@@ -36,6 +36,10 @@ func explain(err error, a *app) (int, string) {
 		case !strings.Contains(line, "no challenge"):
 			line += " (the token given was refused)"
 		}
+	case errors.As(err, &un) && errors.Is(err, host.ErrAgentDead):
+		code = exitUnreachable
+		line = fmt.Sprintf("no agent at %s (the heartbeat of the agent that made it stood still: it was killed or crashed, and left its region file): start one with bin/hecd, or pass --agent",
+			strings.TrimPrefix(un.target, "shm://"))
 	case errors.As(err, &un):
 		code = exitUnreachable
 		line = fmt.Sprintf("no agent at %s (%s): %s", strings.TrimPrefix(un.target, "shm://"), rootCause(un.err), hintFor(un.target))
