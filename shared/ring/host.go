@@ -139,7 +139,7 @@ func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning b
 	pid := uint32(os.Getpid())
 	// One watch over the whole pass: the agent writes the same heartbeat
 	// into every pair's block, and a dead agent's stands still in all.
-	beat := BeatWatch{Timeout: h.agentTimeout, MaxGap: h.agentTimeout / 2}
+	beat := h.agentWatch()
 	for k := 0; k < n; k++ {
 		i := k
 		if prefer >= 0 && prefer < n {
@@ -161,7 +161,7 @@ func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning b
 		q.word(qStart).Store(selfStart())
 		q.word(qHeartbeat).Store(1)
 		q.ringDoorbell()
-		err := q.waitActive(ctx, 0, bindWait, &beat)
+		err := q.waitActive(ctx, 0, bindWait, beat)
 		if err == nil {
 			return q, false, nil, nil
 		}
@@ -174,6 +174,32 @@ func (h *Host) tryLease(ctx context.Context, prefer int) (q *HostQP, returning b
 		failed = err
 	}
 	return nil, returning, failed, nil
+}
+
+// agentWatch judges, while a host waits for the agent, whether the agent
+// is alive: by the pair's copy of its heartbeat and by the header's.
+type agentWatch struct{ pair, header BeatWatch }
+
+func (h *Host) agentWatch() *agentWatch {
+	w := BeatWatch{Timeout: h.agentTimeout, MaxGap: h.agentTimeout / 2}
+	return &agentWatch{pair: w, header: w}
+}
+
+// look records what q shows. Only both heartbeats standing still for the
+// timeout make the agent dead (ErrAgentSilent): a host that scribbles on
+// one word — the header, or a free pair's copy — does not make others
+// give up a live agent. The pair's copy alone standing still gives up
+// that pair (another can still bind).
+func (w *agentWatch) look(now time.Time, q *HostQP) error {
+	still, pairDead := w.pair.Look(now, q.AgentHeartbeat())
+	_, headerDead := w.header.Look(now, q.h.AgentHeartbeat())
+	switch {
+	case pairDead && headerDead:
+		return fmt.Errorf("queue pair %d: %w for %v (is the agent running?): %w", q.idx, ErrAgentSilent, still.Round(time.Millisecond), wire.StatusUnavailable)
+	case pairDead:
+		return fmt.Errorf("queue pair %d: its copy of the agent's heartbeat stood still for %v while the header's moved: %w", q.idx, still.Round(time.Millisecond), wire.StatusUnavailable)
+	}
+	return nil
 }
 
 func (h *Host) qp(i int) *HostQP {
@@ -321,17 +347,17 @@ func (q *HostQP) Reset(ctx context.Context) error {
 }
 
 // waitActive waits (up to limit) for the agent to mark the pair active
-// with reset acknowledgement ack. It gives up early, with ErrAgentSilent,
-// when the agent's heartbeat in the pair's block stands still for the
-// host's agent timeout, judged by beat (nil: a watch of its own).
-func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration, beat *BeatWatch) error {
+// with reset acknowledgement ack. It gives up early when the agent's
+// heartbeat stands still for the host's agent timeout, judged by beat
+// (nil: a watch of its own; agentWatch.look says how).
+func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration, beat *agentWatch) error {
 	var w Waiter
 	now := time.Now()
 	deadline := now.Add(limit)
 	if beat == nil {
-		beat = &BeatWatch{Timeout: q.h.agentTimeout, MaxGap: q.h.agentTimeout / 2}
+		beat = q.h.agentWatch()
 	}
-	beat.Look(now, q.AgentHeartbeat())
+	_ = beat.look(now, q) // the first look starts the watch; one that already ran out says so below
 	for {
 		st := q.word(qState).Load()
 		if stateGen(st) != q.h.gen {
@@ -355,8 +381,8 @@ func (q *HostQP) waitActive(ctx context.Context, ack uint16, limit time.Duration
 			return err
 		}
 		now := time.Now()
-		if still, dead := beat.Look(now, q.AgentHeartbeat()); dead {
-			return fmt.Errorf("queue pair %d: %w for %v (is the agent running?): %w", q.idx, ErrAgentSilent, still.Round(time.Millisecond), wire.StatusUnavailable)
+		if err := beat.look(now, q); err != nil {
+			return err
 		}
 		if now.After(deadline) {
 			return fmt.Errorf("agent did not bind the pair within %v: %w", limit, wire.StatusUnavailable)

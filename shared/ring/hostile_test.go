@@ -351,3 +351,42 @@ func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseMovesOnPastAFrozenPairHeartbeat: a host that holds a free
+// pair's copy of the agent's heartbeat still (and keeps it from binding)
+// must not make Lease take the agent for dead while the header's
+// heartbeat moves: Lease gives that pair up after the agent timeout and
+// leases the next.
+func TestLeaseMovesOnPastAFrozenPairHeartbeat(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{})
+	// An agent that serves only pair 1 and beats in the header and in
+	// pair 1's block; pair 0's copy of its heartbeat stands still.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for beat := uint64(100); ctx.Err() == nil; beat++ {
+			r.word(hHeartbeat).Store(beat)
+			a.qps[1].set(qAgentBeat, beat)
+			a.qps[1].housekeep(time.Now())
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	h, err := Attach(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetAgentTimeout(200 * time.Millisecond)
+	start := time.Now()
+	q, err := h.Lease(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("lease beside a pair whose heartbeat copy stood still: %v", err)
+	}
+	if q.Index() != 1 {
+		t.Fatalf("leased pair %d, want 1", q.Index())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("lease took %v: pair 0 should be given up after the agent timeout (200ms), not the bind wait", took)
+	}
+}
