@@ -214,6 +214,21 @@ func mustLease(t testing.TB, r *Region) (*Host, *HostQP) {
 	return h, q
 }
 
+// everyMillisecond runs fn on a goroutine of its own every millisecond
+// until the test ends: an agent's side that a test drives itself.
+func everyMillisecond(t testing.TB, fn func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fn()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // leaseHousekeeping leases a pair while driving the agent's housekeeping
 // itself, for tests without a server goroutine.
 func leaseHousekeeping(t testing.TB, r *Region, a *Agent) *HostQP {

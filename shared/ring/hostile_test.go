@@ -251,16 +251,7 @@ func TestLeaseMovesOnPastAPairThatDoesNotBind(t *testing.T) {
 	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	// An agent that serves only pair 1: pair 0 stays free in the region
 	// but is never bound.
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			a.qps[1].housekeep(time.Now())
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	defer func() { cancel(); <-done }()
+	everyMillisecond(t, func() { a.qps[1].housekeep(time.Now()) })
 	h, err := Attach(r)
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +314,10 @@ func TestTruncatedRegionFaultsAreCaught(t *testing.T) {
 // wait out the bind wait of every pair in turn (16 × 3 s by default) or
 // the caller's whole deadline.
 func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
+	// The bind wait outlasts the test: only the heartbeat can end it.
+	old := bindWait
+	bindWait = time.Hour
+	defer func() { bindWait = old }()
 	r, _ := newRegion(t, Geometry{QueuePairs: 4, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	h, err := Attach(r)
 	if err != nil {
@@ -332,17 +327,12 @@ func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
 	h.SetAgentTimeout(timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := time.Now()
 	q, err := h.Lease(ctx, -1)
-	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("leased pair %d of a dead agent", q.Index())
 	}
 	if !errors.Is(err, ErrAgentSilent) || !errors.Is(err, wire.StatusUnavailable) {
 		t.Fatalf("lease from a dead agent: %v, want ErrAgentSilent and StatusUnavailable", err)
-	}
-	if took > 2*time.Second {
-		t.Fatalf("lease from a dead agent took %v (agent timeout %v)", took, timeout)
 	}
 	// Nothing stranded: every pair is free again for the next agent.
 	for i := range 4 {
@@ -358,35 +348,32 @@ func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
 // heartbeat moves: Lease gives that pair up after the agent timeout and
 // leases the next.
 func TestLeaseMovesOnPastAFrozenPairHeartbeat(t *testing.T) {
+	// The bind wait outlasts the test: only the heartbeat can give pair 0 up.
+	old := bindWait
+	bindWait = time.Hour
+	defer func() { bindWait = old }()
 	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	// An agent that serves only pair 1 and beats in the header and in
 	// pair 1's block; pair 0's copy of its heartbeat stands still.
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for beat := uint64(100); ctx.Err() == nil; beat++ {
-			r.word(hHeartbeat).Store(beat)
-			a.qps[1].set(qAgentBeat, beat)
-			a.qps[1].housekeep(time.Now())
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	defer func() { cancel(); <-done }()
+	beat := uint64(100)
+	everyMillisecond(t, func() {
+		beat++
+		r.word(hHeartbeat).Store(beat)
+		a.qps[1].set(qAgentBeat, beat)
+		a.qps[1].housekeep(time.Now())
+	})
 	h, err := Attach(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.SetAgentTimeout(200 * time.Millisecond)
-	start := time.Now()
-	q, err := h.Lease(context.Background(), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a failure, not a hang
+	defer cancel()
+	q, err := h.Lease(ctx, 0)
 	if err != nil {
 		t.Fatalf("lease beside a pair whose heartbeat copy stood still: %v", err)
 	}
 	if q.Index() != 1 {
 		t.Fatalf("leased pair %d, want 1", q.Index())
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("lease took %v: pair 0 should be given up after the agent timeout (200ms), not the bind wait", took)
 	}
 }
