@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,7 @@ type Options struct {
 	// other names run side by side. VM records the ones taken.
 	MgmtPort, TCPPort, RESPPort, UDPPort int
 	PortBase                             int
-	ReadyTimeout                         time.Duration // default 60s
+	ReadyTimeout                         time.Duration // default DefaultReadyTimeout
 	// LeaseTimeout for the agent (hec.lease_timeout); default the agent's.
 	LeaseTimeout time.Duration
 	// KernelArgs are appended to the kernel command line (hec.* settings,
@@ -90,10 +91,15 @@ func (o Options) withDefaults() Options {
 		o.DiskSize = 256 << 20
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 60 * time.Second
+		o.ReadyTimeout = DefaultReadyTimeout
 	}
 	return o
 }
+
+// DefaultReadyTimeout is how long Up waits for the agent to become ready:
+// a VM boots in 5–10 s on an idle machine of two cores, several times that
+// on a busy one (the CPU is emulated).
+const DefaultReadyTimeout = 60 * time.Second
 
 // VM is a running (or recorded) virtual machine.
 type VM struct {
@@ -238,20 +244,19 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "qemu: started (pid %d), console %s\n", vm.PID, console)
 	}
-	if err := waitReady(ctx, client, vm.Mgmt, vm.Token(), o.ReadyTimeout, exited, stages(console, o.Progress)); err != nil {
+	stages := &bootStages{console: console, w: o.Progress}
+	if err := waitReady(ctx, client, vm.Mgmt, vm.Token(), o.ReadyTimeout, exited, stages.poll); err != nil {
 		cmd.Process.Kill()
 		<-exited
 		if errors.Is(err, errExited) {
 			err = fmt.Errorf("%w: %v", err, waitErr)
 		}
-		tail, _ := os.ReadFile(console)
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
 		if why, ok := vm.Panic(); ok {
 			err = fmt.Errorf("%w; the guest kernel panicked: %s", err, why)
 		}
-		return nil, fmt.Errorf("VM %s not ready: %w\nconsole (%s):\n%s", o.Name, err, console, tail)
+		stages.poll()
+		text, _ := os.ReadFile(console)
+		return nil, notReady(o.Name, console, stages.reached(), text, err)
 	}
 	vm.BootTime = time.Since(start)
 	// QEMU stays, reaped by the goroutine above while this process lives
@@ -260,28 +265,65 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 	return vm, vm.save()
 }
 
-// stages returns a function that reports the boot stages the console
-// shows, each once.
-func stages(console string, w io.Writer) func() {
-	if w == nil {
-		return func() {}
+// bootMarks are the console lines that show the boot's stages, in order,
+// and what each says to the operator.
+var bootMarks = []struct{ mark, say string }{
+	{"msg=init ", "the guest kernel is up: process 1 (hecd) is setting the machine up"},
+	{`msg="init done"`, "network, state disk and region ready: starting the agent"},
+	{`msg="agent started"`, "the agent is starting its services"},
+}
+
+// bootStages follows the boot's stages on the console: poll tells w (when
+// set) each stage reached, once.
+type bootStages struct {
+	console string
+	w       io.Writer
+	next    int // bootMarks seen so far
+}
+
+func (s *bootStages) poll() {
+	if s.next == len(bootMarks) {
+		return
 	}
-	marks := []struct{ mark, say string }{
-		{"msg=init ", "the guest kernel is up: process 1 (hecd) is setting the machine up"},
-		{`msg="init done"`, "network, state disk and region ready: starting the agent"},
-		{`msg="agent started"`, "the agent is starting its services"},
-	}
-	next := 0
-	return func() {
-		if next == len(marks) {
-			return
+	b, _ := os.ReadFile(s.console)
+	for s.next < len(bootMarks) && strings.Contains(string(b), bootMarks[s.next].mark) {
+		if s.w != nil {
+			fmt.Fprintf(s.w, "qemu: %s\n", bootMarks[s.next].say)
 		}
-		b, _ := os.ReadFile(console)
-		for next < len(marks) && strings.Contains(string(b), marks[next].mark) {
-			fmt.Fprintf(w, "qemu: %s\n", marks[next].say)
-			next++
-		}
+		s.next++
 	}
+}
+
+// reached is the last stage the console showed ("" none).
+func (s *bootStages) reached() string {
+	if s.next == 0 {
+		return ""
+	}
+	return bootMarks[s.next-1].say
+}
+
+// consoleTail is how much of the console a boot that failed carries.
+const consoleTail = 2000
+
+// notReady is Up's error for a VM that did not become ready: its first
+// line says how far the boot got and the console's last line (a tool that
+// prints one line, as hecctl does, shows where the boot stuck); the
+// console's tail follows.
+func notReady(name, console, reached string, text []byte, err error) error {
+	where := "the console shows no boot stage yet"
+	if reached != "" {
+		where = "it got as far as: " + reached
+	}
+	text = bytes.TrimRight(text, "\r\n") // a serial console ends lines in CR LF
+	last := bytes.TrimRight(text[bytes.LastIndexByte(text, '\n')+1:], "\r")
+	if len(last) > 300 {
+		last = last[:300]
+	}
+	if len(text) > consoleTail {
+		text = text[len(text)-consoleTail:]
+	}
+	return fmt.Errorf("VM %s not ready: %w; %s; the console's last line: %q (all of it: %s)\nconsole's tail:\n%s",
+		name, err, where, last, console, text)
 }
 
 // errExited is waitReady's error when QEMU ended first.

@@ -17,10 +17,11 @@ func qemuCmd(a *app) *cobra.Command {
 	q.PersistentFlags().StringVar(&name, "name", "hec-vm", "VM name (state in "+qemu.StateRoot()+"/NAME)")
 	var bundle string
 	var ports int
+	var ready time.Duration
 	up := &cobra.Command{Use: "up", Short: "boot a VM; prints how to reach every service", Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(a.out, "booting VM %s (QEMU arm64, TCG) ...\n", name)
-			vm, err := qemu.Up(cmd.Context(), qemu.Options{Name: name, Bundle: bundle, PortBase: ports, Progress: a.out})
+			vm, err := qemu.Up(cmd.Context(), qemu.Options{Name: name, Bundle: bundle, PortBase: ports, ReadyTimeout: ready, Progress: a.out})
 			if err != nil {
 				return err
 			}
@@ -30,6 +31,7 @@ func qemuCmd(a *app) *cobra.Command {
 		}}
 	up.Flags().StringVar(&bundle, "bundle", "", "image bundle (default .cache/images/qemu)")
 	up.Flags().IntVar(&ports, "ports", 0, "forward the management, TCP handoff, RESP and UDP GET ports from BASE..BASE+3 (default: free ones)")
+	up.Flags().DurationVar(&ready, "ready-timeout", qemu.DefaultReadyTimeout, "how long the agent has to become ready (QEMU emulates the arm64 CPU: a busy machine boots slower)")
 	down := &cobra.Command{Use: "down", Short: "ask the agent to power off; kill QEMU if it does not; returns once QEMU is gone",
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
