@@ -67,7 +67,7 @@ func configureNetwork(log *slog.Logger, params map[string]string) (string, error
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		netlink.LinkSetUp(lo)
 	}
-	ip := params["hec.ip"]
+	ip := params[IPParam]
 	if ip == "" {
 		return "", nil
 	}
@@ -99,12 +99,12 @@ func configureNetwork(log *slog.Logger, params map[string]string) (string, error
 	if err := netlink.LinkSetUp(link); err != nil {
 		return name, err
 	}
-	if gw := params["hec.gw"]; gw != "" {
+	if gw := params[GatewayParam]; gw != "" {
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return name, fmt.Errorf("default route via %s: %w", gw, err)
 		}
 	}
-	log.Info("network", "link", name, "addr", ip, "gw", params["hec.gw"])
+	log.Info("network", "link", name, "addr", ip, "gw", params[GatewayParam])
 	return name, nil
 }
 

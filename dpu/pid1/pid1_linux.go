@@ -77,7 +77,7 @@ func Run(log *slog.Logger) error {
 	if nic != "" {
 		args = append(args, "--xdp", nic)
 	}
-	if key := params["hec.cluster_key"]; key != "" {
+	if key := params[ClusterKeyParam]; key != "" {
 		os.MkdirAll("/run/hec", 0o700)
 		if err := os.WriteFile("/run/hec/cluster.key", []byte(key), 0o600); err != nil {
 			log.Error("cluster key", "err", err)
@@ -86,7 +86,7 @@ func Run(log *slog.Logger) error {
 		}
 	}
 	stateDir := StateMount
-	if err := mountState(log, params["hec.state"]); err != nil {
+	if err := mountState(log, params[StateParam]); err != nil {
 		log.Error("state disk: running without persistent state", "err", err)
 		stateDir = "/run/hec"
 	}

@@ -141,9 +141,6 @@ func run(args []string) error {
 	return agent.Run(ctx)
 }
 
-// initOnly are the hec.* parameters process 1 reads itself.
-var initOnly = map[string]bool{"ip": true, "gw": true, "state": true, "cluster_key": true, "loader_tries": true, "loader_gate": true}
-
 // applyCmdline sets flags from hec.NAME=VALUE parameters of the kernel
 // command line (NAME's _ as -), after the command line's own flags.
 func applyCmdline(fs *flag.FlagSet, log *slog.Logger) {
@@ -152,10 +149,26 @@ func applyCmdline(fs *flag.FlagSet, log *slog.Logger) {
 		log.Warn("kernel command line", "err", err)
 		return
 	}
-	for _, f := range strings.Fields(string(b)) {
+	for _, ignored := range setFromCmdline(fs, string(b)) {
+		log.Warn("kernel command line: parameter ignored", "param", ignored.param, "err", ignored.err)
+	}
+}
+
+// cmdlineParam is a hec.* parameter the agent could not take as a flag.
+type cmdlineParam struct {
+	param string
+	err   error
+}
+
+// setFromCmdline sets fs's flags from cmdline's hec.NAME=VALUE parameters,
+// leaving process 1's own (pid1.Params) alone, and returns those that name
+// no flag or carry a bad value.
+func setFromCmdline(fs *flag.FlagSet, cmdline string) []cmdlineParam {
+	var ignored []cmdlineParam
+	for _, f := range strings.Fields(cmdline) {
 		k, v, ok := strings.Cut(f, "=")
 		name, isHec := strings.CutPrefix(k, "hec.")
-		if !ok || !isHec || initOnly[name] {
+		if !ok || !isHec || slices.Contains(pid1.Params, k) {
 			continue
 		}
 		flagName := strings.ReplaceAll(name, "_", "-")
@@ -163,9 +176,10 @@ func applyCmdline(fs *flag.FlagSet, log *slog.Logger) {
 			flagName = "log-level"
 		}
 		if err := fs.Set(flagName, v); err != nil {
-			log.Warn("kernel command line: parameter ignored", "param", f, "err", err)
+			ignored = append(ignored, cmdlineParam{f, err})
 		}
 	}
+	return ignored
 }
 
 // supervise is `hecd supervise [loader flags] -- [agent flags]`: the
