@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,11 +44,19 @@ func TestTwoVMsFromAnyDirectory(t *testing.T) {
 				os.Remove(vm.Shm)
 			}
 		})
-		out, err := hecctl(t.TempDir(), "qemu", "up", "--name", name, "--bundle", b)
+		// Two emulated VMs beside the other test packages can take
+		// minutes on a CI machine of two cores: the test is not about
+		// how fast they boot.
+		out, err := hecctl(t.TempDir(), "qemu", "up", "--name", name, "--bundle", b, "--ready-timeout", "4m")
 		if err != nil {
 			t.Fatalf("qemu up %s: %v %s\n%s", name, err, err.(*exec.ExitError).Stderr, out)
 		}
 		t.Logf("%s", out)
+		// The boot ROM's and process 1's parameters are not the agent's
+		// flags: it does not warn about them.
+		if console, err := os.ReadFile(filepath.Join(qemu.StateDirFor(name), "console.log")); err != nil || bytes.Contains(console, []byte("parameter ignored")) {
+			t.Errorf("console of %s: %v\n%s", name, err, console)
+		}
 		// From another directory: its record, with the addresses printed.
 		st, err := hecctl(t.TempDir(), "qemu", "status", "--name", name, "-o", "json")
 		if err != nil {
