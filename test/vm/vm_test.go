@@ -72,24 +72,33 @@ func bundle(t *testing.T) string {
 	return bundleDir
 }
 
-func boot(t *testing.T, name string, kernelArgs ...string) (*qemu.VM, qemu.Options) {
+// vmOptions are the options of a test VM: a state directory of the
+// test's, a region file and ports of its own. Whatever VM runs from that
+// state directory when the test ends is killed, and its region file
+// removed.
+func vmOptions(t *testing.T, name string, kernelArgs ...string) qemu.Options {
 	t.Helper()
 	o := qemu.Options{Name: name, Bundle: bundle(t), StateDir: filepath.Join(t.TempDir(), name), KernelArgs: strings.Join(kernelArgs, " "),
 		Shm: fmt.Sprintf("/dev/shm/hec-test-%s-%d", name, os.Getpid()), LeaseTimeout: time.Second,
 		MgmtPort: freePort(t), TCPPort: freePort(t), RESPPort: freePort(t), UDPPort: freePort(t)}
-	vm, err := qemu.Up(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Whatever VM runs from this state directory at the end (a test may
-	// have rebooted it) is killed, and its region file removed.
 	t.Cleanup(func() {
 		if last, err := qemu.Load(o.StateDir); err == nil {
 			last.PowerCut()
 		}
-		vm.PowerCut()
 		os.Remove(o.Shm)
 	})
+	return o
+}
+
+// boot boots a test VM (vmOptions).
+func boot(t *testing.T, name string, kernelArgs ...string) (*qemu.VM, qemu.Options) {
+	t.Helper()
+	o := vmOptions(t, name, kernelArgs...)
+	vm, err := qemu.Up(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.PowerCut() }) // a test may have rebooted it: vmOptions kills the last
 	t.Logf("VM %s: boot to ready %v", name, vm.BootTime.Round(time.Millisecond))
 	return vm, o
 }
