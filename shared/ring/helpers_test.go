@@ -214,6 +214,14 @@ func mustLease(t testing.TB, r *Region) (*Host, *HostQP) {
 	return h, q
 }
 
+// setBindWait sets how long a lease waits for the agent to bind a pair,
+// until the test ends.
+func setBindWait(t testing.TB, d time.Duration) {
+	old := bindWait
+	bindWait = d
+	t.Cleanup(func() { bindWait = old })
+}
+
 // everyMillisecond runs fn on a goroutine of its own every millisecond
 // until the test ends: an agent's side that a test drives itself.
 func everyMillisecond(t testing.TB, fn func()) {

@@ -245,9 +245,7 @@ func TestFullCompletionRingIsNotWork(t *testing.T) {
 // TestLeaseMovesOnPastAPairThatDoesNotBind: a pair the agent does not bind
 // in time is given back and the next one leased.
 func TestLeaseMovesOnPastAPairThatDoesNotBind(t *testing.T) {
-	old := bindWait
-	bindWait = 200 * time.Millisecond
-	defer func() { bindWait = old }()
+	setBindWait(t, 200*time.Millisecond)
 	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	// An agent that serves only pair 1: pair 0 stays free in the region
 	// but is never bound.
@@ -315,9 +313,7 @@ func TestTruncatedRegionFaultsAreCaught(t *testing.T) {
 // the caller's whole deadline.
 func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
 	// The bind wait outlasts the test: only the heartbeat can end it.
-	old := bindWait
-	bindWait = time.Hour
-	defer func() { bindWait = old }()
+	setBindWait(t, time.Hour)
 	r, _ := newRegion(t, Geometry{QueuePairs: 4, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	h, err := Attach(r)
 	if err != nil {
@@ -349,9 +345,7 @@ func TestLeaseGivesUpOnADeadAgent(t *testing.T) {
 // leases the next.
 func TestLeaseMovesOnPastAFrozenPairHeartbeat(t *testing.T) {
 	// The bind wait outlasts the test: only the heartbeat can give pair 0 up.
-	old := bindWait
-	bindWait = time.Hour
-	defer func() { bindWait = old }()
+	setBindWait(t, time.Hour)
 	r, a := newRegion(t, Geometry{QueuePairs: 2, Entries: 4, WindowSize: 4096}, AgentConfig{})
 	// An agent that serves only pair 1 and beats in the header and in
 	// pair 1's block; pair 0's copy of its heartbeat stands still.
