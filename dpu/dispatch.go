@@ -118,6 +118,8 @@ type job struct {
 	queued time.Time     // workQueue: when pushed
 	lone   bool          // nothing else of its pair queued or running then
 	waited time.Duration // from pushed to started
+
+	queuedAtSlice uint64 // workQueue.slices when pushed
 }
 
 // NewDispatcher returns a dispatcher with the agent's own ops (PING and
@@ -212,14 +214,15 @@ func (d *Dispatcher) ServeFrame(ctx context.Context, req *wire.Desc, payload []b
 }
 
 // runWorkers serves non-inline jobs until the work queue is closed; a job
-// that yields (Request.Yield) lets its worker serve, right there, the job
-// of a pair that has nothing running.
+// that yields (Request.Yield) lets its worker serve, right there, another
+// pair's lone job.
 func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	for i := 0; i < d.workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			yield := func() { d.yield(ctx) } // made once: not an allocation per job
+			var yield func()
+			yield = func() { d.yield(ctx, yield) } // made once: not an allocation per job
 			for {
 				j := d.work.pop()
 				if j == nil {
@@ -265,28 +268,32 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 	return true
 }
 
-// yield is Request.Yield on a worker: it serves, before the job goes on,
-// the job of a pair that has nothing running (workQueue.preempt): one
-// queued already, then one the poller queues while this goroutine lets
-// the others have the P. The poller, which takes that job from the rings,
-// could otherwise run only when this one ends (or the runtime preempts
-// it, after 10 ms) where workers hold every P (an agent on one core has
-// one); and a job queued before the slice ended is not kept waiting
-// behind the poller's own pass (a wake of a sleeping host is a system
-// call of tens of microseconds on a virtualised core).
-func (d *Dispatcher) yield(ctx context.Context) {
-	if nj := d.work.preempt(); nj != nil {
-		d.runJob(ctx, nj, nil)
+// yield is Request.Yield on a worker (yield itself): it serves, before
+// the job goes on, a lone job of another pair (workQueue.preempt): one
+// queued already, then one the poller queues
+// while this goroutine lets the others have the P. The poller, which
+// takes that job from the rings, could otherwise run only when this one
+// ends (or the runtime preempts it, after 10 ms) where workers hold every
+// P (an agent on one core has one); and a job queued before the slice
+// ended is not kept waiting behind the poller's own pass (a wake of a
+// sleeping host is a system call of tens of microseconds on a virtualised
+// core). The job served here yields in turn, so a pair's lone request
+// waits for one slice also while another lone job (a pair sending one
+// costly descriptor at a time) runs inside a flood's; nesting goes no
+// deeper than there are pairs, since each level is a pair that had
+// nothing running.
+func (d *Dispatcher) yield(ctx context.Context, yield func()) {
+	if nj := d.work.endSlice(); nj != nil {
+		d.runJob(ctx, nj, yield)
 	}
 	runtime.Gosched()
 	if nj := d.work.preempt(); nj != nil {
-		d.runJob(ctx, nj, nil)
+		d.runJob(ctx, nj, yield)
 	}
 }
 
 // runJob serves one job on a worker and hands it to the poller; yield is
-// what the handler's Request.Yield does (nil inside a job served in
-// another's yield: one level only). A job whose accesses to the region
+// what the handler's Request.Yield does. A job whose accesses to the region
 // fault (its file was truncated) completes with StatusUnavailable and
 // marks the region lost for the poller.
 func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func()) {
@@ -660,6 +667,12 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 // was its queue pair's only work: what fair sharing bounds to one slice of
 // another pair's work (plus the scheduling of the machine).
 func (d *Dispatcher) LoneWaitMax() time.Duration { return d.work.loneWait() }
+
+// LoneWaitSlices returns the most slices of other requests' work that
+// passed while a request waited for a worker as its queue pair's only
+// work: the bound fair sharing keeps (one) in units of work, which the
+// machine's stalls of the agent's cores do not change.
+func (d *Dispatcher) LoneWaitSlices() uint64 { return d.work.loneWaitSlices() }
 
 // RingCounters returns, over the agent's life (rebuilt regions included):
 // faults, fences, header repairs, state-word repairs, and how often the

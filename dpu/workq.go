@@ -7,32 +7,36 @@ import (
 
 // workQueue holds the jobs handed to the worker pool, one FIFO per queue
 // pair, and hands them out fairly: a free worker takes the oldest job of
-// the pair with the fewest jobs running, and among those the pair served
-// least recently. A pair that floods the agent with costly descriptors
-// therefore cannot make another pair's job wait behind its queue. Nor
-// behind the jobs already running: a long job yields every slice
-// (Request.Yield, every YieldEvery bytes), and its worker then serves the
-// job of a pair that has nothing running (preempt) before it goes on. So a
-// pair's lone job waits for at most one slice of another pair's work
-// (wire.MaxTouch bounds the whole of one descriptor's).
+// the pair with the fewest jobs running, and among those the pair whose
+// last job ended longest ago. A pair that floods the agent with costly
+// descriptors therefore cannot make another pair's job wait behind its
+// queue. Nor behind the jobs already running: a long job yields every
+// slice (Request.Yield, every YieldEvery bytes), and its worker then
+// serves a lone job (its pair's only work) before it goes on (preempt);
+// that job yields in turn, so jobs nest at most as deep as there are
+// pairs. So a pair's lone job waits for at most one slice of another
+// pair's work (wire.MaxTouch bounds the whole of one descriptor's), and
+// the queue counts the slices it waited (loneWaitSlices).
 type workQueue struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	pairs   []*pairQueue // by queue pair index, grown on demand
 	waiting []*pairQueue // pairs with jobs queued
-	starts  uint64       // jobs started, all pairs
+	ends    uint64       // jobs ended, all pairs
+	slices  uint64       // slices ended, all pairs: a yield or a job's end
 	idle    int          // workers waiting in pop
 	closed  bool
 
-	loneWaitMax time.Duration
+	loneWaitMax       time.Duration
+	loneWaitSlicesMax uint64
 }
 
 type pairQueue struct {
-	jobs      []*job
-	head      int
-	running   int
-	lastStart uint64 // starts when this pair last started a job
-	waiting   bool
+	jobs    []*job
+	head    int
+	running int
+	lastEnd uint64 // ends when a job of this pair last ended
+	waiting bool
 }
 
 func newWorkQueue() *workQueue {
@@ -53,6 +57,7 @@ func (q *workQueue) push(j *job) {
 	q.mu.Lock()
 	p := q.pair(j.q.Index())
 	j.queued, j.lone = time.Now(), p.running == 0 && p.head == len(p.jobs)
+	j.queuedAtSlice = q.slices
 	p.jobs = append(p.jobs, j)
 	if !p.waiting {
 		p.waiting = true
@@ -78,33 +83,59 @@ func (q *workQueue) pop() *job {
 }
 
 // fairest returns the index in q.waiting of the pair whose job goes next:
-// the fewest jobs running, then the least recently served. With q.mu held
-// and q.waiting not empty.
+// the fewest jobs running, then the one whose last job ended longest ago
+// (not the one started longest ago: a pair served inside another's slice
+// started after the job it interrupted, and would wait a slice more for
+// it). With q.mu held and q.waiting not empty.
 func (q *workQueue) fairest() int {
 	best := 0
 	for i, p := range q.waiting[1:] {
 		b := q.waiting[best]
-		if p.running < b.running || p.running == b.running && p.lastStart < b.lastStart {
+		if p.running < b.running || p.running == b.running && p.lastEnd < b.lastEnd {
 			best = i + 1
 		}
 	}
 	return best
 }
 
+// endSlice is called by a worker at the end of a slice of a long job: it
+// counts the slice and returns what preempt returns.
+func (q *workQueue) endSlice() *job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.slices++
+	return q.preemptLocked()
+}
+
 // preempt is called by a worker between slices of a long job: while no
-// worker is idle, it returns the job of the fairest waiting pair if that
-// pair has nothing running, for the worker to serve before it goes on;
-// nil otherwise.
+// worker is idle, it returns a lone job (one that was its pair's only work
+// when queued) of a pair that still has nothing running, the one whose
+// last job ended longest ago, for the worker to serve before it goes on;
+// nil otherwise. A pair's backlog waits for a job to end (pop): served
+// inside another job's slice it would hold that job for all of its own
+// slices, since a job served there runs to its end before the one it
+// interrupted goes on.
 func (q *workQueue) preempt() *job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.preemptLocked()
+}
+
+// preemptLocked is preempt with q.mu held.
+func (q *workQueue) preemptLocked() *job {
 	if q.idle > 0 || q.closed || len(q.waiting) == 0 {
 		return nil
 	}
-	if best := q.fairest(); q.waiting[best].running == 0 {
-		return q.take(best)
+	best := -1
+	for i, p := range q.waiting {
+		if p.running == 0 && p.jobs[p.head].lone && (best < 0 || p.lastEnd < q.waiting[best].lastEnd) {
+			best = i
+		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	return q.take(best)
 }
 
 // take starts the head job of q.waiting[i]. With q.mu held.
@@ -118,12 +149,11 @@ func (q *workQueue) take(best int) *job {
 		p.waiting = false
 		q.waiting = append(q.waiting[:best], q.waiting[best+1:]...)
 	}
-	q.starts++
-	p.lastStart = q.starts
 	p.running++
 	j.waited = time.Since(j.queued)
-	if j.lone && j.waited > q.loneWaitMax {
-		q.loneWaitMax = j.waited
+	if j.lone {
+		q.loneWaitMax = max(q.loneWaitMax, j.waited)
+		q.loneWaitSlicesMax = max(q.loneWaitSlicesMax, q.slices-j.queuedAtSlice)
 	}
 	return j
 }
@@ -136,10 +166,24 @@ func (q *workQueue) loneWait() time.Duration {
 	return q.loneWaitMax
 }
 
-// done records that a job popped from pair i finished.
+// loneWaitSlices returns the most slices of other jobs' work (yields and
+// ends, on any worker) that passed while a job waited for a worker that
+// was its pair's only work: the bound the scheduling keeps (one), whatever
+// the machine does to the agent's cores meanwhile.
+func (q *workQueue) loneWaitSlices() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.loneWaitSlicesMax
+}
+
+// done records that a job popped from pair i finished: its last slice.
 func (q *workQueue) done(i int) {
 	q.mu.Lock()
-	q.pair(i).running--
+	q.ends++
+	q.slices++
+	p := q.pair(i)
+	p.running--
+	p.lastEnd = q.ends
 	q.mu.Unlock()
 }
 
