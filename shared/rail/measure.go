@@ -1,6 +1,7 @@
 package rail
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -8,22 +9,68 @@ import (
 )
 
 // MeasureCPU measures this process's copy and crc32c rates, in bytes per
-// second, on ways goroutines: passes over quarters of a buffer of size
-// bytes in turn (a large buffer: the streaming rate a large operation sees,
-// not a cache's) for at least minTime each, timed together. The time
+// second, on ways goroutines: each passes over its share of a buffer of
+// size bytes (a large buffer: the streaming rate a large operation sees,
+// not a cache's) for at least minTime, and the rates add up. The time
 // matters as much as the size: under a CPU quota a run shorter than a few
 // quota periods runs at full speed.
+//
+// Each goroutine works in slices of at most MeasureSlice bytes and lets
+// the others run between them (runtime.Gosched), timing only its slices:
+// an agent calibrating while it serves (on one core, one P) keeps its
+// requests waiting for at most a slice, not for the 10 ms Go's monitor
+// lets a goroutine run, and the rate is the core's, not what the serving
+// left of it.
 func MeasureCPU(size, ways int, minTime time.Duration) (copyRate, crcRate float64) {
+	ways = max(ways, 1)
 	src, dst := make([]byte, size), make([]byte, size)
 	for i := range src {
 		src[i] = byte(i * 13)
 	}
 	copy(dst, src) // fault every page in before anything is timed
-	q := size / 4
-	at := func(b []byte, pass int) []byte { return b[(pass%4)*q : (pass%4+1)*q] }
-	copyRate, _ = TimeRate(q, minTime, func(p int) error { parallelCopy(at(dst, p), at(src, p), ways); return nil })
-	crcRate, _ = TimeRate(q, minTime, func(p int) error { crc32c.UpdateParallel(0, at(src, p), ways); return nil })
+	copyRate = inSlices(size, ways, minTime, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+	crcRate = inSlices(size, ways, minTime, func(lo, hi int) { crc32c.Update(0, src[lo:hi]) })
 	return copyRate, crcRate
+}
+
+// MeasureSlice is the most MeasureCPU works on before it lets another
+// goroutine run: a request's slice on the agent (dpu.YieldEvery).
+const MeasureSlice = 256 << 10
+
+// inSlices runs work over [0, size) split among ways goroutines, slice by
+// slice, each for at least minTime of its own work, and returns the sum of
+// their rates.
+func inSlices(size, ways int, minTime time.Duration, work func(lo, hi int)) float64 {
+	part := (size + ways - 1) / ways
+	rates := make([]float64, ways)
+	var wg sync.WaitGroup
+	for w := range ways {
+		lo, hi := min(w*part, size), min((w+1)*part, size)
+		if lo == hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var busy time.Duration
+			done := 0
+			for at := lo; busy < minTime; at = lo + (at-lo+MeasureSlice)%(hi-lo) {
+				end := min(at+MeasureSlice, hi)
+				t0 := time.Now()
+				work(at, end)
+				busy += time.Since(t0)
+				done += end - at
+				runtime.Gosched()
+			}
+			rates[w] = float64(done) / busy.Seconds()
+		}()
+	}
+	wg.Wait()
+	var sum float64
+	for _, r := range rates {
+		sum += r
+	}
+	return sum
 }
 
 // TimeRate runs f, which processes size bytes (pass is 0, 1, 2, …: f may
@@ -43,19 +90,4 @@ func TimeRate(size int, minTime time.Duration, f func(pass int) error) (float64,
 		n++
 	}
 	return float64(size*n) / time.Since(t0).Seconds(), nil
-}
-
-func parallelCopy(dst, src []byte, ways int) {
-	if ways <= 1 {
-		copy(dst, src)
-		return
-	}
-	part := (len(src) + ways - 1) / ways
-	var wg sync.WaitGroup
-	for i := 0; i < ways; i++ {
-		lo, hi := min(i*part, len(src)), min((i+1)*part, len(src))
-		wg.Add(1)
-		go func() { defer wg.Done(); copy(dst[lo:hi], src[lo:hi]) }()
-	}
-	wg.Wait()
 }
