@@ -2,7 +2,6 @@ package dpu
 
 import (
 	"context"
-	"runtime/debug"
 	"time"
 
 	"github.com/hecsys/hec/shared/api"
@@ -31,7 +30,6 @@ func (a *Agent) calibrate(ctx context.Context) {
 		}
 		ways := a.disp.workers
 		cp, crc := rail.MeasureCPU(calibrationBytes, ways, calibrationTime)
-		debug.FreeOSMemory() // the buffers are garbage: give them back now, not in minutes
 		a.mu.Lock()
 		a.rails = []api.Rail{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
 		a.mu.Unlock()
