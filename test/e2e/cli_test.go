@@ -54,10 +54,18 @@ func startHecd(t *testing.T) (region, mgmt, tcp string, agent *exec.Cmd) {
 // say): wrap is that command's name and arguments, before hecd's.
 func startHecdWith(t *testing.T, wrap ...string) (region, mgmt, tcp string, agent *exec.Cmd) {
 	t.Helper()
+	return startHecdFlags(t, wrap, nil)
+}
+
+// startHecdFlags is startHecdWith with flags added to hecd's (a later one
+// overrides hecdArgs').
+func startHecdFlags(t *testing.T, wrap, flags []string) (region, mgmt, tcp string, agent *exec.Cmd) {
+	t.Helper()
 	mgmtPort, tcpPort := portPair(t)
 	mgmt, tcp = fmt.Sprintf("127.0.0.1:%d", mgmtPort), fmt.Sprintf("127.0.0.1:%d", tcpPort)
 	region, args := hecdArgs(t)
-	argv := append(append(wrap, testutil.Hecd(t)), append(args, "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")...)
+	args = append(append(args, flags...), "--mgmt", mgmt, "--tcp", tcp, "--log-level", "warn")
+	argv := append(append(wrap, testutil.Hecd(t)), args...)
 	agent = exec.Command(argv[0], argv[1:]...)
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"hash/crc32"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,7 +239,7 @@ func TestFloodBesideWellBehaved(t *testing.T) {
 	// the next slice of the running ones: 1–2 here when the machine is
 	// quiet, 5–11 while other tests load it (this client then waits for
 	// a core too). The bound sits between.
-	if m := floodBeside(t, cfg.Agent.Shm, 64); m > 20 {
+	if m, _ := floodBeside(t, cfg.Agent.Shm, 64, nil); m > 20 {
 		t.Fatalf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 20", m)
 	}
 }
@@ -253,6 +255,19 @@ func TestFloodBesideWellBehaved(t *testing.T) {
 // 1 MiB checksum (the same in four runs). Now the checksum is served
 // within the slice it arrives in, and 0 complete (each costs some 60
 // slices).
+//
+// Beside the flood, a third pair may send one costly descriptor at a
+// time: each is its pair's only work, served inside a slice of the
+// flood's, and must yield in turn. The agent counts the slices of other
+// work that passed while a lone request waited (a count, whatever this
+// machine's load does to the time): at most one. On the code before, a
+// job served inside another's slice never yielded, and the checksum
+// waited for all of the costly one.
+//
+// The agent calibrates its rails 300 ms after it is ready, while this
+// test runs: that work is sliced too (rail.MeasureCPU). On the code
+// before, it held the agent's one P for up to 20 ms at a time, and
+// giving its buffers back for 75 ms: checksums took 80–500 ms then.
 func TestFloodBesideWellBehavedOnOneCore(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 cores: one for the agent, one for its hosts")
@@ -270,12 +285,115 @@ func TestFloodBesideWellBehavedOnOneCore(t *testing.T) {
 	}
 	setAffinity(t, &hosts)
 	defer setAffinity(t, &old)
-	region, _, _, _ := startHecdWith(t, "taskset", "-c", strconv.Itoa(last))
-	// 0 here; 1 leaves room for this process losing its core to other
-	// tests now and then, and still fails the code before (3, four runs).
-	if m := floodBeside(t, region, 256); m > 1 {
-		t.Fatalf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 1", m)
+	for _, tc := range []struct {
+		name   string
+		polite bool // a third pair sends one costly descriptor at a time
+	}{
+		{"one flood", false},
+		{"a flood and a pair sending one costly descriptor at a time", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Three pairs: the flood, the well-behaved client, the third.
+			region, mgmt, _, _ := startHecdFlags(t, []string{"taskset", "-c", strconv.Itoa(last)}, []string{"--queue-pairs", "3"})
+			var third *atomic.Int64
+			if tc.polite {
+				var stop func()
+				third, stop = costlyOneAtATime(t, region)
+				defer stop()
+			}
+			// 0 here; 1 leaves room for this process losing its core to
+			// other tests now and then, and still fails the code before
+			// (3, four runs).
+			m, o := floodBeside(t, region, 256, third)
+			if m > 1 {
+				t.Fatalf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 1", m)
+			}
+			// Served inside a slice of the third pair's descriptor, the
+			// checksum ends before it: 0 of them complete meanwhile
+			// (median). On the code before, the checksum waited for the
+			// whole descriptor: 1.
+			if tc.polite && o > 0 {
+				t.Fatalf("a 1 MiB checksum waited (median) while %d of the third pair's descriptors completed, want 0", o)
+			}
+			t.Logf("the agent's worst wait for a worker of a lone request: %.3f ms", 1e3*metricValue(t, mgmt, "hec_worker_lone_wait_max_seconds"))
+			if n := metricValue(t, mgmt, "hec_worker_lone_wait_max_slices"); n > 1 {
+				t.Fatalf("a lone request waited while %v slices of other work were served, more than 1", n)
+			}
+		})
 	}
+}
+
+// costlyOneAtATime sends the most costly descriptor the agent accepts over
+// and over from a client of its own, one in flight, until the returned
+// function is called; n counts those completed.
+func costlyOneAtATime(t *testing.T, shm string) (n *atomic.Int64, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := dial(t, "shm://"+shm)
+	costly := costlyRequest(t, c)
+	done := make(chan error, 1)
+	n = new(atomic.Int64)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := c.Do(ctx, costly); err != nil && ctx.Err() == nil {
+				done <- err
+				return
+			}
+			n.Add(1)
+		}
+		done <- nil
+	}()
+	return n, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("a costly descriptor at a time: %v", err)
+		}
+		t.Logf("%d costly descriptors sent one at a time", n.Load())
+		if n.Load() == 0 {
+			t.Fatal("no costly descriptor completed one at a time")
+		}
+	}
+}
+
+// costlyRequest returns the most costly descriptor the agent accepts, for
+// c: a scatter-gather list naming its whole window wire.MaxSpans times.
+func costlyRequest(t *testing.T, c *host.Client) host.Request {
+	t.Helper()
+	sglBuf, err := c.Alloc(wire.MaxSpans * wire.SpanSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := make([]wire.Span, wire.MaxSpans)
+	for i := range whole {
+		whole[i] = wire.Span{Off: 0, Len: uint32(c.WindowSize())}
+	}
+	copy(sglBuf, wire.AppendSGL(nil, whole))
+	return host.Request{Op: wire.OpChecksum, Flags: wire.FlagSGL, In: [][]byte{sglBuf}}
+}
+
+// metricValue scrapes one unlabelled metric from the agent at mgmt.
+func metricValue(t *testing.T, mgmt, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + mgmt + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics lacks %s", name)
+	return 0
 }
 
 // setAffinity sets the CPU affinity of every thread of this process.
@@ -295,8 +413,8 @@ func setAffinity(t *testing.T, set *unix.CPUSet) {
 // accepts (inFlight of them at a time, the ring's entries) from one client
 // while another runs 1 MiB checksums for a second, checks every checksum,
 // and returns the median count of flood descriptors that completed during
-// one checksum.
-func floodBeside(t *testing.T, shm string, inFlight int) int64 {
+// one checksum, and the same for other's count (nil: none).
+func floodBeside(t *testing.T, shm string, inFlight int, other *atomic.Int64) (int64, int64) {
 	t.Helper()
 	ctx := context.Background()
 	flood := dial(t, "shm://"+shm)
@@ -371,11 +489,15 @@ func floodBeside(t *testing.T, shm string, inFlight int) int64 {
 	// completed meanwhile (a count, which does not depend on how fast
 	// this machine is today).
 	var took []time.Duration
-	var behind []int64
+	var behind, behindOther []int64
+	if other == nil {
+		other = new(atomic.Int64)
+	}
 	for end := time.Now().Add(time.Second); time.Now().Before(end) || len(took) < 21; {
-		t0, f0 := time.Now(), floods.Load()
+		t0, f0, o0 := time.Now(), floods.Load(), other.Load()
 		got, err := well.Checksum(ctx, buf)
 		took, behind = append(took, time.Since(t0)), append(behind, floods.Load()-f0)
+		behindOther = append(behindOther, other.Load()-o0)
 		if err != nil || got != want {
 			t.Fatalf("checksum %d beside the flood: %#x %v", len(took), got, err)
 		}
@@ -386,11 +508,12 @@ func floodBeside(t *testing.T, shm string, inFlight int) int64 {
 	}
 	slices.Sort(took)
 	slices.Sort(behind)
+	slices.Sort(behindOther)
 	median, worst := took[len(took)/2], took[len(took)-1]
 	t.Logf("slice (one costly descriptor alone) %v; %d flood descriptors done; well-behaved: %d checksums of 1 MiB, median %v (%.1f slices), worst %v (%.1f slices); flood descriptors completed during one: median %d, most %d",
 		slice, floods.Load(), len(took), median, float64(median)/float64(slice), worst, float64(worst)/float64(slice), behind[len(behind)/2], behind[len(behind)-1])
 	if floods.Load() < int64(inFlight) {
 		t.Fatalf("the flood did not run: %d descriptors", floods.Load())
 	}
-	return behind[len(behind)/2]
+	return behind[len(behind)/2], behindOther[len(behindOther)/2]
 }
