@@ -37,8 +37,12 @@ import (
 //     scatter-gather list naming wire.MaxTouch bytes: four windows), beside
 //     a well-behaved client running 1 MiB checksums: that client's rate
 //     against its rate alone, and the agent's worst wait for a worker of a
-//     pair's lone request, in slices (dpu.YieldEvery bytes of work). For
-//     reference, the same client beside two threads that only burn CPU.
+//     pair's lone request, in slices of other work served meanwhile
+//     (dpu.YieldEvery bytes, or a request's end; the check) and in time.
+//     For reference, the same client beside two threads that only burn
+//     CPU, and the longest stall of a thread spinning alone on the
+//     agent's core (what the machine takes from that core: a wait in time
+//     cannot be shorter).
 
 func init() {
 	children["flood"] = childFlood
@@ -126,9 +130,13 @@ func benchHostile(ctx context.Context, rep *Report, quick bool) error {
 	rep.addN(s, "1 MiB checksum latency beside the flood, p99", col(func(h hostileRound) float64 { return h.flood.p99.Seconds() * 1e3 }), "ms")
 	rep.addN(s, "client's worst wait beside the flood (latency beyond its median alone)", col(func(h hostileRound) float64 { return h.flood.worstWait.Seconds() * 1e3 }), "ms")
 	rep.addN(s, "agent's worst wait for a worker of a pair's lone request (hec_worker_lone_wait_max_seconds)", col(func(h hostileRound) float64 { return h.lone * 1e3 }), "ms")
+	rep.addN(s, "the same in slices of time", col(func(h hostileRound) float64 { return h.lone / h.slice }), "slices")
+	rep.addN(s, "the machine: longest stall of a thread spinning alone on the agent's core, no agent work", col(func(h hostileRound) float64 { return h.stall.Seconds() * 1e3 }), "ms")
+	rep.addN(s, "the machine: share of that thread's time lost in stalls over 10 µs", col(func(h hostileRound) float64 { return h.stallShare * 100 }), "%")
+	rep.addN(s, "agent's worst wait of a lone request, in slices of other work served meanwhile (hec_worker_lone_wait_max_slices)", col(func(h hostileRound) float64 { return h.loneSlices }), "slices")
 	rep.addN(s, "flood descriptors served meanwhile", col(func(h hostileRound) float64 { return float64(h.flood.floods) }), "descriptors")
 	rep.atLeastN(s, "1 MiB checksum rate beside the flood / alone", col(func(h hostileRound) float64 { return h.flood.beside / h.flood.alone }), 0.4, "×")
-	rep.atMostN(s, "agent's worst wait of a lone request beside the flood, in slices", col(func(h hostileRound) float64 { return h.lone / h.slice }), 1, " slice")
+	rep.atMostN(s, "agent's worst wait of a lone request beside the flood, in slices of other work", col(func(h hostileRound) float64 { return h.loneSlices }), 1, " slice")
 	return nil
 }
 
@@ -138,7 +146,10 @@ type hostileRound struct {
 	idle, full  float64 // hecd CPU, % of a core
 	flood, burn floodResult
 	lone        float64 // seconds
+	loneSlices  float64
 	slice       float64 // seconds
+	stall       time.Duration
+	stallShare  float64
 }
 
 func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostileRound, error) {
@@ -146,6 +157,14 @@ func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostile
 	last := runtime.NumCPU() - 1
 	shm := shmPath("hostile")
 	defer os.Remove(shm)
+	// The machine's own stalls of the agent's core, before the agent is
+	// there to share it.
+	if err := onCPU(last, func() error {
+		h.stall, h.stallShare = spinStalls(d)
+		return nil
+	}); err != nil {
+		return h, err
+	}
 	addrs, err := loopbackAddrs(2)
 	if err != nil {
 		return h, err
@@ -171,6 +190,9 @@ func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostile
 	if h.lone, err = metricValue(ctx, addrs[1], "hec_worker_lone_wait_max_seconds"); err != nil {
 		return h, err
 	}
+	if h.loneSlices, err = metricValue(ctx, addrs[1], "hec_worker_lone_wait_max_slices"); err != nil {
+		return h, err
+	}
 	if h.burn, err = floodBeside(ctx, shm, d, "burn"); err != nil {
 		return h, fmt.Errorf("burn: %w", err)
 	}
@@ -178,6 +200,26 @@ func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostile
 	// taken from a costly descriptor served alone.
 	h.slice = h.flood.costly.Seconds() * float64(dpu.YieldEvery) / float64(h.flood.touch)
 	return h, nil
+}
+
+// spinStalls spins on this thread for d reading the clock and returns the
+// longest gap between two readings and the share of d lost in gaps over
+// 10 µs: time the machine (kernel threads, interrupts, the hypervisor)
+// took from whatever runs on this core.
+func spinStalls(d time.Duration) (longest time.Duration, share float64) {
+	const stall = 10 * time.Microsecond
+	var lost time.Duration
+	t0 := time.Now()
+	last := t0
+	for last.Sub(t0) < d {
+		now := time.Now()
+		if g := now.Sub(last); g > stall {
+			lost += g
+			longest = max(longest, g)
+		}
+		last = now
+	}
+	return longest, float64(lost) / float64(last.Sub(t0))
 }
 
 // metricValue scrapes one unlabelled metric from hecd's /metrics.
