@@ -28,7 +28,8 @@ type Request struct {
 	// Transport is "shm" or "tcp".
 	Transport string
 
-	yield func()
+	yield func(*job) // what Yield does (nil: nothing), for job
+	job   *job
 }
 
 // YieldEvery is the slice of a long request: a handler that touches more
@@ -42,7 +43,7 @@ const YieldEvery = 256 << 10
 // bytes; it costs a lock when nobody waits.
 func (r *Request) Yield() {
 	if r.yield != nil {
-		r.yield()
+		r.yield(r.job)
 	}
 }
 
@@ -120,6 +121,7 @@ type job struct {
 	waited time.Duration // from pushed to started
 
 	queuedAtSlice uint64 // workQueue.slices when pushed
+	slices        int    // slices served so far (its yields)
 }
 
 // NewDispatcher returns a dispatcher with the agent's own ops (PING and
@@ -221,8 +223,8 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var yield func()
-			yield = func() { d.yield(ctx, yield) } // made once: not an allocation per job
+			var yield func(*job)
+			yield = func(j *job) { d.yield(ctx, j, yield) } // made once: not an allocation per job
 			for {
 				j := d.work.pop()
 				if j == nil {
@@ -268,11 +270,11 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 	return true
 }
 
-// yield is Request.Yield on a worker (yield itself): it serves, before
-// the job goes on, a lone job of another pair (workQueue.preempt): one
-// queued already, then one the poller queues
-// while this goroutine lets the others have the P. The poller, which
-// takes that job from the rings, could otherwise run only when this one
+// yield is Request.Yield on a worker (yield itself) for j: it serves,
+// before j goes on, a lone job of another pair or the next of a pair of
+// short jobs (workQueue.preempt): one queued already, then one the poller
+// queues while this goroutine lets the others have the P. The poller,
+// which takes that job from the rings, could otherwise run only when j
 // ends (or the runtime preempts it, after 10 ms) where workers hold every
 // P (an agent on one core has one); and a job queued before the slice
 // ended is not kept waiting behind the poller's own pass (a wake of a
@@ -282,12 +284,13 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 // costly descriptor at a time) runs inside a flood's; nesting goes no
 // deeper than there are pairs, since each level is a pair that had
 // nothing running.
-func (d *Dispatcher) yield(ctx context.Context, yield func()) {
-	if nj := d.work.endSlice(); nj != nil {
+func (d *Dispatcher) yield(ctx context.Context, j *job, yield func(*job)) {
+	j.slices++
+	if nj := d.work.endSlice(j); nj != nil {
 		d.runJob(ctx, nj, yield)
 	}
 	runtime.Gosched()
-	if nj := d.work.preempt(); nj != nil {
+	if nj := d.work.preempt(j); nj != nil {
 		d.runJob(ctx, nj, yield)
 	}
 }
@@ -296,17 +299,17 @@ func (d *Dispatcher) yield(ctx context.Context, yield func()) {
 // what the handler's Request.Yield does. A job whose accesses to the region
 // fault (its file was truncated) completes with StatusUnavailable and
 // marks the region lost for the poller.
-func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func()) {
+func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func(*job)) {
 	region := j.agent.Region()
-	j.req.yield = yield
+	j.req.yield, j.req.job = yield, j
 	if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
 		j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 		d.lost.Store(true)
 	}
-	j.req.yield = nil
+	j.req.yield, j.req.job = nil, nil
 	d.finish(j.e, &j.resp, j.t0)
 	d.waits.Observe(j.waited.Seconds())
-	d.work.done(j.q.Index())
+	d.work.done(j.q.Index(), j.slices)
 	d.done <- j // the poller's from here on
 	if r := d.ring; r != nil {
 		region.CatchFault(r) //nolint:errcheck // a lost region is the poller's to find

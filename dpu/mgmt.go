@@ -23,7 +23,7 @@ func (a *Agent) mgmtHandler() http.Handler {
 			Help: "The longest a request waited for a worker while it was its queue pair's only work (fair sharing bounds it to one slice of another pair's work, plus the machine's stalls of the agent's cores)."},
 			func() float64 { return a.disp.LoneWaitMax().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hec_worker_lone_wait_max_slices",
-			Help: "The most slices of other requests' work (YieldEvery bytes each, or a request's end) that passed while a request waited for a worker as its queue pair's only work; fair sharing keeps it at 1."},
+			Help: "The most slices of other requests' work (YieldEvery bytes each, or a request's end) that passed while a request waited for a worker as its queue pair's only work; fair sharing keeps it at 1 per other pair with work."},
 			func() float64 { return float64(a.disp.LoneWaitSlices()) }))
 	mux := a.mux
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -12,11 +12,13 @@ import (
 // descriptors therefore cannot make another pair's job wait behind its
 // queue. Nor behind the jobs already running: a long job yields every
 // slice (Request.Yield, every YieldEvery bytes), and its worker then
-// serves a lone job (its pair's only work) before it goes on (preempt);
-// that job yields in turn, so jobs nest at most as deep as there are
-// pairs. So a pair's lone job waits for at most one slice of another
-// pair's work (wire.MaxTouch bounds the whole of one descriptor's), and
-// the queue counts the slices it waited (loneWaitSlices).
+// serves a lone job (its pair's only work), or the next job of a pair
+// whose jobs are short, before it goes on (preempt); that job yields in
+// turn, so jobs nest at most as deep as there are pairs. So a pair's lone
+// job waits for at most one slice of another pair's work (wire.MaxTouch
+// bounds the whole of one descriptor's) — one of each where several pairs
+// have work and lone jobs arrive together — and the queue counts the
+// slices it waited (loneWaitSlices).
 type workQueue struct {
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -36,6 +38,7 @@ type pairQueue struct {
 	head    int
 	running int
 	lastEnd uint64 // ends when a job of this pair last ended
+	lastLen int    // slices its last job took (yields; 0: none ended)
 	waiting bool
 }
 
@@ -98,38 +101,49 @@ func (q *workQueue) fairest() int {
 	return best
 }
 
-// endSlice is called by a worker at the end of a slice of a long job: it
-// counts the slice and returns what preempt returns.
-func (q *workQueue) endSlice() *job {
+// endSlice is called by a worker at the end of a slice of cur, a long job:
+// it counts the slice and returns what preempt returns.
+func (q *workQueue) endSlice(cur *job) *job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.slices++
-	return q.preemptLocked()
+	return q.preemptLocked(cur)
 }
 
-// preempt is called by a worker between slices of a long job: while no
-// worker is idle, it returns a lone job (one that was its pair's only work
-// when queued) of a pair that still has nothing running, the one whose
-// last job ended longest ago, for the worker to serve before it goes on;
-// nil otherwise. A pair's backlog waits for a job to end (pop): served
-// inside another job's slice it would hold that job for all of its own
-// slices, since a job served there runs to its end before the one it
-// interrupted goes on.
-func (q *workQueue) preempt() *job {
+// preempt is called by a worker between slices of cur, a long job: while
+// no worker is idle, it returns the head job of a pair that has nothing
+// running, for the worker to serve before cur goes on, if that job is
+// lone (its pair's only work when queued) or its pair's last job took no
+// more slices than cur has had; lone jobs first, then the pair whose last
+// job ended longest ago; nil if none. A job served there runs to its end
+// before cur goes on, so a pair whose jobs are long waits for cur to end
+// (pop), and cur waits, for each job served in it, about as long as it has
+// run (by that pair's last job): a flood's next job is not served inside a
+// short one's slices (the short one's pair would wait for all of it),
+// while a pair of short jobs with several in flight is served between the
+// flood's slices, one job after another.
+func (q *workQueue) preempt(cur *job) *job {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.preemptLocked()
+	return q.preemptLocked(cur)
 }
 
 // preemptLocked is preempt with q.mu held.
-func (q *workQueue) preemptLocked() *job {
+func (q *workQueue) preemptLocked(cur *job) *job {
 	if q.idle > 0 || q.closed || len(q.waiting) == 0 {
 		return nil
 	}
-	best := -1
+	best, bestLone := -1, false
 	for i, p := range q.waiting {
-		if p.running == 0 && p.jobs[p.head].lone && (best < 0 || p.lastEnd < q.waiting[best].lastEnd) {
-			best = i
+		if p.running > 0 {
+			continue
+		}
+		lone := p.jobs[p.head].lone
+		if !lone && p.lastLen > cur.slices {
+			continue
+		}
+		if best < 0 || lone && !bestLone || lone == bestLone && p.lastEnd < q.waiting[best].lastEnd {
+			best, bestLone = i, lone
 		}
 	}
 	if best < 0 {
@@ -176,14 +190,16 @@ func (q *workQueue) loneWaitSlices() uint64 {
 	return q.loneWaitSlicesMax
 }
 
-// done records that a job popped from pair i finished: its last slice.
-func (q *workQueue) done(i int) {
+// done records that a job of pair i that yielded slices times finished:
+// its last slice.
+func (q *workQueue) done(i, slices int) {
 	q.mu.Lock()
 	q.ends++
 	q.slices++
 	p := q.pair(i)
 	p.running--
 	p.lastEnd = q.ends
+	p.lastLen = slices
 	q.mu.Unlock()
 }
 

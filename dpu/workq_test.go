@@ -37,7 +37,7 @@ func TestWorkQueueIsFair(t *testing.T) {
 		t.Fatal("workers did not start on the flood")
 	}
 	q.push(mk(other, 100))
-	q.done(flood.Index()) // the first worker frees
+	q.done(flood.Index(), 0) // the first worker frees
 	if j := q.pop(); j.q != other {
 		t.Fatalf("next job from pair %d (tag %d), want the other pair's", j.q.Index(), j.req.Tag)
 	}
@@ -46,20 +46,20 @@ func TestWorkQueueIsFair(t *testing.T) {
 	for i := range 5 {
 		q.push(mk(third, uint64(200+i)))
 	}
-	q.done(flood.Index())
-	q.done(other.Index())
+	q.done(flood.Index(), 0)
+	q.done(other.Index(), 0)
 	if a, b := q.pop(), q.pop(); a.q == b.q {
 		t.Fatalf("two floods, two workers: both took pair %d", a.q.Index())
 	}
 	q.push(mk(other, 101))
-	q.done(third.Index())
+	q.done(third.Index(), 0)
 	if j := q.pop(); j.q != other {
 		t.Fatalf("next job from pair %d, want the occasional pair's", j.q.Index())
 	}
 	// Jobs of one pair keep their order.
 	var last uint64
 	for range 3 {
-		q.done(flood.Index())
+		q.done(flood.Index(), 0)
 		j := q.pop()
 		if j.q == flood {
 			if j.req.Tag < last {
@@ -96,20 +96,23 @@ func TestWorkQueueLoneJobAfterPreemptedPair(t *testing.T) {
 	for range 4 {
 		q.push(&job{q: flood})
 	}
-	if j := q.pop(); j.q != flood {
+	fj := q.pop()
+	if fj.q != flood {
 		t.Fatal("the worker did not start on the flood")
 	}
 	// A lone job, served between two slices of the flood's job.
+	fj.slices = 1
 	q.push(&job{q: lone})
-	if j := q.preempt(); j == nil || j.q != lone {
+	if j := q.preempt(fj); j == nil || j.q != lone {
 		t.Fatal("the lone job was not served at the end of the flood's slice")
 	}
-	q.done(lone.Index())
-	// The next comes while the flood's job ends.
+	q.done(lone.Index(), 3)
+	// The next comes while the flood's job ends, after 60 slices.
 	q.push(&job{q: lone})
-	q.done(flood.Index())
-	if j := q.pop(); j.q != lone {
-		t.Fatalf("the worker took pair %d's job, want the lone pair's", j.q.Index())
+	q.done(flood.Index(), 60)
+	lj := q.pop()
+	if lj.q != lone {
+		t.Fatalf("the worker took pair %d's job, want the lone pair's", lj.q.Index())
 	}
 	// Between the lone job's slices the flood's backlog waits for the
 	// worker: served there, its job would hold the lone one for all of
@@ -117,8 +120,45 @@ func TestWorkQueueLoneJobAfterPreemptedPair(t *testing.T) {
 	// interrupted goes on). With this tie-break and that served there (a
 	// version of this change), the well-behaved client's 1 MiB checksums
 	// beside the flood fell from 0.4 to 0.16 of their rate alone.
-	if j := q.preempt(); j != nil {
+	lj.slices = 1
+	if j := q.preempt(lj); j != nil {
 		t.Fatalf("pair %d's queued job was served inside the lone job's slice", j.q.Index())
+	}
+}
+
+// TestWorkQueueShortJobsInFlight: a pair with several short jobs in flight
+// beside a flood has them served between the flood's slices, one after
+// another, not only its first (lone) one: each of the others would wait
+// for the flood's job to end (some 60 slices). On the code before (only
+// lone jobs served there), the second waited.
+func TestWorkQueueShortJobsInFlight(t *testing.T) {
+	g := ring.Geometry{QueuePairs: 2, Entries: 64, WindowSize: 4096}
+	size, _ := g.Size()
+	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flood, short := a.QueuePairs()[0], a.QueuePairs()[1]
+	q := newWorkQueue()
+	for range 4 {
+		q.push(&job{q: flood})
+	}
+	fj := q.pop()
+	fj.slices = 1
+	for tag := range uint64(3) {
+		j := &job{q: short}
+		j.req.Tag = tag
+		q.push(j)
+	}
+	for want := range uint64(3) {
+		j := q.preempt(fj)
+		if j == nil || j.q != short || j.req.Tag != want {
+			t.Fatalf("between the flood's slices: %+v, want the short pair's job %d", j, want)
+		}
+		q.done(short.Index(), 0)
+	}
+	if j := q.preempt(fj); j != nil {
+		t.Fatalf("pair %d's queued job was served inside the flood's slice", j.q.Index())
 	}
 }
 
@@ -167,8 +207,8 @@ func TestNestedJobYields(t *testing.T) {
 	d.work.push(mk(qps[0], 1))
 	d.work.push(mk(qps[1], 2))
 	ctx := context.Background()
-	var yield func()
-	yield = func() { d.yield(ctx, yield) }
+	var yield func(*job)
+	yield = func(j *job) { d.yield(ctx, j, yield) }
 	for queued(d.work) {
 		d.runJob(ctx, d.work.pop(), yield)
 	}
