@@ -292,6 +292,9 @@ func (d *Dispatcher) yield(ctx context.Context, j *job, yield func(*job)) {
 	runtime.Gosched()
 	if nj := d.work.preempt(j); nj != nil {
 		d.runJob(ctx, nj, yield)
+		// Let the poller publish its completion now, not after j's
+		// next slice (where workers hold every P).
+		runtime.Gosched()
 	}
 }
 
