@@ -223,8 +223,7 @@ func (d *Dispatcher) runWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var yield func(*job)
-			yield = func(j *job) { d.yield(ctx, j, yield) } // made once: not an allocation per job
+			yield := d.yielder(ctx) // made once: not an allocation per job
 			for {
 				j := d.work.pop()
 				if j == nil {
@@ -268,6 +267,13 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 		}
 	}()
 	return true
+}
+
+// yielder returns Request.Yield for a worker's jobs: yield with itself.
+func (d *Dispatcher) yielder(ctx context.Context) func(*job) {
+	var yield func(*job)
+	yield = func(j *job) { d.yield(ctx, j, yield) }
+	return yield
 }
 
 // yield is Request.Yield on a worker (yield itself) for j: it serves,

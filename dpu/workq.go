@@ -24,7 +24,6 @@ type workQueue struct {
 	cond    sync.Cond
 	pairs   []*pairQueue // by queue pair index, grown on demand
 	waiting []*pairQueue // pairs with jobs queued
-	ends    uint64       // jobs ended, all pairs
 	slices  uint64       // slices ended, all pairs: a yield or a job's end
 	idle    int          // workers waiting in pop
 	closed  bool
@@ -37,7 +36,7 @@ type pairQueue struct {
 	jobs    []*job
 	head    int
 	running int
-	lastEnd uint64 // ends when a job of this pair last ended
+	lastEnd uint64 // slices when a job of this pair last ended
 	lastLen int    // slices its last job took (yields; 0: none ended)
 	waiting bool
 }
@@ -194,11 +193,10 @@ func (q *workQueue) loneWaitSlices() uint64 {
 // its last slice.
 func (q *workQueue) done(i, slices int) {
 	q.mu.Lock()
-	q.ends++
 	q.slices++
 	p := q.pair(i)
 	p.running--
-	p.lastEnd = q.ends
+	p.lastEnd = q.slices
 	p.lastLen = slices
 	q.mu.Unlock()
 }

@@ -14,12 +14,7 @@ import (
 // queue, another pair's job goes to the next worker that frees, not behind
 // the flood; a FIFO would have served it after the flood's queue.
 func TestWorkQueueIsFair(t *testing.T) {
-	g := ring.Geometry{QueuePairs: 3, Entries: 64, WindowSize: 4096}
-	size, _ := g.Size()
-	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := heapAgent(t, 3)
 	qps := a.QueuePairs()
 	flood, other, third := qps[0], qps[1], qps[2]
 	q := newWorkQueue()
@@ -85,12 +80,7 @@ func TestWorkQueueIsFair(t *testing.T) {
 // pair's (it started after the flood's job did), and its job waited a
 // whole further slice of the flood.
 func TestWorkQueueLoneJobAfterPreemptedPair(t *testing.T) {
-	g := ring.Geometry{QueuePairs: 2, Entries: 64, WindowSize: 4096}
-	size, _ := g.Size()
-	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := heapAgent(t, 2)
 	flood, lone := a.QueuePairs()[0], a.QueuePairs()[1]
 	q := newWorkQueue()
 	for range 4 {
@@ -132,12 +122,7 @@ func TestWorkQueueLoneJobAfterPreemptedPair(t *testing.T) {
 // for the flood's job to end (some 60 slices). On the code before (only
 // lone jobs served there), the second waited.
 func TestWorkQueueShortJobsInFlight(t *testing.T) {
-	g := ring.Geometry{QueuePairs: 2, Entries: 64, WindowSize: 4096}
-	size, _ := g.Size()
-	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := heapAgent(t, 2)
 	flood, short := a.QueuePairs()[0], a.QueuePairs()[1]
 	q := newWorkQueue()
 	for range 4 {
@@ -166,17 +151,11 @@ func TestWorkQueueShortJobsInFlight(t *testing.T) {
 // pair's long job (its only one) runs inside a slice of it (preempt), and
 // a third pair sends a lone request meanwhile. The lone request starts at
 // the end of the slice it arrived in, not after the nested job's every
-// slice. On the code
-// before, a job served inside another's slice never yielded: the lone
-// request waited for all of it (7 slices more here; some 60 for the
-// most costly descriptor).
+// slice. On the code before, a job served inside another's slice never
+// yielded: the lone request waited for all of it (7 slices more here;
+// some 60 for the most costly descriptor).
 func TestNestedJobYields(t *testing.T) {
-	g := ring.Geometry{QueuePairs: 3, Entries: 64, WindowSize: 4096}
-	size, _ := g.Size()
-	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := heapAgent(t, 3)
 	qps := a.QueuePairs()
 	d := NewDispatcher(slog.New(slog.DiscardHandler), 1)
 	const op, slices = wire.Op(0x7fe0), 8
@@ -207,8 +186,7 @@ func TestNestedJobYields(t *testing.T) {
 	d.work.push(mk(qps[0], 1))
 	d.work.push(mk(qps[1], 2))
 	ctx := context.Background()
-	var yield func(*job)
-	yield = func(j *job) { d.yield(ctx, j, yield) }
+	yield := d.yielder(ctx)
 	for queued(d.work) {
 		d.runJob(ctx, d.work.pop(), yield)
 	}
@@ -228,4 +206,16 @@ func queued(q *workQueue) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiting) > 0
+}
+
+// heapAgent formats a region on the heap with pairs queue pairs.
+func heapAgent(t *testing.T, pairs int) *ring.Agent {
+	t.Helper()
+	g := ring.Geometry{QueuePairs: pairs, Entries: 64, WindowSize: 4096}
+	size, _ := g.Size()
+	a, err := ring.Format(ring.NewHeapRegion(size), ring.AgentConfig{Geometry: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
