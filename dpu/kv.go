@@ -82,6 +82,9 @@ func (s *kvService) Status() api.Service {
 		return api.Service{Name: "kv", Addr: s.dir}
 	}
 	st := api.Service{Name: "kv", Addr: s.dir, Served: true, Note: "badger, " + s.store.Durability().String() + " durability"}
+	if ls := s.store.Stats().LogSync; ls != "" {
+		st.Note += ", log synced by " + ls
+	}
 	if err := s.store.WriteErr(); err != nil {
 		st.Note += "; " + err.Error()
 	}

@@ -1221,6 +1221,9 @@ type Stats struct {
 	WritesRefused         string
 	Refusals              uint64
 	DiskFree, DiskReserve int64
+	// LogSync is how the log is synced: "aio" (waited for without
+	// holding a thread) or "fdatasync" ("": no log).
+	LogSync string
 }
 
 // Stats returns counters and on-disk sizes.
@@ -1232,6 +1235,9 @@ func (s *Store) Stats() Stats {
 		st.Commits, st.Writes = s.commit.groups.Load(), s.commit.writes.Load()
 		st.Flushes, st.Flushed, st.CommitTime = s.commit.flushes.Load(), s.commit.flushed.Load(), time.Duration(s.commit.commitNanos.Load())
 		st.Checkpoints = s.commit.checkpoints.Load()
+		if l := s.commit.wal; l != nil {
+			st.LogSync = l.syncer.kind()
+		}
 	}
 	if s.cache != nil {
 		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()

@@ -80,6 +80,7 @@ type wal struct {
 	// broken is why the log takes no more rounds (a failed fdatasync).
 	broken atomic.Pointer[error]
 	sync   func(*os.File) error // fdatasync; tests fail it
+	syncer *logSyncer           // what sync is, unless a test replaced it
 
 	mu      sync.Mutex
 	shared  []byte    // records appended by writers (Async cached Puts)
@@ -106,7 +107,8 @@ func openWAL(path string) (*wal, error) {
 		f.Close()
 		return nil, fmt.Errorf("kv: open log: %w", err)
 	}
-	return &wal{f: f, ready: fi.Size(), gen: newGeneration(0), ahead: 16 << 20, sync: fdatasync}, nil
+	s := newLogSyncer()
+	return &wal{f: f, ready: fi.Size(), gen: newGeneration(0), ahead: 16 << 20, sync: s.sync, syncer: s}, nil
 }
 
 // newGeneration is a generation later than after: the time in
@@ -212,7 +214,7 @@ func (l *wal) commit(sync, shared bool) error {
 			return err
 		}
 	}
-	n, err := l.f.WriteAt(out, l.size)
+	n, err := l.writeAt(out, l.size, sync)
 	l.ready = max(l.ready, l.size+int64(n))
 	if err != nil {
 		// The end stays: the next round overwrites what this one left.
@@ -226,6 +228,21 @@ func (l *wal) commit(sync, shared bool) error {
 	l.size += int64(n)
 	return nil
 }
+
+// writeAt writes b at off. A Sync round's records (a few kilobytes, into
+// blocks written and synced ahead: a copy into the page cache) go out
+// without telling Go's scheduler, as the loops' socket writes do (see
+// pwriteShort); larger writes, and Async ones, which may wait for
+// writeback, in the usual way.
+func (l *wal) writeAt(b []byte, off int64, sync bool) (int, error) {
+	if sync && len(b) <= shortWrite && l.size+int64(len(b)) <= l.ready {
+		return pwriteShort(l.f, b, off)
+	}
+	return l.f.WriteAt(b, off)
+}
+
+// shortWrite is the largest log write pwriteShort makes.
+const shortWrite = 256 << 10
 
 // fail breaks the log for good (a failed sync): see the type's comment.
 func (l *wal) fail(what string, err error) error {
@@ -304,7 +321,10 @@ func (l *wal) reset() error {
 	return nil
 }
 
-func (l *wal) close() error { return l.f.Close() }
+func (l *wal) close() error {
+	l.syncer.close()
+	return l.f.Close()
+}
 
 // replay calls apply for each record of the log's committed rounds in
 // order and returns how many there were. It reads the log twice: once to
