@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -40,18 +41,23 @@ const (
 )
 
 type loop struct {
-	s       *Server
-	ctx     context.Context
-	ep      int
-	wake    int       // eventfd: new clients, clients handed back, stop
-	clients []*client // by descriptor
-	rbuf    []byte
-	replies [][]byte // reply buffers of clients with nothing left to write, for the next ones
-	evs     []unix.EpollEvent
-	dirty   []*client // have replies to write this round
-	busy    int       // clients with a worker, or parked: Close waits for them
-	stalled int       // clients whose replies wait for EPOLLOUT
-	checked time.Time // stalled clients last checked against WriteTimeout
+	s        *Server
+	ctx      context.Context
+	ep       int
+	epf      *os.File           // ep in Go's poller: the loop blocks there, holding no thread
+	epc      syscall.RawConn    // epf's
+	deadline bool               // epf has a read deadline
+	readyNow func(uintptr) bool // lp.readyFn
+	ready    int                // events readyNow took
+	wake     int                // eventfd: new clients, clients handed back, stop
+	clients  []*client          // by descriptor
+	rbuf     []byte
+	replies  [][]byte // reply buffers of clients with nothing left to write, for the next ones
+	evs      []unix.EpollEvent
+	dirty    []*client // have replies to write this round
+	busy     int       // clients with a worker, or parked: Close waits for them
+	stalled  int       // clients whose replies wait for EPOLLOUT
+	checked  time.Time // stalled clients last checked against WriteTimeout
 
 	mu       sync.Mutex // guards what other goroutines hand the loop
 	incoming []int
@@ -75,8 +81,27 @@ func newLoop(ctx context.Context, s *Server) (*loop, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("resp: epoll add: %w", err)
 	}
-	return &loop{s: s, ctx: ctx, ep: ep, wake: wake, rbuf: make([]byte, readSize),
-		evs: make([]unix.EpollEvent, maxEvents)}, nil
+	// The loop sleeps in Go's poller, on its epoll descriptor (readable
+	// when it has events), not in epoll_wait: a goroutine blocked in a
+	// system call holds its thread and the runtime's scheduler, which
+	// the runtime's monitor thread must take back for the committer, on
+	// the core they share (kv's logSyncer says what that cost).
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, fmt.Errorf("resp: epoll: %w", err)
+	}
+	epf := os.NewFile(uintptr(ep), "epoll")
+	epc, err := epf.SyscallConn()
+	if err != nil {
+		epf.Close()
+		unix.Close(wake)
+		return nil, fmt.Errorf("resp: epoll: %w", err)
+	}
+	lp := &loop{s: s, ctx: ctx, ep: ep, epf: epf, epc: epc, wake: wake, rbuf: make([]byte, readSize),
+		evs: make([]unix.EpollEvent, maxEvents)}
+	lp.readyNow = lp.readyFn
+	return lp, nil
 }
 
 // signalLocked wakes the loop once per batch of news.
@@ -84,7 +109,7 @@ func (lp *loop) signalLocked() {
 	if !lp.woken {
 		lp.woken = true
 		one := uint64(1)
-		unix.Write(lp.wake, (*[8]byte)(unsafe.Pointer(&one))[:])
+		rawIO(unix.SYS_WRITE, lp.wake, (*[8]byte)(unsafe.Pointer(&one))[:])
 	}
 }
 
@@ -229,7 +254,7 @@ func (lp *loop) run() {
 			}
 		}
 		unix.Close(lp.wake)
-		unix.Close(lp.ep)
+		lp.epf.Close()
 	}()
 	for {
 		n := lp.poll()
@@ -265,14 +290,13 @@ func (lp *loop) run() {
 }
 
 // poll waits for events: a short spin of non-blocking polls first, then a
-// blocking wait (with a timeout while stalled clients need watching).
+// wait in Go's poller (with a deadline while stalled clients need
+// watching).
 func (lp *loop) poll() int {
 	var until time.Time
 	for i := 0; ; i++ {
-		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(lp.ep), uintptr(unsafe.Pointer(&lp.evs[0])),
-			uintptr(len(lp.evs)), 0, 0, 0)
-		if e == 0 && r > 0 {
-			return int(r)
+		if n := lp.epollNow(); n > 0 {
+			return n
 		}
 		if i%8 == 0 {
 			now := time.Now()
@@ -284,22 +308,41 @@ func (lp *loop) poll() int {
 		}
 		runtime.Gosched()
 	}
-	timeout := -1
 	if lp.stalled > 0 {
-		timeout = 1000
+		lp.epf.SetReadDeadline(time.Now().Add(time.Second))
+		lp.deadline = true
+	} else if lp.deadline {
+		lp.epf.SetReadDeadline(time.Time{})
+		lp.deadline = false
 	}
-	n, err := unix.EpollWait(lp.ep, lp.evs, timeout)
-	if err != nil {
-		return 0 // EINTR
+	lp.ready = 0
+	lp.epc.Read(lp.readyNow)
+	return lp.ready // 0: the deadline passed
+}
+
+// readyFn is what the poller calls when the epoll descriptor is readable
+// (and once before it waits): it takes the events into lp.ready. Made
+// once (newLoop), so that a wait allocates nothing.
+func (lp *loop) readyFn(uintptr) bool {
+	lp.ready = lp.epollNow()
+	return lp.ready > 0
+}
+
+// epollNow returns the events ready now, without waiting.
+func (lp *loop) epollNow() int {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(lp.ep), uintptr(unsafe.Pointer(&lp.evs[0])),
+		uintptr(len(lp.evs)), 0, 0, 0)
+	if e != 0 {
+		return 0
 	}
-	return n
+	return int(r)
 }
 
 // news takes new clients and clients handed back by workers; it reports
 // whether the server is closing.
 func (lp *loop) news() bool {
 	var b [8]byte
-	unix.Read(lp.wake, b[:])
+	rawIO(unix.SYS_READ, lp.wake, b[:])
 	lp.mu.Lock()
 	incoming, back, stop := lp.incoming, lp.back, lp.stop
 	lp.incoming, lp.back, lp.woken = nil, nil, false
@@ -619,7 +662,9 @@ func (lp *loop) client(fd int32) *client {
 }
 
 // rawIO reads or writes a non-blocking descriptor without telling the
-// scheduler: it never blocks.
+// scheduler: it never blocks. (A call that tells it wakes the runtime's
+// monitor thread when it sleeps, for a millisecond of 20 µs ticks: on
+// the core the loop runs on, that was most of its context switches.)
 func rawIO(trap uintptr, fd int, b []byte) (int, error) {
 	r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if e != 0 {
