@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
 )
 
@@ -126,6 +127,9 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 			time.Sleep(100 * time.Millisecond)
 		}
 		toCheckpoint := time.Since(start)
+		if cut == 0 {
+			logKVNote(ctx, t, m) // how the log is synced on this kernel: what the cuts test
+		}
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		// Cut while writes are being acknowledged: a store near its
 		// reserve refuses writes for a while (Badger's compactions behind
@@ -206,4 +210,21 @@ func TestPowerCutAsync(t *testing.T) {
 	if lost == 0 {
 		t.Fatalf("async mode lost none of %d writes over 3 cuts: the power cut does not cut", acked)
 	}
+}
+
+// logKVNote logs the kv service's note on the agent's status: its
+// durability and how its log is synced (AIO or fdatasync) on the
+// guest's kernel.
+func logKVNote(ctx context.Context, t *testing.T, m *host.Mgmt) {
+	st, err := m.Status(ctx)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	for _, sv := range st.Services {
+		if sv.Name == "kv" {
+			t.Logf("kv on the agent: %s", sv.Note)
+			return
+		}
+	}
+	t.Fatalf("the agent's status has no kv service: %+v", st.Services)
 }
