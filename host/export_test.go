@@ -41,3 +41,7 @@ func Detached(c *Client) bool {
 	defer t.mu.Unlock()
 	return t.broken != nil
 }
+
+// SetCancelWakeHook sets the hook run at the end of the wake a sleeping
+// wait gets when its context ends (nil: none).
+func SetCancelWakeHook(h func()) { testHookCancelWake = h }

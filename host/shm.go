@@ -494,6 +494,10 @@ const deepQueue = 8
 // doubling sleeps of 20 µs to 1 ms paid over and over in every long op.
 const bellSleep = 50 * time.Millisecond
 
+// testHookCancelWake, set by tests, runs at the end of the wake a
+// sleeping wait gets when its context ends.
+var testHookCancelWake func()
+
 // untrustedSleep bounds one sleep until a call's expected end while the
 // agent's rings are not known to reach this process: only its time ends
 // it, so ctx's end is seen within this.
@@ -530,9 +534,13 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	if qp != nil {
 		waiting := func() bool { return !c.done.Load() }
 		var unhook func() bool
+		var woken chan struct{} // closed when the wake on ctx's end is over
 		defer func() {
-			if unhook != nil {
-				unhook()
+			// A wake on ctx's end that has started reads the region: the
+			// call returns after it, so that a Close right after cannot
+			// unmap the region under it.
+			if unhook != nil && !unhook() {
+				<-woken
 			}
 		}()
 		// sleep sleeps on the bell for d, or (!exact, once the agent's
@@ -545,7 +553,14 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 					d = bellSleep
 				}
 				if unhook == nil {
-					unhook = context.AfterFunc(ctx, func() { r.CatchFault(qp.WakeSleepers) }) //nolint:errcheck // see below
+					woken = make(chan struct{})
+					unhook = context.AfterFunc(ctx, func() {
+						defer close(woken)
+						r.CatchFault(qp.WakeSleepers) //nolint:errcheck // see below
+						if h := testHookCancelWake; h != nil {
+							h()
+						}
+					})
 				}
 			} else if exact {
 				// Nothing rings on ctx's end: look at it now and then.

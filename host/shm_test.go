@@ -207,3 +207,57 @@ func TestAStallOfTheWholeMachineIsNotAnAgentDeath(t *testing.T) {
 		}
 	}
 }
+
+// TestACancelledSleepIsOverWhenTheCallReturns: a wait sleeping on the
+// bell is woken, when its context ends, by a callback that reads the
+// shared region; the call returns only once that callback is over, so a
+// Close right after cannot unmap the region under it (the race detector
+// once caught Close's unmapping racing that read, in an e2e test).
+func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
+	c := agentClient(t)
+	const k, m, w = 10, 4, 256 << 10 // 2.5 MiB of data: a long op, some hundreds of µs on the agent
+	shards := stripe(t, c, k, m, w, true, 3)
+	e, err := c.EC(k, m, host.WithRails(host.RailsDPU))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ops := 0; !host.BellRings(c); ops++ {
+		if ops == 200 {
+			t.Fatalf("after %d long ops no ring of the agent's was seen to end a sleep", ops)
+		}
+		if _, err := e.Encode(context.Background(), shards); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var started, over atomic.Bool
+	host.SetCancelWakeHook(func() {
+		started.Store(true)
+		time.Sleep(20 * time.Millisecond) // a wake that takes its time
+		over.Store(true)
+	})
+	defer host.SetCancelWakeHook(nil)
+	woken := 0
+	for try := 0; try < 200 && woken < 5; try++ {
+		started.Store(false)
+		over.Store(false)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(50+try*10)*time.Microsecond, cancel)
+		_, err := e.Encode(ctx, shards)
+		if started.Load() {
+			woken++
+			if !over.Load() {
+				t.Fatalf("the call returned (%v) while the wake on its context's end was still running", err)
+			}
+		}
+		cancel()
+		// The agent may still be coding the cancelled call's stripe:
+		// let it finish before the next.
+		if _, err := e.Encode(context.Background(), shards); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if woken == 0 {
+		t.Fatal("no wait was woken by its context's end: the test saw nothing")
+	}
+	t.Logf("%d waits woken by their context's end", woken)
+}
