@@ -82,7 +82,7 @@ func (s *kvService) Status() api.Service {
 		return api.Service{Name: "kv", Addr: s.dir}
 	}
 	st := api.Service{Name: "kv", Addr: s.dir, Served: true, Note: "badger, " + s.store.Durability().String() + " durability"}
-	if ls := s.store.Stats().LogSync; ls != "" {
+	if ls := s.store.LogSync(); ls != "" {
 		st.Note += ", log synced by " + ls
 	}
 	if err := s.store.WriteErr(); err != nil {

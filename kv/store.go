@@ -1226,6 +1226,15 @@ type Stats struct {
 	LogSync string
 }
 
+// LogSync is how the store's log is synced: "aio", "fdatasync", or ""
+// (no log: in memory, or not opened yet).
+func (s *Store) LogSync() string {
+	if !s.awake.Load() || s.commit.wal == nil { // s.commit is set before awake
+		return ""
+	}
+	return s.commit.wal.syncer.kind()
+}
+
 // Stats returns counters and on-disk sizes.
 func (s *Store) Stats() Stats {
 	st := Stats{Gets: s.gets.Load(), Puts: s.puts.Load(), Deletes: s.dels.Load(), Scans: s.scans.Load(),
@@ -1235,10 +1244,8 @@ func (s *Store) Stats() Stats {
 		st.Commits, st.Writes = s.commit.groups.Load(), s.commit.writes.Load()
 		st.Flushes, st.Flushed, st.CommitTime = s.commit.flushes.Load(), s.commit.flushed.Load(), time.Duration(s.commit.commitNanos.Load())
 		st.Checkpoints = s.commit.checkpoints.Load()
-		if l := s.commit.wal; l != nil {
-			st.LogSync = l.syncer.kind()
-		}
 	}
+	st.LogSync = s.LogSync()
 	if s.cache != nil {
 		st.CacheEntries, st.CacheBytes, st.CacheHits = s.cache.stats()
 	}

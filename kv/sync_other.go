@@ -13,6 +13,7 @@ type logSyncer struct{}
 func newLogSyncer() *logSyncer           { return &logSyncer{} }
 func (*logSyncer) sync(f *os.File) error { return fdatasync(f) }
 func (*logSyncer) close()                {}
+func (*logSyncer) kind() string          { return "fdatasync" }
 
 // pwriteShort is f.WriteAt here.
 func pwriteShort(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }

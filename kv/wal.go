@@ -235,7 +235,7 @@ func (l *wal) commit(sync, shared bool) error {
 // pwriteShort); larger writes, and Async ones, which may wait for
 // writeback, in the usual way.
 func (l *wal) writeAt(b []byte, off int64, sync bool) (int, error) {
-	if sync && len(b) <= shortWrite && l.size+int64(len(b)) <= l.ready {
+	if sync && len(b) <= shortWrite { // prepare wrote the blocks ahead
 		return pwriteShort(l.f, b, off)
 	}
 	return l.f.WriteAt(b, off)
