@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"fmt"
+	"unsafe"
 )
 
 // AllReduce reduces every rank's send with op and leaves the result in
@@ -16,14 +17,19 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op
 		return fmt.Errorf("coll: allreduce of %d bytes into %d", len(send), len(recv))
 	}
 	return c.run(ctx, "allreduce", func() error {
-		copyIfOther(recv, send)
 		if c.size == 1 {
+			copyIfOther(recv, send)
 			return nil
 		}
-		if c.Choose(len(recv)) == Tree {
-			return c.allReduceRD(ctx, recv, dt, op)
+		src := send // out of place: the first reductions read send
+		if overlap(send, recv) {
+			copyIfOther(recv, send)
+			src = nil
 		}
-		return c.allReduceRing(ctx, recv, dt, op)
+		if c.Choose(len(recv)) == Tree {
+			return c.allReduceRD(ctx, recv, src, dt, op)
+		}
+		return c.allReduceRing(ctx, recv, src, dt, op)
 	})
 }
 
@@ -33,33 +39,56 @@ func copyIfOther(dst, src []byte) {
 	}
 }
 
+// overlap says whether a and b share any byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
 // ringPass moves segments of buf around the ring: this rank sends segment
 // first, and at step s (n−1 steps) takes the left neighbour's segment
 // first−1−s — reduced into its own when reduce, else copied — and passes
 // each chunk on to the right as soon as it has it (but the last step's),
 // so a chunk's send, the next one's receive and the reduction overlap.
-func (c *Comm) ringPass(ctx context.Context, buf []byte, dt DType, op Op, reduce bool, first int) error {
+// With src set (an out-of-place reduction) this rank's contributions come
+// from src: its first send, and one operand of each reduction, whose
+// result is written to buf. buf is then only written, never read first,
+// so src need not be copied into it beforehand.
+func (c *Comm) ringPass(ctx context.Context, buf, src []byte, dt DType, op Op, reduce bool, first int) error {
 	n, r, es := c.size, c.rank, dt.Size()
 	count := len(buf) / es
 	left, right := mod(r-1, n), mod(r+1, n)
-	seg := func(i int) []byte {
+	seg := func(b []byte, i int) []byte {
+		if b == nil {
+			return nil
+		}
 		off, l := segment(count, n, mod(i, n), es)
-		return buf[off : off+l]
+		return b[off : off+l]
 	}
-	c.sendAll(ctx, right, seg(first))
+	if src != nil {
+		c.sendAll(ctx, right, seg(src, first))
+	} else {
+		c.sendAll(ctx, right, seg(buf, first))
+	}
 	for s := 0; s < n-1; s++ {
 		last := s == n-2
-		err := c.chunks(seg(first-1-s), func(p []byte) error {
-			if err := c.recv(ctx, left, p, dt, op, reduce); err != nil {
+		dst, in := seg(buf, first-1-s), seg(src, first-1-s)
+		for off := 0; off < len(dst); off += c.cfg.Chunk {
+			end := min(off+c.cfg.Chunk, len(dst))
+			p := dst[off:end]
+			var q []byte
+			if in != nil {
+				q = in[off:end]
+			}
+			if err := c.recvTo(ctx, left, p, q, dt, op, reduce); err != nil {
 				return err
 			}
 			if !last {
 				c.post(ctx, right, p)
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 	}
 	return nil
@@ -68,24 +97,30 @@ func (c *Comm) ringPass(ctx context.Context, buf []byte, dt DType, op Op, reduce
 // reduceScatterRing reduces buf around the ring so that, at the end, this
 // rank holds the full reduction of segment rank (it starts by sending
 // segment rank−1).
-func (c *Comm) reduceScatterRing(ctx context.Context, buf []byte, dt DType, op Op) error {
-	return c.ringPass(ctx, buf, dt, op, true, c.rank-1)
+// With src set, src holds this rank's contribution and buf is written
+// (only this rank's segment is whole at the end).
+func (c *Comm) reduceScatterRing(ctx context.Context, buf, src []byte, dt DType, op Op) error {
+	return c.ringPass(ctx, buf, src, dt, op, true, c.rank-1)
 }
 
 // allGatherRing passes segments around the ring: this rank starts holding
 // segment rank, and at the end holds them all.
 func (c *Comm) allGatherRing(ctx context.Context, buf []byte, dt DType) error {
-	return c.ringPass(ctx, buf, dt, 0, false, c.rank)
+	return c.ringPass(ctx, buf, nil, dt, 0, false, c.rank)
 }
 
-func (c *Comm) allReduceRing(ctx context.Context, buf []byte, dt DType, op Op) error {
-	if err := c.reduceScatterRing(ctx, buf, dt, op); err != nil {
+// allReduceRing reduces buf in place, or src into buf when src is set.
+func (c *Comm) allReduceRing(ctx context.Context, buf, src []byte, dt DType, op Op) error {
+	if err := c.reduceScatterRing(ctx, buf, src, dt, op); err != nil {
 		return err
 	}
-	// The segments sent in the reduce-scatter are received into in the
-	// allgather: their sends must have left.
-	if err := c.flush(); err != nil {
-		return err
+	// The segments sent from buf in the reduce-scatter are received into
+	// in the allgather: their sends must have left. Out of place among
+	// two ranks, the one send was from src.
+	if src == nil || c.size > 2 {
+		if err := c.flush(); err != nil {
+			return err
+		}
 	}
 	off, l := segment(len(buf)/dt.Size(), c.size, c.rank, dt.Size())
 	Finish(buf[off:off+l], dt, op, c.size)
@@ -95,34 +130,43 @@ func (c *Comm) allReduceRing(ctx context.Context, buf []byte, dt DType, op Op) e
 // allReduceRD is recursive doubling: log2(p) exchanges of the whole buffer
 // between partners, p the largest power of two not above n; the n−p ranks
 // beyond it first fold their buffer into a partner and get the result back
-// at the end.
-func (c *Comm) allReduceRD(ctx context.Context, buf []byte, dt DType, op Op) error {
+// at the end. With src set (out of place) the first exchange sends src and
+// writes src op the partner's into buf: among two ranks, no copy at all.
+func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op) error {
 	n, r := c.size, c.rank
 	p := 1
 	for p*2 <= n {
 		p *= 2
 	}
 	rem := n - p
-	tmp := c.scratchOf(len(buf))
 	if r >= p {
-		c.sendAll(ctx, r-p, buf)
+		if src == nil {
+			src = buf
+		}
+		c.sendAll(ctx, r-p, src)
 		if err := c.flush(); err != nil {
 			return err
 		}
 		return c.recvAll(ctx, r-p, buf, dt, op, false)
 	}
 	if r < rem {
-		if err := c.recvAll(ctx, r+p, buf, dt, op, true); err != nil {
+		if err := c.recvAllTo(ctx, r+p, buf, src, dt, op); err != nil {
 			return err
 		}
+		src = nil
 	}
 	for mask := 1; mask < p; mask <<= 1 {
 		partner := r ^ mask
-		copy(tmp, buf) // what goes out must not change while it does
-		c.sendAll(ctx, partner, tmp)
-		if err := c.recvAll(ctx, partner, buf, dt, op, true); err != nil {
+		out := src
+		if out == nil {
+			out = c.scratchOf(len(buf))
+			copy(out, buf) // what goes out must not change while it does
+		}
+		c.sendAll(ctx, partner, out)
+		if err := c.recvAllTo(ctx, partner, buf, src, dt, op); err != nil {
 			return err
 		}
+		src = nil
 		if err := c.flush(); err != nil {
 			return err
 		}
@@ -130,6 +174,22 @@ func (c *Comm) allReduceRD(ctx context.Context, buf []byte, dt DType, op Op) err
 	Finish(buf, dt, op, n)
 	if r < rem {
 		c.sendAll(ctx, r+p, buf)
+	}
+	return nil
+}
+
+// recvAllTo receives a buffer's chunks from rank from, reducing each into
+// buf's: src op message when src is set, else in place.
+func (c *Comm) recvAllTo(ctx context.Context, from int, buf, src []byte, dt DType, op Op) error {
+	for off := 0; off < len(buf); off += c.cfg.Chunk {
+		end := min(off+c.cfg.Chunk, len(buf))
+		var q []byte
+		if src != nil {
+			q = src[off:end]
+		}
+		if err := c.recvTo(ctx, from, buf[off:end], q, dt, op, true); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -159,9 +219,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 			return nil
 		}
 		work := c.scratchOf(len(send))
-		copy(work, send)
 		// Blocks are equal, so segment i is block i: rank i ends with it.
-		if err := c.reduceScatterRing(ctx, work, dt, op); err != nil {
+		if err := c.reduceScatterRing(ctx, work, send, dt, op); err != nil {
 			return err
 		}
 		copy(recv, work[c.rank*len(recv):])
@@ -264,13 +323,15 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, r
 	}
 	return c.run(ctx, "reduce", func() error {
 		work := c.scratchOf(len(send))
-		copy(work, send)
+		if c.size == 1 || c.Choose(len(send)) == Tree {
+			copy(work, send)
+		}
 		if c.size > 1 {
 			var err error
 			if c.Choose(len(send)) == Tree {
 				err = c.reduceTree(ctx, work, dt, op, root)
 			} else {
-				err = c.reduceRing(ctx, work, dt, op, root)
+				err = c.reduceRing(ctx, work, send, dt, op, root)
 			}
 			if err != nil {
 				return err
@@ -285,9 +346,10 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, r
 }
 
 // reduceRing: a reduce-scatter leaves segment i reduced on rank i, and each
-// rank sends its segment to root.
-func (c *Comm) reduceRing(ctx context.Context, buf []byte, dt DType, op Op, root int) error {
-	if err := c.reduceScatterRing(ctx, buf, dt, op); err != nil {
+// rank sends its segment to root. src holds this rank's contribution
+// (buf is only written).
+func (c *Comm) reduceRing(ctx context.Context, buf, src []byte, dt DType, op Op, root int) error {
+	if err := c.reduceScatterRing(ctx, buf, src, dt, op); err != nil {
 		return err
 	}
 	es := dt.Size()

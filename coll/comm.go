@@ -230,14 +230,19 @@ func (c *Comm) flush() error {
 // recv receives the next message from rank from into dst: reduced into it
 // when reduce, else copied.
 func (c *Comm) recv(ctx context.Context, from int, dst []byte, dt DType, op Op, reduce bool) error {
+	return c.recvTo(ctx, from, dst, nil, dt, op, reduce)
+}
+
+// recvTo is recv that, given src, reduces src and the message into dst.
+func (c *Comm) recvTo(ctx context.Context, from int, dst, src []byte, dt DType, op Op, reduce bool) error {
 	c.sendMu.Lock()
 	serr := c.sendErr
 	c.sendMu.Unlock()
 	if serr != nil {
 		return serr
 	}
-	c.sink = Sink{Seq: c.seq, Dst: dst, DType: dt, Op: op, Reduce: reduce}
-	defer func() { c.sink.Dst = nil }()
+	c.sink = Sink{Seq: c.seq, Dst: dst, Src: src, DType: dt, Op: op, Reduce: reduce}
+	defer func() { c.sink.Dst, c.sink.Src = nil, nil }()
 	var err error
 	if dr, ok := c.t.(DirectReceiver); ok {
 		err = dr.RecvInto(ctx, from, &c.sink)

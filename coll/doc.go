@@ -17,11 +17,13 @@
 //
 // float32, float64, float16, bfloat16, int32, int64, uint8 with sum, prod,
 // min, max, avg. 16-bit floats are reduced in float32 and rounded once
-// per step (to nearest, ties to even); integers wrap. The kernels (Reduce)
-// are plain loops over typed views of the buffers, in the machine's byte
-// order (both amd64 and arm64 are little-endian, as the wire is). A
-// communicator allocates nothing in its steady state: received chunks come
-// from a pool, scratch space is kept.
+// per step (to nearest, ties to even); integers wrap. The kernels (Reduce,
+// and ReduceTo for an out-of-place collective's first reductions, which
+// read the caller's send buffer so that it is never copied into recv
+// first) are plain loops over typed views of the buffers, in the
+// machine's byte order (both amd64 and arm64 are little-endian, as the
+// wire is). A communicator allocates nothing in its steady state:
+// received chunks come from a pool, scratch space is kept.
 //
 // # Transports
 //

@@ -58,6 +58,49 @@ func Reduce(dst, src []byte, dt DType, op Op) error {
 	return nil
 }
 
+// ReduceTo writes a op b into dst element by element: dst[i] = a[i] op
+// b[i], one pass instead of a copy of a and a Reduce (an out-of-place
+// collective's first reduction, from the caller's send buffer). The three
+// hold whole elements of dt and have the same length; dst may be a, and
+// must not overlap b otherwise. The result is Reduce's, bit for bit.
+func ReduceTo(dst, a, b []byte, dt DType, op Op) error {
+	if len(a) != len(dst) || len(b) != len(dst) {
+		return fmt.Errorf("coll: reduce %d and %d bytes into %d", len(a), len(b), len(dst))
+	}
+	es := dt.Size()
+	if es == 0 || !op.Valid() {
+		return fmt.Errorf("coll: reduce %v with %v", dt, op)
+	}
+	if len(dst)%es != 0 {
+		return fmt.Errorf("coll: %d bytes is not a whole number of %v", len(dst), dt)
+	}
+	if op == Avg {
+		op = Sum
+	}
+	kernel := dt
+	if !aligned(dst, es) || !aligned(a, es) || !aligned(b, es) {
+		kernel = Float16 // the copy-then-reduce path below
+	}
+	switch kernel {
+	case Float32:
+		reduceToT(as[float32](dst), as[float32](a), as[float32](b), op)
+	case Float64:
+		reduceToT(as[float64](dst), as[float64](a), as[float64](b), op)
+	case Int32:
+		reduceToT(as[int32](dst), as[int32](a), as[int32](b), op)
+	case Int64:
+		reduceToT(as[int64](dst), as[int64](a), as[int64](b), op)
+	case Uint8:
+		reduceToT(dst, a, b, op)
+	default:
+		// 16-bit floats (widened in blocks anyway) and unaligned buffers:
+		// a copy and Reduce, over a chunk that is in cache.
+		copyIfOther(dst, a)
+		return Reduce(dst, b, dt, op)
+	}
+	return nil
+}
+
 func aligned(b []byte, n int) bool {
 	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(n) == 0
 }
@@ -114,6 +157,41 @@ func reduceT[T number](d, s []T, op Op) {
 			if s[i] > d[i] {
 				d[i] = s[i]
 			}
+		}
+	}
+}
+
+func reduceToT[T number](d, a, b []T, op Op) {
+	a, b = a[:len(d)], b[:len(d)]
+	switch op {
+	case Sum:
+		i := 0
+		for ; i+4 <= len(d); i += 4 {
+			d0, d1, d2, d3 := a[i]+b[i], a[i+1]+b[i+1], a[i+2]+b[i+2], a[i+3]+b[i+3]
+			d[i], d[i+1], d[i+2], d[i+3] = d0, d1, d2, d3
+		}
+		for ; i < len(d); i++ {
+			d[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i]
+		}
+	case Min: // as reduceT: b replaces a only when below it (NaN, ±0)
+		for i := range d {
+			v := a[i]
+			if b[i] < v {
+				v = b[i]
+			}
+			d[i] = v
+		}
+	case Max:
+		for i := range d {
+			v := a[i]
+			if b[i] > v {
+				v = b[i]
+			}
+			d[i] = v
 		}
 	}
 }

@@ -49,9 +49,12 @@ func (m Msg) Release() {
 }
 
 // Sink is where a receive puts a message: reduced into Dst, or copied.
+// With Src set, a reduction writes Src op message into Dst (out of place:
+// Src is the caller's send buffer, Dst its recv).
 type Sink struct {
 	Seq    uint32
 	Dst    []byte
+	Src    []byte
 	DType  DType
 	Op     Op
 	Reduce bool
@@ -69,6 +72,9 @@ func (s *Sink) Apply(from int, seq uint32, data []byte) error {
 			ErrProtocol, from, len(data), len(s.Dst))
 	}
 	if s.Reduce {
+		if s.Src != nil {
+			return ReduceTo(s.Dst, s.Src, data, s.DType, s.Op)
+		}
 		return Reduce(s.Dst, data, s.DType, s.Op)
 	}
 	copy(s.Dst, data)
