@@ -383,8 +383,8 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	}
 	// Print rows as rank 0 reports them; watch every process.
 	if !a.jsonOut() {
-		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s, rails %s; %d iterations per size\n",
-			o.kind, o.dtype, o.redop, o.world, where, strings.Join(o.rails, ", "), o.iters)
+		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s, rails %s; %d iterations per size; float sums in %s\n",
+			o.kind, o.dtype, o.redop, o.world, where, strings.Join(o.rails, ", "), o.iters, coll.SumKernel())
 		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "host-share")
 	}
 	var rows []rankResult
