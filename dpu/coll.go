@@ -216,19 +216,17 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 	defer c.mu.Unlock()
 	// The collective runs on the agent's own copy: what the host writes
 	// into its window meanwhile changes nothing the other agents get, and
-	// the window is written once, at the end. An allreduce runs in place
-	// in that copy (one copy less than into a send buffer and then recv).
+	// the window is written once, at the end. Out of place, from a send
+	// copy into recv: an allreduce then copies nothing more (its first
+	// reductions read send).
 	if cap(c.recv) < int(recvSp.Len) {
 		c.recv = make([]byte, recvSp.Len)
 	}
 	recv := c.recv[:recvSp.Len]
-	send := recv
-	if kind != coll.KindAllReduce || sendSp.Len != recvSp.Len {
-		if cap(c.send) < int(sendSp.Len) {
-			c.send = make([]byte, sendSp.Len)
-		}
-		send = c.send[:sendSp.Len]
+	if cap(c.send) < int(sendSp.Len) {
+		c.send = make([]byte, sendSp.Len)
 	}
+	send := c.send[:sendSp.Len]
 	if err := req.Mem.ReadAt(send, uint64(sendSp.Off)); err != nil {
 		resp.Status = wire.StatusBadSpan
 		return
