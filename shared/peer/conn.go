@@ -2,6 +2,7 @@ package peer
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -28,18 +29,31 @@ var (
 
 const nonceSize = 16
 
+// helloLoopback, in a Hello's Flags, says that its sender sees the
+// connection as one between two loopback addresses; the Hello's payload
+// then carries, after the nonce, the connection's two ends as the sender
+// sees them (loopbackBinding).
+const helloLoopback = 1
+
+// maxBinding bounds a Hello's binding (two addresses with ports).
+const maxBinding = 128
+
 // Conn is an authenticated frame connection to one peer. Send is safe for
 // concurrent use; Recv is for one reader.
 type Conn struct {
-	nc             net.Conn
-	local, remote  uint32
-	br             *bufio.Reader
-	wmu            sync.Mutex
-	sending        atomic.Int32 // Sends under way or waiting for wmu
-	sendSeq        uint64
-	recvSeq        uint64
-	sendMAC        cipher.AEAD
-	recvMAC        cipher.AEAD
+	nc            net.Conn
+	local, remote uint32
+	br            *bufio.Reader
+	wmu           sync.Mutex
+	sending       atomic.Int32 // Sends under way or waiting for wmu
+	sendSeq       uint64
+	recvSeq       uint64
+	sendMAC       cipher.AEAD
+	recvMAC       cipher.AEAD
+	// headerOnly: frames' tags cover their header, not their payload (a
+	// direct connection between loopback addresses, both sides agreeing:
+	// see Handshake).
+	headerOnly     bool
 	whead          [prefixSize + HeaderSize + TagSize]byte // length, sealed header, tag
 	wbufs, wvec    net.Buffers                             // wvec: the iovecs; wbufs consumed by a write
 	rbuf           []byte                                  // payload and tag of the frame received
@@ -50,6 +64,10 @@ type Conn struct {
 	rhead      [prefixSize + HeaderSize]byte
 	sealed     [HeaderSize + TagSize]byte
 }
+
+// PayloadSealed reports whether frames' tags cover their payloads: always
+// but on a direct loopback connection (Handshake).
+func (c *Conn) PayloadSealed() bool { return !c.headerOnly }
 
 // Sending reports whether a frame is being written or waits to be.
 func (c *Conn) Sending() bool { return c.sending.Load() > 0 }
@@ -80,10 +98,36 @@ func sessionMAC(key []byte, label string, dialerNonce, listenerNonce []byte) (ci
 	return cipher.NewGCM(blk)
 }
 
+// loopbackBinding returns the connection's two ends, dialer's first, as
+// this side sees them, when both are loopback addresses; ok is false
+// otherwise.
+func loopbackBinding(nc net.Conn, dialer bool) (binding []byte, ok bool) {
+	la, lok := nc.LocalAddr().(*net.TCPAddr)
+	ra, rok := nc.RemoteAddr().(*net.TCPAddr)
+	if !lok || !rok || !la.IP.IsLoopback() || !ra.IP.IsLoopback() {
+		return nil, false
+	}
+	if !dialer {
+		la, ra = ra, la
+	}
+	b := []byte(la.String() + " " + ra.String())
+	return b, len(b) <= maxBinding
+}
+
 // Handshake authenticates nc with the cluster key: each side sends a Hello
 // with a fresh nonce under HMAC-SHA256 and checks the other's; both then
 // derive the session keys. dialer says which side this is. It must finish
 // by deadline.
+//
+// A side that sees both ends of nc on loopback addresses says so in its
+// Hello, with the two ends as it sees them. When both sides say so and
+// saw the same two ends — a direct connection, which only this machine's
+// kernel carries — frames' tags cover their headers and not their
+// payloads: authenticating every payload byte would buy nothing there and
+// cost a pass over it on each side. A process relaying between two
+// loopback sockets makes the two sides see different ends, and the tags
+// cover payloads again. Which kind of connection it is goes into the
+// session keys, so two sides that disagreed could not talk at all.
 func Handshake(nc net.Conn, key []byte, local uint32, dialer bool, deadline time.Time) (*Conn, error) {
 	if len(key) < 16 {
 		return nil, fmt.Errorf("peer: cluster key of %d bytes: want at least 16", len(key))
@@ -94,16 +138,23 @@ func Handshake(nc net.Conn, key []byte, local uint32, dialer bool, deadline time
 	if _, err := rand.Read(mine[:]); err != nil {
 		return nil, err
 	}
-	var out [HeaderSize + nonceSize + TagSize]byte
+	binding, onLoopback := loopbackBinding(nc, dialer)
 	h := Header{Type: TypeHello, Length: nonceSize, Sender: local}
-	h.Put(out[:])
-	copy(out[HeaderSize:], mine[:])
-	copy(out[HeaderSize+nonceSize:], helloMAC(key, out[:HeaderSize], mine[:]))
-	if _, err := nc.Write(out[:]); err != nil {
+	payload := mine[:]
+	if onLoopback {
+		h.Flags = helloLoopback
+		payload = append(payload, binding...)
+		h.Length = uint32(len(payload))
+	}
+	out := make([]byte, HeaderSize, HeaderSize+len(payload)+TagSize)
+	h.Put(out)
+	out = append(out, payload...)
+	out = append(out, helloMAC(key, out[:HeaderSize], payload)...)
+	if _, err := nc.Write(out); err != nil {
 		return nil, fmt.Errorf("peer: send hello: %w", err)
 	}
 	br := bufio.NewReaderSize(nc, 64<<10)
-	var in [HeaderSize + nonceSize + TagSize]byte
+	var in [HeaderSize + nonceSize + maxBinding + TagSize]byte
 	if _, err := io.ReadFull(br, in[:HeaderSize]); err != nil {
 		return nil, fmt.Errorf("peer: read hello: %w", err)
 	}
@@ -111,32 +162,39 @@ func Handshake(nc net.Conn, key []byte, local uint32, dialer bool, deadline time
 	if err != nil {
 		return nil, err
 	}
-	if ph.Type != TypeHello || ph.Length != nonceSize {
+	if ph.Type != TypeHello || ph.Length < nonceSize || ph.Length > nonceSize+maxBinding ||
+		(ph.Length != nonceSize) != (ph.Flags&helloLoopback != 0) {
 		return nil, fmt.Errorf("%w: %s of %d bytes where a hello belongs", ErrFrame, ph.Type, ph.Length)
 	}
-	if _, err := io.ReadFull(br, in[HeaderSize:]); err != nil {
+	end := HeaderSize + int(ph.Length)
+	if _, err := io.ReadFull(br, in[HeaderSize:end+TagSize]); err != nil {
 		return nil, fmt.Errorf("peer: read hello: %w", err)
 	}
-	theirs := in[HeaderSize : HeaderSize+nonceSize]
-	if !hmac.Equal(in[HeaderSize+nonceSize:], helloMAC(key, in[:HeaderSize], theirs)) {
+	if !hmac.Equal(in[end:end+TagSize], helloMAC(key, in[:HeaderSize], in[HeaderSize:end])) {
 		return nil, fmt.Errorf("%w: hello from node %d (is the cluster key the same?)", ErrAuth, ph.Sender)
 	}
 	if ph.Sender == local {
 		return nil, fmt.Errorf("peer: hello from our own id %d", local)
 	}
+	theirs := in[HeaderSize : HeaderSize+nonceSize]
+	headerOnly := onLoopback && bytes.Equal(in[HeaderSize+nonceSize:end], binding)
 	dn, ln := mine[:], theirs
 	if !dialer {
 		dn, ln = theirs, mine[:]
 	}
-	d2l, err := sessionMAC(key, "dialer to listener", dn, ln)
+	kind := ""
+	if headerOnly {
+		kind = ", headers only"
+	}
+	d2l, err := sessionMAC(key, "dialer to listener"+kind, dn, ln)
 	if err != nil {
 		return nil, err
 	}
-	l2d, err := sessionMAC(key, "listener to dialer", dn, ln)
+	l2d, err := sessionMAC(key, "listener to dialer"+kind, dn, ln)
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{nc: nc, local: local, remote: ph.Sender, br: br, sendMAC: d2l, recvMAC: l2d}
+	c := &Conn{nc: nc, local: local, remote: ph.Sender, br: br, sendMAC: d2l, recvMAC: l2d, headerOnly: headerOnly}
 	if !dialer {
 		c.sendMAC, c.recvMAC = l2d, d2l
 	}
@@ -175,7 +233,11 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	binary.LittleEndian.PutUint32(c.whead[:], h.Length)
 	binary.LittleEndian.PutUint64(c.snonce[:], c.sendSeq)
 	// Seal writes the encrypted header and then the tag.
-	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], payload)
+	covered := payload
+	if c.headerOnly {
+		covered = nil
+	}
+	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], covered)
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
 	c.nc.SetWriteDeadline(deadline)
@@ -214,7 +276,11 @@ func (c *Conn) Recv() (Header, []byte, error) {
 	copy(c.sealed[HeaderSize:], buf[n:])
 	seq := c.recvSeq + 1
 	binary.LittleEndian.PutUint64(c.rnonce[:], seq)
-	if _, err := c.recvMAC.Open(c.plain[:0], c.rnonce[:], c.sealed[:], buf[:n]); err != nil {
+	covered := buf[:n]
+	if c.headerOnly {
+		covered = nil
+	}
+	if _, err := c.recvMAC.Open(c.plain[:0], c.rnonce[:], c.sealed[:], covered); err != nil {
 		return Header{}, nil, fmt.Errorf("%w: frame %d from node %d: forged, damaged, replayed or out of sequence", ErrAuth, seq, c.remote)
 	}
 	h, err := ParseHeader(c.plain[:])

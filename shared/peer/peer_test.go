@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -75,6 +76,13 @@ func FuzzParseHeader(f *testing.F) {
 // connPair is two ends of an authenticated connection over TCP loopback.
 func connPair(t testing.TB) (dialer, listener *Conn) {
 	t.Helper()
+	return connPairVia(t, nil)
+}
+
+// connPairVia is connPair, the dialer connecting through relay when it is
+// not nil: relay gets the listener's address and returns the one to dial.
+func connPairVia(t testing.TB, relay func(target string) string) (dialer, listener *Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +102,11 @@ func connPair(t testing.TB) (dialer, listener *Conn) {
 		c, err := Handshake(nc, testKey, 2, false, time.Now().Add(5*time.Second))
 		ch <- res{c, err}
 	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	addr := ln.Addr().String()
+	if relay != nil {
+		addr = relay(addr)
+	}
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +129,129 @@ func FuzzRecv(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 80))
 	mac, _ := sessionMAC(testKey, "x", []byte("n1"), []byte("n2"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := &Conn{local: 2, remote: 1, recvMAC: mac, br: bufio.NewReader(bytes.NewReader(data))}
-		for {
-			if _, _, err := c.Recv(); err != nil {
-				return
+		for _, headerOnly := range []bool{false, true} {
+			c := &Conn{local: 2, remote: 1, recvMAC: mac, headerOnly: headerOnly, br: bufio.NewReader(bytes.NewReader(data))}
+			if _, _, err := c.Recv(); err == nil {
+				t.Fatalf("accepted a frame no one authenticated (headers only: %v)", headerOnly)
 			}
-			t.Fatal("accepted a frame no one authenticated")
 		}
 	})
+}
+
+// tcpRelay is a process in the middle on loopback: it passes bytes both
+// ways between the dialer and target and, once flip is set, changes the
+// byte at that offset (counted from then) of what the dialer sends.
+type tcpRelay struct {
+	ln   net.Listener
+	flip atomic.Int64 // offset+1 of the byte to change; 0: none
+}
+
+func newRelay(t testing.TB) *tcpRelay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return &tcpRelay{ln: ln}
+}
+
+func (r *tcpRelay) to(target string) string {
+	go func() {
+		a, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", target)
+		if err != nil {
+			a.Close()
+			return
+		}
+		go func() { io.Copy(a, b); a.Close() }()
+		buf := make([]byte, 1)
+		var seen int64
+		for {
+			if _, err := a.Read(buf); err != nil {
+				b.Close()
+				return
+			}
+			if f := r.flip.Load(); f > 0 {
+				if seen++; seen == f {
+					buf[0] ^= 0x20
+				}
+			}
+			if _, err := b.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return r.ln.Addr().String()
+}
+
+// On a direct loopback connection frames' tags cover their headers only;
+// through a relay, the two sides see different ends and the tags cover
+// payloads again: a byte the relay changes fails the frame.
+func TestLoopbackTagsAndARelay(t *testing.T) {
+	payload := []byte("a payload worth protecting, past its header")
+	d, l := connPair(t)
+	if d.PayloadSealed() || l.PayloadSealed() {
+		t.Fatalf("direct loopback: payloads sealed (dialer %v, listener %v), want headers only", d.PayloadSealed(), l.PayloadSealed())
+	}
+	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := l.Recv(); err != nil || !bytes.Equal(p, payload) {
+		t.Fatalf("direct: %q %v", p, err)
+	}
+
+	r := newRelay(t)
+	d, l = connPairVia(t, r.to)
+	if !d.PayloadSealed() || !l.PayloadSealed() {
+		t.Fatalf("through a relay: payloads not sealed (dialer %v, listener %v)", d.PayloadSealed(), l.PayloadSealed())
+	}
+	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := l.Recv(); err != nil || !bytes.Equal(p, payload) {
+		t.Fatalf("through the relay, untouched: %q %v", p, err)
+	}
+	r.flip.Store(prefixSize + HeaderSize + 10) // a payload byte of the next frame
+	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := l.Recv(); !errors.Is(err, ErrAuth) {
+		t.Fatalf("a payload byte changed by the relay: %q %v, want %v", p, err, ErrAuth)
+	}
+}
+
+// A Hello whose loopback binding was changed on the way fails its MAC.
+func TestHelloBindingAuthenticated(t *testing.T) {
+	r := newRelay(t)
+	r.flip.Store(HeaderSize + nonceSize + 2) // in the dialer's binding
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer nc.Close()
+		_, err = Handshake(nc, testKey, 2, false, time.Now().Add(5*time.Second))
+		errc <- err
+	}()
+	nc, err := net.Dial("tcp", r.to(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	go Handshake(nc, testKey, 1, true, time.Now().Add(5*time.Second))
+	if err := <-errc; !errors.Is(err, ErrAuth) {
+		t.Fatalf("listener: %v, want %v", err, ErrAuth)
+	}
 }
 
 func TestConnFramesAndTamper(t *testing.T) {
