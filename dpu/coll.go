@@ -12,6 +12,7 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -50,6 +51,32 @@ type collComm struct {
 	t          *coll.PeerTransport
 	c          *coll.Comm
 	send, recv []byte
+}
+
+// buffers returns the send and recv buffers of a run over spans of mem.
+// Where the window is mapped (shared memory, or a TCP frame's payload) and
+// the spans are one (in place) or apart, they are the window's own bytes
+// (direct): no copy in, no copy out. The pair's window is not leased to
+// another process before the descriptor completes (a fence waits for the
+// work in flight), so writing it during the run is as safe as at the end;
+// a host that changes its buffers meanwhile gets a wrong result, as it
+// would by sending wrong data. Otherwise (a staged window, spans that
+// partly overlap) the run works on the agent's copies, which the caller
+// fills from send and writes back to recv.
+func (c *collComm) buffers(mem ring.Accessor, sendSp, recvSp wire.Span) (send, recv []byte, direct bool) {
+	sv, sok := mem.View(sendSp)
+	rv, rok := mem.View(recvSp)
+	apart := sendSp.End() <= uint64(recvSp.Off) || recvSp.End() <= uint64(sendSp.Off)
+	if sok && rok && (sendSp == recvSp || apart) {
+		return sv, rv, true
+	}
+	if cap(c.recv) < int(recvSp.Len) {
+		c.recv = make([]byte, recvSp.Len)
+	}
+	if cap(c.send) < int(sendSp.Len) {
+		c.send = make([]byte, sendSp.Len)
+	}
+	return c.send[:sendSp.Len], c.recv[:recvSp.Len], false
 }
 
 func newCollService() *collService {
@@ -214,22 +241,12 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 	sendSp, recvSp := req.Spans[0], req.Spans[1]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The collective runs on the agent's own copy: what the host writes
-	// into its window meanwhile changes nothing the other agents get, and
-	// the window is written once, at the end. Out of place, from a send
-	// copy into recv: an allreduce then copies nothing more (its first
-	// reductions read send).
-	if cap(c.recv) < int(recvSp.Len) {
-		c.recv = make([]byte, recvSp.Len)
-	}
-	recv := c.recv[:recvSp.Len]
-	if cap(c.send) < int(sendSp.Len) {
-		c.send = make([]byte, sendSp.Len)
-	}
-	send := c.send[:sendSp.Len]
-	if err := req.Mem.ReadAt(send, uint64(sendSp.Off)); err != nil {
-		resp.Status = wire.StatusBadSpan
-		return
+	send, recv, direct := c.buffers(req.Mem, sendSp, recvSp)
+	if !direct {
+		if err := req.Mem.ReadAt(send, uint64(sendSp.Off)); err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
 	}
 	if kind == coll.KindBroadcast && int(root) != c.c.Rank() {
 		send = recv // only the root's bytes matter
@@ -254,9 +271,11 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 		failWith(req, resp, status, err)
 		return
 	}
-	if err := req.Mem.WriteAt(recv, uint64(recvSp.Off)); err != nil {
-		resp.Status = wire.StatusBadSpan
-		return
+	if !direct {
+		if err := req.Mem.WriteAt(recv, uint64(recvSp.Off)); err != nil {
+			resp.Status = wire.StatusBadSpan
+			return
+		}
 	}
 	resp.NSpan = 1
 	resp.Spans[0] = recvSp

@@ -104,6 +104,37 @@ func TestCollOps(t *testing.T) {
 		}
 	}
 
+	// Where send and recv lie in the window: apart (the run works on the
+	// window's bytes, send left as it was), one span (in place), partly
+	// overlapping (the run works on copies).
+	for _, tc := range []struct {
+		name    string
+		recvOff uint32
+	}{
+		{"apart", 20},
+		{"in place", 0},
+		{"overlapping", 4},
+	} {
+		for i, s := range svcs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				send := f32s(float32(i), 1, 2, 3, 4)
+				w := window{mem: make([]byte, 40+256)}
+				copy(w.mem, send)
+				w.spans = []wire.Span{{Off: 0, Len: 20}, {Off: tc.recvOff, Len: 20}, {Off: 40, Len: 256}}
+				resp, out := serveOp(t, s.serveRun, w.req(wire.OpCollRun, 42, wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0)))
+				if resp.Status != wire.StatusOK || string(out) != string(f32s(3, 3, 6, 9, 12)) {
+					t.Errorf("%s, agent %d: %v, wrote %x", tc.name, i+1, resp.Status, out)
+				}
+				if tc.recvOff >= 20 && string(w.mem[:20]) != string(send) {
+					t.Errorf("%s, agent %d: send changed to %x", tc.name, i+1, w.mem[:20])
+				}
+			}()
+		}
+		wg.Wait()
+	}
+
 	s := svcs[0]
 	for _, tc := range []struct {
 		name   string
