@@ -73,25 +73,20 @@ func (c *Comm) ringPass(ctx context.Context, buf, src []byte, dt DType, op Op, r
 	} else {
 		c.sendAll(ctx, right, seg(buf, first))
 	}
+	// Every receive of the pass is posted at once: no segment is received
+	// into twice, nor into while it is being sent.
+	sinks, forward := c.sinks[:0], 0
 	for s := 0; s < n-1; s++ {
-		last := s == n-2
-		dst, in := seg(buf, first-1-s), seg(src, first-1-s)
-		for off := 0; off < len(dst); off += c.cfg.Chunk {
-			end := min(off+c.cfg.Chunk, len(dst))
-			p := dst[off:end]
-			var q []byte
-			if in != nil {
-				q = in[off:end]
-			}
-			if err := c.recvTo(ctx, left, p, q, dt, op, reduce); err != nil {
-				return err
-			}
-			if !last {
-				c.post(ctx, right, p)
-			}
+		if s == n-2 {
+			forward = len(sinks) // the last step's chunks stay here
 		}
+		sinks = c.planChunks(sinks, seg(buf, first-1-s), seg(src, first-1-s), dt, op, reduce)
 	}
-	return nil
+	return c.recvPlan(ctx, left, sinks, func(k int) {
+		if k < forward {
+			c.post(ctx, right, sinks[k].Dst)
+		}
+	})
 }
 
 // reduceScatterRing reduces buf around the ring so that, at the end, this
@@ -181,17 +176,7 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 // recvAllTo receives a buffer's chunks from rank from, reducing each into
 // buf's: src op message when src is set, else in place.
 func (c *Comm) recvAllTo(ctx context.Context, from int, buf, src []byte, dt DType, op Op) error {
-	for off := 0; off < len(buf); off += c.cfg.Chunk {
-		end := min(off+c.cfg.Chunk, len(buf))
-		var q []byte
-		if src != nil {
-			q = src[off:end]
-		}
-		if err := c.recvTo(ctx, from, buf[off:end], q, dt, op, true); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], buf, src, dt, op, true), nil)
 }
 
 // scratchOf returns the communicator's scratch buffer of n bytes, grown
@@ -276,14 +261,11 @@ func (c *Comm) bcastChain(ctx context.Context, buf []byte, root int) error {
 		c.sendAll(ctx, next, buf)
 		return nil
 	}
-	return c.chunks(buf, func(p []byte) error {
-		if err := c.recv(ctx, prev, p, 0, 0, false); err != nil {
-			return err
-		}
+	sinks := c.planChunks(c.sinks[:0], buf, nil, 0, 0, false)
+	return c.recvPlan(ctx, prev, sinks, func(k int) {
 		if vr < n-1 {
-			c.post(ctx, next, p)
+			c.post(ctx, next, sinks[k].Dst)
 		}
-		return nil
 	})
 }
 

@@ -162,11 +162,22 @@ func wrapInt(in [][]float64, op Op, i int, wrap func(int64) int64) int64 {
 	return acc
 }
 
-// onRanks runs f on every rank of a new Local group of n at once, and
-// fails the test if any has not returned within a minute.
+// transports returns the n ranks' transports that onRanks runs
+// communicators over: a new Local group, unless a test (the one over
+// peers) swaps in its own.
+var transports = func(t *testing.T, n int) []Transport {
+	var ts []Transport
+	for _, lt := range Local(n) {
+		ts = append(ts, lt)
+	}
+	return ts
+}
+
+// onRanks runs f on every rank of n (transports) at once, and fails the
+// test if any has not returned within a minute.
 func onRanks(t *testing.T, n int, cfg Config, f func(c *Comm) error) []error {
 	t.Helper()
-	ts := Local(n)
+	ts := transports(t, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {

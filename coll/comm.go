@@ -87,7 +87,7 @@ type Comm struct {
 	seq     uint32
 	broken  error
 	scratch []byte
-	sink    Sink // the receive under way (one at a time)
+	sinks   []Sink // the receives under way (one collective at a time)
 	got     atomic.Uint64
 
 	sendMu  sync.Mutex
@@ -230,33 +230,61 @@ func (c *Comm) flush() error {
 // recv receives the next message from rank from into dst: reduced into it
 // when reduce, else copied.
 func (c *Comm) recv(ctx context.Context, from int, dst []byte, dt DType, op Op, reduce bool) error {
-	return c.recvTo(ctx, from, dst, nil, dt, op, reduce)
+	sinks := append(c.sinks[:0], Sink{Seq: c.seq, Dst: dst, DType: dt, Op: op, Reduce: reduce})
+	return c.recvPlan(ctx, from, sinks, nil)
 }
 
-// recvTo is recv that, given src, reduces src and the message into dst.
-func (c *Comm) recvTo(ctx context.Context, from int, dst, src []byte, dt DType, op Op, reduce bool) error {
+// planChunks appends to sinks one sink per chunk of dst: src op the
+// message into it when src is set, else as recv.
+func (c *Comm) planChunks(sinks []Sink, dst, src []byte, dt DType, op Op, reduce bool) []Sink {
+	for off := 0; off < len(dst); off += c.cfg.Chunk {
+		end := min(off+c.cfg.Chunk, len(dst))
+		s := Sink{Seq: c.seq, Dst: dst[off:end], DType: dt, Op: op, Reduce: reduce}
+		if src != nil {
+			s.Src = src[off:end]
+		}
+		sinks = append(sinks, s)
+	}
+	return sinks
+}
+
+// recvPlan receives the next len(sinks) messages from rank from into
+// sinks, in order, posted all at once where the transport can
+// (DirectReceiver); filled(k) runs once sinks[k] holds its message. sinks
+// is the communicator's scratch (c.sinks), kept for the next call.
+func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error {
+	c.sinks = sinks
+	defer clear(sinks) // hold no caller's buffer past the call
 	c.sendMu.Lock()
 	serr := c.sendErr
 	c.sendMu.Unlock()
 	if serr != nil {
 		return serr
 	}
-	c.sink = Sink{Seq: c.seq, Dst: dst, Src: src, DType: dt, Op: op, Reduce: reduce}
-	defer func() { c.sink.Dst, c.sink.Src = nil, nil }()
-	var err error
 	if dr, ok := c.t.(DirectReceiver); ok {
-		err = dr.RecvInto(ctx, from, &c.sink)
-	} else {
-		var m Msg
-		if m, err = c.t.Recv(ctx, from); err == nil {
-			err = c.sink.Apply(from, m.Seq, m.Data)
-			m.Release()
+		return dr.RecvPlan(ctx, from, sinks, func(k int) {
+			c.got.Add(1)
+			if filled != nil {
+				filled(k)
+			}
+		})
+	}
+	for k := range sinks {
+		m, err := c.t.Recv(ctx, from)
+		if err != nil {
+			return err
+		}
+		err = sinks[k].Apply(from, m.Seq, m.Data)
+		m.Release()
+		if err != nil {
+			return err
+		}
+		c.got.Add(1)
+		if filled != nil {
+			filled(k)
 		}
 	}
-	if err == nil {
-		c.got.Add(1)
-	}
-	return err
+	return nil
 }
 
 // Received counts the messages this rank has received: a watchdog that
@@ -279,7 +307,7 @@ func (c *Comm) sendAll(ctx context.Context, to int, b []byte) {
 }
 
 func (c *Comm) recvAll(ctx context.Context, from int, b []byte, dt DType, op Op, reduce bool) error {
-	return c.chunks(b, func(p []byte) error { return c.recv(ctx, from, p, dt, op, reduce) })
+	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], b, nil, dt, op, reduce), nil)
 }
 
 // run runs one collective: it takes the communicator, numbers the

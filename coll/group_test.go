@@ -112,6 +112,47 @@ func TestGroupOverPeers(t *testing.T) {
 	}
 }
 
+// TestCollectivesOverPeers runs the collectives' tests over the peer layer
+// instead of in-process mailboxes: every receive of a pass is then posted
+// at once and applied by the connection's reader as it arrives
+// (RecvPlan), with chunks of 64 bytes and 4 KiB, so that plans have many
+// sinks and messages come both before and after their plan is posted.
+// One group per size serves every communicator of that size, in turn.
+func TestCollectivesOverPeers(t *testing.T) {
+	groups := map[int][]Transport{}
+	local := transports
+	defer func() { transports = local }()
+	transports = func(t *testing.T, n int) []Transport {
+		if n == 1 {
+			return local(t, n)
+		}
+		if ts, ok := groups[n]; ok {
+			return ts
+		}
+		var ts []Transport
+		for _, g := range openGroup(t, n, Config{}) {
+			ts = append(ts, g.Transport)
+		}
+		groups[n] = ts
+		return ts
+	}
+	for _, n := range []int{2, 3, 4} {
+		for _, alg := range []Algorithm{Ring, Tree} {
+			for _, dt := range []DType{Float32, Float64, BFloat16, Int32} {
+				for _, op := range []Op{Sum, Max} {
+					for _, count := range []int{1, 7, 1001, 100_003} {
+						name := fmt.Sprintf("peers/n%d/%v/%v/%v/%d", n, alg, dt, op, count)
+						checkAllReduce(t, name, n, Config{Algorithm: alg, Chunk: 4096}, dt, op, count)
+					}
+				}
+			}
+		}
+	}
+	TestAllReduceInPlaceAndLarge(t)
+	TestReduceScatterAllGatherAllToAll(t)
+	TestBroadcastReduceBarrier(t)
+}
+
 // checkGroupAllReduce has every rank of gs allreduce count float64s (sum) and
 // checks every step-th element of each rank's result.
 func checkGroupAllReduce(t *testing.T, gs []*Group, count, step int, what string) {

@@ -262,37 +262,59 @@ func (t *PeerTransport) Recv(ctx context.Context, from int) (Msg, error) {
 	}
 }
 
-// RecvInto receives the next message from rank from into s: on the
-// connection's reader, as it arrives, when nothing was queued before.
-func (t *PeerTransport) RecvInto(ctx context.Context, from int, s *Sink) error {
+// RecvPlan receives the next len(sinks) messages from rank from into
+// sinks: on the connection's reader, as they arrive, when nothing was
+// queued before them (DirectReceiver).
+func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error {
 	if from < 0 || from >= len(t.nodes) || from == t.rank {
 		return fmt.Errorf("coll: receive from rank %d of %d", from, len(t.nodes))
 	}
 	box := t.boxes[from]
-	if m, ok := box.post(s); ok {
-		err := s.Apply(from, m.Seq, m.Data)
-		m.Release()
-		return err
-	}
+	box.postPlan(from, sinks)
+	defer box.endPlan()
 	id := t.nodes[from]
-	done := t.e.node.Expect(id)
-	defer done()
-	tick := time.NewTicker(t.e.node.Deadline() / 8)
-	defer tick.Stop()
+	var (
+		done func()
+		tick *time.Ticker
+		tc   <-chan time.Time
+	)
+	defer func() {
+		if done != nil {
+			done()
+			tick.Stop()
+		}
+	}()
+	next := 0
 	for {
-		select {
-		case err := <-box.done:
+		n, errAt, err := box.planState()
+		if err != nil {
+			n = errAt
+		}
+		for ; next < n; next++ {
+			if filled != nil {
+				filled(next)
+			}
+		}
+		if err != nil {
 			return err
+		}
+		if next == len(sinks) {
+			return nil
+		}
+		if done == nil { // waiting: silence from now on declares it dead
+			done = t.e.node.Expect(id)
+			tick = time.NewTicker(t.e.node.Deadline() / 8)
+			tc = tick.C
+		}
+		select {
+		case <-box.progress:
 		case <-t.abort:
-			box.unpost(s)
 			return fmt.Errorf("%w: %s", ErrAborted, t.why)
-		case <-tick.C:
+		case <-tc:
 			if why := t.e.node.Dead(id); why != "" {
-				box.unpost(s)
 				return t.failed(from, why)
 			}
 		case <-ctx.Done():
-			box.unpost(s)
 			return ctx.Err()
 		}
 	}

@@ -81,12 +81,18 @@ func (s *Sink) Apply(from int, seq uint32, data []byte) error {
 	return nil
 }
 
-// A DirectReceiver is a Transport that puts a message straight into its
-// destination when the receive was posted before it arrived: one pass over
-// the bytes, on the core that just read them, instead of a copy into a
-// buffer and a second pass.
+// A DirectReceiver is a Transport that puts messages straight into their
+// destinations when their receives were posted before they arrived: one
+// pass over the bytes, on the core that just read them, instead of a copy
+// into a buffer and a second pass.
 type DirectReceiver interface {
-	RecvInto(ctx context.Context, from int, s *Sink) error
+	// RecvPlan receives the next len(sinks) messages from rank from into
+	// sinks, in order. Every receive is posted at once, so each message is
+	// applied by the connection's reader as it arrives, without waking the
+	// caller in between. filled(k), when not nil, runs on the caller's
+	// goroutine, in order, once sinks[k] holds its message (a ring
+	// forwards it there). Errors are Recv's, or a sink's Apply's.
+	RecvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error
 }
 
 // Errors of a communicator.
@@ -151,61 +157,115 @@ func (p *bufPool) put(b *[]byte) {
 }
 
 // mailbox holds one sender's messages in order until they are received,
-// or the one receive posted before its message came.
+// or the plan of receives posted before they came.
 type mailbox struct {
 	mu     sync.Mutex
 	q      []Msg // q[head:] are waiting; the backing array is kept
 	head   int
 	bytes  int
 	notify chan struct{} // capacity 1: something arrived
-	posted *Sink         // a receive waiting, the queue empty
-	done   chan error    // capacity 1: the posted receive was served
+
+	// The plan: plan[filled:] wait for the next messages, in order.
+	plan     []Sink
+	filled   int
+	errAt    int           // the sink whose Apply failed (with planErr)
+	planErr  error         // the first Apply that failed
+	draining bool          // the poster applies queued messages to the plan
+	busy     bool          // the deliverer applies a message to plan[filled]
+	progress chan struct{} // capacity 1: a planned sink was filled
+	idle     chan struct{} // capacity 1: busy went false
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{notify: make(chan struct{}, 1), done: make(chan error, 1)}
+	return &mailbox{notify: make(chan struct{}, 1), progress: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
 }
 
-// deliver serves the posted receive with b when there is one and nothing
-// is queued before b; else it queues a copy. It returns the bytes queued.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// deliver applies b to the plan's next sink when one waits and nothing is
+// queued before b; else it queues a copy. It returns the bytes queued.
 func (m *mailbox) deliver(from int, seq uint32, b []byte) int {
 	m.mu.Lock()
-	if s := m.posted; s != nil && m.head == len(m.q) {
-		m.posted = nil
+	if m.filled < len(m.plan) && !m.draining && !m.busy && m.head == len(m.q) {
+		s := &m.plan[m.filled]
+		m.busy = true
 		m.mu.Unlock()
-		m.done <- s.Apply(from, seq, b)
+		err := s.Apply(from, seq, b)
+		m.mu.Lock()
+		m.busy = false
+		m.fillLocked(err)
+		m.mu.Unlock()
+		signal(m.progress)
+		signal(m.idle)
 		return 0
 	}
-	// Queue it under the same lock: a receive posted between a check and
-	// a later push would wait for a message already queued.
+	// Queue it under the same lock: a plan posted between a check and a
+	// later push would wait for a message already queued.
 	n := m.pushLocked(seq, b)
 	m.mu.Unlock()
 	m.wake()
 	return n
 }
 
-// post posts s, or returns the first queued message when there is one.
-func (m *mailbox) post(s *Sink) (Msg, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if msg, ok := m.popLocked(); ok {
-		return msg, true
+func (m *mailbox) fillLocked(err error) {
+	if err != nil && m.planErr == nil {
+		m.planErr, m.errAt = err, m.filled
 	}
-	m.posted = s
-	return Msg{}, false
+	m.filled++
 }
 
-// unpost withdraws s; when a delivery has taken it already, it waits for
-// that to finish (it must not write into s.Dst after the caller returns).
-func (m *mailbox) unpost(s *Sink) {
+// postPlan posts sinks: messages queued already are applied to them here,
+// the ones to come by deliver.
+func (m *mailbox) postPlan(from int, sinks []Sink) {
 	m.mu.Lock()
-	if m.posted == s {
-		m.posted = nil
+	m.plan, m.filled, m.planErr, m.draining = sinks, 0, nil, true
+	for m.filled < len(m.plan) {
+		msg, ok := m.popLocked()
+		if !ok {
+			break
+		}
+		// Unlocked while applying: a message that comes meanwhile is
+		// queued behind (draining), and taken by this loop in turn.
 		m.mu.Unlock()
-		return
+		err := m.plan[m.filled].Apply(from, msg.Seq, msg.Data)
+		msg.Release()
+		m.mu.Lock()
+		m.fillLocked(err)
 	}
+	m.draining = false
 	m.mu.Unlock()
-	<-m.done
+}
+
+// planState returns how many sinks are filled and, once one failed, which
+// and why.
+func (m *mailbox) planState() (filled, errAt int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.filled, m.errAt, m.planErr
+}
+
+// endPlan withdraws the plan; when a delivery is applying a message to one
+// of its sinks, it waits for that to finish (nothing may be written into a
+// sink after its receiver returns).
+func (m *mailbox) endPlan() {
+	m.mu.Lock()
+	m.plan = nil
+	for m.busy {
+		m.mu.Unlock()
+		<-m.idle
+		m.mu.Lock()
+	}
+	m.filled, m.planErr = 0, nil
+	m.mu.Unlock()
+	select { // a stale signal would end the next plan's first wait early
+	case <-m.progress:
+	default:
+	}
 }
 
 // push copies b in and returns the bytes now waiting.
@@ -225,12 +285,7 @@ func (m *mailbox) pushLocked(seq uint32, b []byte) int {
 	return m.bytes
 }
 
-func (m *mailbox) wake() {
-	select {
-	case m.notify <- struct{}{}:
-	default:
-	}
-}
+func (m *mailbox) wake() { signal(m.notify) }
 
 func (m *mailbox) pop() (Msg, bool) {
 	m.mu.Lock()
