@@ -37,19 +37,9 @@ func Reduce(dst, src []byte, dt DType, op Op) error {
 	}
 	switch dt {
 	case Float32:
-		d, s := as[float32](dst), as[float32](src)
-		if op == Sum {
-			n := addF32(d, d, s)
-			d, s = d[n:], s[n:]
-		}
-		reduceT(d, s, op)
+		reduceFloat(as[float32](dst), as[float32](dst), as[float32](src), op, addF32)
 	case Float64:
-		d, s := as[float64](dst), as[float64](src)
-		if op == Sum {
-			n := addF64(d, d, s)
-			d, s = d[n:], s[n:]
-		}
-		reduceT(d, s, op)
+		reduceFloat(as[float64](dst), as[float64](dst), as[float64](src), op, addF64)
 	case Int32:
 		reduceT(as[int32](dst), as[int32](src), op)
 	case Int64:
@@ -93,19 +83,9 @@ func ReduceTo(dst, a, b []byte, dt DType, op Op) error {
 	}
 	switch kernel {
 	case Float32:
-		d, x, y := as[float32](dst), as[float32](a), as[float32](b)
-		if op == Sum {
-			n := addF32(d, x, y)
-			d, x, y = d[n:], x[n:], y[n:]
-		}
-		reduceToT(d, x, y, op)
+		reduceFloat(as[float32](dst), as[float32](a), as[float32](b), op, addF32)
 	case Float64:
-		d, x, y := as[float64](dst), as[float64](a), as[float64](b)
-		if op == Sum {
-			n := addF64(d, x, y)
-			d, x, y = d[n:], x[n:], y[n:]
-		}
-		reduceToT(d, x, y, op)
+		reduceFloat(as[float64](dst), as[float64](a), as[float64](b), op, addF64)
 	case Int32:
 		reduceToT(as[int32](dst), as[int32](a), as[int32](b), op)
 	case Int64:
@@ -179,6 +159,16 @@ func reduceT[T number](d, s []T, op Op) {
 			}
 		}
 	}
+}
+
+// reduceFloat is reduceToT for floats, a sum's leading part in the vector
+// kernel add (addF32, addF64) where there is one.
+func reduceFloat[T float32 | float64](d, a, b []T, op Op, add func(d, a, b []T) int) {
+	if op == Sum {
+		n := add(d, a, b)
+		d, a, b = d[n:], a[n:], b[n:]
+	}
+	reduceToT(d, a, b, op)
 }
 
 func reduceToT[T number](d, a, b []T, op Op) {
