@@ -244,6 +244,11 @@ func (c *Client) Alloc(n int) ([]byte, error) {
 // window of the region (shared memory), or the agent's largest frame (TCP).
 func (c *Client) WindowSize() int { return c.t.window() }
 
+// InWindow reports whether b lies wholly in the client's shared window (a
+// buffer from Alloc, or a part of one), which is handed to the agent
+// without a copy. Over TCP there is no window: false.
+func (c *Client) InWindow(b []byte) bool { return c.t.inWindow(b) }
+
 // Free returns a buffer from Alloc.
 func (c *Client) Free(b []byte) error { return c.t.free(b) }
 
