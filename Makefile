@@ -22,13 +22,18 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/hecsys/hec/dpu.Version=$(VERSION)
 
 .PHONY: build
-build: ## build bin/hecd, bin/hecctl and bin/linux_arm64/hecd (a cold build takes a few minutes)
+build: ## build bin/hecd, bin/hecctl, bin/linux_arm64/hecd, and libhec for C and Python (lib/libhec.so, lib/libhec.a, include/hec.h)
 	@echo "build: bin/hecd, the agent for this machine"
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hecd ./dpu/cmd/hecd
 	@echo "build: bin/hecctl, the CLI"
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/hecctl ./host/cmd/hecctl
 	@echo "build: bin/linux_arm64/hecd, the agent for a BlueField's Arm cores"
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
+	@echo "build: lib/libhec.so, lib/libhec.a and include/hec.h, the host library for C, C++ and Python"
+	CGO_ENABLED=1 $(GO) build -tags nonvml -buildmode=c-shared -ldflags "-X main.buildVersion=$(VERSION)" -o lib/libhec.so ./host/libhec
+	CGO_ENABLED=1 $(GO) build -tags nonvml -buildmode=c-archive -ldflags "-X main.buildVersion=$(VERSION)" -o lib/libhec.a ./host/libhec
+	@rm -f lib/libhec.h # cgo's own header: include/hec.h is the one to use
+	@mkdir -p include && cp host/libhec/hec.h include/hec.h
 
 .PHONY: run
 run: build ## start the agent in local emulation and tour every service (stops it at the end)
@@ -51,6 +56,8 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@test/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
 	@test/need clang clang llvm libbpf-dev || echo "SKIP: the check that bpf/'s generated bindings are fresh will skip (no clang)"
 	@test/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
+	@test/need gcc gcc || echo "SKIP: libhec's C tests will skip (no gcc)"
+	@test/need python3 python3 || echo "SKIP: libhec's Python tests will skip (no python3)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ and ec/ tests as arm64 binaries under qemu-user (installs qemu-user-static)
@@ -121,4 +128,4 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the download cache)
-	rm -rf $(BIN) bench-out
+	rm -rf $(BIN) lib include bench-out

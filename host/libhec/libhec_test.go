@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/test/testutil"
+)
+
+// buildLib builds libhec as mode (c-shared or c-archive) into dir, as
+// make build does, and returns its path.
+func buildLib(t *testing.T, dir, mode string) string {
+	t.Helper()
+	name := map[string]string{"c-shared": "libhec.so", "c-archive": "libhec.a"}[mode]
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-tags", "nonvml", "-buildmode="+mode, "-o", out, "./host/libhec")
+	cmd.Dir = testutil.ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildmode=%s: %v\n%s", mode, err, b)
+	}
+	return out
+}
+
+// agents starts n agents that are peers of one another (node ids 1..n)
+// and returns their regions.
+func agents(t *testing.T, n int) []string {
+	t.Helper()
+	hecd := testutil.Hecd(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "cluster.key")
+	if err := os.WriteFile(key, []byte("libhec-test-cluster-key-0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := testutil.FreeAddrs(t, 2*n)
+	var peers []string
+	for i := range n {
+		peers = append(peers, fmt.Sprintf("%d@%s", i+1, addrs[i]))
+	}
+	var shms []string
+	for i := range n {
+		shm := fmt.Sprintf("/dev/shm/hec-libhec-test-%d-%d", os.Getpid(), i+1)
+		cmd := exec.Command(hecd, "--shm", shm, "--region-size", "134217728", "--queue-pairs", "4", "--tcp", "off",
+			"--resp", "off", "--udp", "off", "--mgmt", addrs[n+i], "--state-dir", filepath.Join(dir, fmt.Sprint("agent", i+1)),
+			"--peer", addrs[i], "--peers", strings.Join(peers, ","), "--node-id", fmt.Sprint(i+1),
+			"--cluster-key-file", key, "--log-level", "warn")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+			os.Remove(shm)
+		})
+		shms = append(shms, shm)
+		mgmt := host.NewMgmt(addrs[n+i])
+		testutil.WaitFor(t, 30*time.Second, "agent "+fmt.Sprint(i+1)+" serving", func() bool {
+			st, err := os.Stat(shm)
+			if err != nil || st.Size() == 0 {
+				return false
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err = mgmt.Status(ctx)
+			return err == nil
+		})
+	}
+	return shms
+}
+
+func need(t *testing.T, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		t.Skipf("%s not installed (make test-deps installs it as root): %v", tool, err)
+	}
+	return p
+}
+
+// run runs cmd with a bound on its time, failing the test with its output.
+func run(t *testing.T, d time.Duration, cmd *exec.Cmd) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+	c.Env, c.Dir = cmd.Env, cmd.Dir
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestCAndPython builds libhec, then runs the C tests (compiled with
+// AddressSanitizer), the static archive's example and the Python tests
+// against three agents.
+func TestCAndPython(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds libhec and starts three agents")
+	}
+	gcc := need(t, "gcc")
+	dir := t.TempDir()
+	so := buildLib(t, dir, "c-shared")
+	shms := agents(t, 3)
+	inc := filepath.Join(testutil.ModuleRoot(), "host", "libhec") // hec.h; make build copies it to include/
+
+	t.Run("the header declares what the library exports", func(t *testing.T) {
+		checkHeader(t, gcc, so, inc)
+	})
+
+	t.Run("C under AddressSanitizer", func(t *testing.T) {
+		bin := filepath.Join(dir, "hec_test")
+		run(t, time.Minute, exec.Command(gcc, "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-Wall", "-Werror",
+			"-I"+inc, "-o", bin, filepath.Join("testdata", "hec_test.c"), "-L"+dir, "-lhec", "-Wl,-rpath,"+dir, "-lpthread"))
+		cmd := exec.Command(bin, shms...)
+		// Go's runtime takes signals for itself (SIGSEGV for nil checks
+		// among them): ASan must leave them to it.
+		cmd.Env = append(os.Environ(), "ASAN_OPTIONS=handle_segv=0:allow_user_segv_handler=1:detect_leaks=1")
+		out := run(t, 3*time.Minute, cmd)
+		if !strings.Contains(out, "PASS") {
+			t.Fatalf("no PASS:\n%s", out)
+		}
+		t.Logf("%s", out)
+	})
+
+	t.Run("C example on the static archive", func(t *testing.T) {
+		a := buildLib(t, dir, "c-archive")
+		bin := filepath.Join(dir, "ping")
+		run(t, time.Minute, exec.Command(gcc, "-Wall", "-Werror", "-I"+inc, "-o", bin,
+			filepath.Join("examples", "ping.c"), a, "-lpthread", "-lm", "-ldl"))
+		out := run(t, time.Minute, exec.Command(bin, shms[0]))
+		if !strings.Contains(out, "agent answered") {
+			t.Fatalf("the example said:\n%s", out)
+		}
+	})
+
+	t.Run("Python", func(t *testing.T) {
+		py := need(t, "python3")
+		cmd := exec.Command(py, filepath.Join("python", "tests", "test_hec.py"))
+		cmd.Env = append(os.Environ(), "HEC_LIB="+so, "HEC_TEST_TARGETS="+strings.Join(shms, ","))
+		out := run(t, 3*time.Minute, cmd)
+		if !strings.Contains(out, "\nOK") || strings.Contains(out, "skipped") {
+			t.Fatalf("the Python tests did not all run and pass:\n%s", out)
+		}
+		t.Logf("%s", out)
+	})
+}
+
+// checkHeader checks include/hec.h against the library: every function it
+// declares is exported, and its prototype agrees with the one cgo wrote
+// from the Go code (const aside, which cgo cannot express).
+func checkHeader(t *testing.T, gcc, so, inc string) {
+	t.Helper()
+	hdr, err := os.ReadFile(filepath.Join(inc, "hec.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+			exported[s.Name] = true
+		}
+	}
+	declared := regexp.MustCompile(`(?m)^[a-z].*?\b(hec_[a-z0-9_]+)\(`).FindAllSubmatch(hdr, -1)
+	if len(declared) < 30 {
+		t.Fatalf("found %d functions in hec.h", len(declared))
+	}
+	for _, d := range declared {
+		if !exported[string(d[1])] {
+			t.Errorf("hec.h declares %s; libhec.so does not export it", d[1])
+		}
+	}
+	// cgo's header (written beside the library) after hec.h: a prototype
+	// that disagrees is a conflicting declaration.
+	gen := strings.TrimSuffix(so, ".so") + ".h"
+	check := filepath.Join(filepath.Dir(so), "header_check.c")
+	src := "#include <stddef.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <stdbool.h>\n" +
+		"#define const\n#include \"hec.h\"\n#undef const\n#include \"" + gen + "\"\n"
+	if err := os.WriteFile(check, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, time.Minute, exec.Command(gcc, "-fsyntax-only", "-Werror", "-I"+inc, check))
+}

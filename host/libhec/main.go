@@ -1,0 +1,3 @@
+package main
+
+func main() {} // a library: -buildmode=c-shared or c-archive (it needs cgo)
