@@ -69,23 +69,11 @@ func benchAgent(ctx context.Context, rep *Report, quick bool) error {
 	}
 	defer os.RemoveAll(dir)
 	shm := shmPath("agent")
-	defer os.Remove(shm)
-	// Two queue pairs in 160 MiB: windows large enough for a 64 MiB buffer.
-	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: shm, RegionSize: 160 << 20, QueuePairs: 2, TCP: dpu.Off, Mgmt: dpu.Off,
-		StateDir: dir}, RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}}, nil)
+	stop, err := startAgent(ctx, shm, dir)
 	if err != nil {
 		return err
 	}
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
-	defer func() { stop(); <-done }()
-	<-a.Ready()
-	// The agent calibrates its rail in the background once ready: let it
-	// finish, or it shares the cores with what is measured here.
-	for deadline := time.Now().Add(10 * time.Second); len(a.Rails()) == 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer stop()
 
 	// Repetitions: a client process each, against the same agent.
 	var pings []Latency
@@ -132,6 +120,28 @@ func benchAgent(ctx context.Context, rep *Report, quick bool) error {
 	rep.atMostN(s, "idle agent CPU (share of a core)", agentPct, 2, "%")
 	rep.atMostN(s, "idle client CPU (share of a core)", clientPct, 2, "%")
 	return nil
+}
+
+// startAgent runs an agent in this process on region shm, state in dir,
+// with two queue pairs in 160 MiB (windows large enough for a 64 MiB
+// buffer) and nothing else listening, once it has calibrated its rail;
+// stop stops it and removes the region.
+func startAgent(ctx context.Context, shm, dir string) (stop func(), err error) {
+	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: shm, RegionSize: 160 << 20, QueuePairs: 2, TCP: dpu.Off, Mgmt: dpu.Off,
+		StateDir: dir}, RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	<-a.Ready()
+	// The agent calibrates its rail in the background once ready: let it
+	// finish, or it shares the cores with what is measured.
+	for deadline := time.Now().Add(10 * time.Second); len(a.Rails()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return func() { cancel(); <-done; os.Remove(shm) }, nil
 }
 
 // runAgentClient runs one client child against the agent at shm and

@@ -164,6 +164,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"handoff", benchHandoff},
 	{"agent", benchAgent},
+	{"capi", benchCapi},
 	{"idle", benchIdle},
 	{"hostile", benchHostile},
 	{"access", benchAccess},
