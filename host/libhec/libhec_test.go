@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,6 +150,22 @@ func TestCAndPython(t *testing.T) {
 		out := run(t, time.Minute, exec.Command(bin, shms[0]))
 		if !strings.Contains(out, "agent answered") {
 			t.Fatalf("the example said:\n%s", out)
+		}
+	})
+
+	t.Run("C example: a file's checksum and kv", func(t *testing.T) {
+		bin := filepath.Join(dir, "files")
+		run(t, time.Minute, exec.Command(gcc, "-Wall", "-Werror", "-I"+inc, "-o", bin, filepath.Join("examples", "files.c"),
+			"-L"+dir, "-lhec", "-Wl,-rpath,"+dir))
+		file := filepath.Join(dir, "data")
+		data := bytes.Repeat([]byte("libhec example "), 70000)
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := run(t, time.Minute, exec.Command(bin, file, shms[1]))
+		want := fmt.Sprintf("%08x", crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
+		if !strings.Contains(out, "CRC-32C "+want+" (kept in the agent's store: "+want+")") {
+			t.Fatalf("the example said %q; the CRC-32C is %s", out, want)
 		}
 	})
 

@@ -223,8 +223,36 @@ static void test_objects(hec_client *a, hec_client *b) {
 	free(back);
 }
 
-// Three ranks, one per agent, allreduce asynchronously from one thread.
+struct collrun {
+	hec_coll *g;
+	int rank, rc, wrong;
+};
+
+// collrun is one rank's hec_coll_run calls: an allgather of each rank's
+// 1000 int32s, then a broadcast of 4096 bytes from rank 2.
+static void *collrun(void *arg) {
+	struct collrun *a = arg;
+	int32_t mine[1000], all[3000];
+	for (int i = 0; i < 1000; i++)
+		mine[i] = a->rank * 100000 + i;
+	a->rc = hec_coll_run(a->g, HEC_ALLGATHER, mine, sizeof mine, all, sizeof all, HEC_INT32, 0, 0);
+	if (a->rc != HEC_OK)
+		return NULL;
+	for (int i = 0; i < 3000; i++)
+		a->wrong += all[i] != (i / 1000) * 100000 + i % 1000;
+	uint8_t b[4096];
+	for (int i = 0; i < 4096; i++)
+		b[i] = a->rank == 2 ? (uint8_t)(i * 7) : 0;
+	a->rc = hec_coll_run(a->g, HEC_BROADCAST, b, sizeof b, b, sizeof b, HEC_UINT8, 0, 2);
+	for (int i = 0; i < 4096; i++)
+		a->wrong += b[i] != (uint8_t)(i * 7);
+	return NULL;
+}
+
+// Three ranks, one per agent: allreduce asynchronously from one thread,
+// then the other collectives from a thread per rank.
 static void test_coll(hec_client *cl[3]) {
+	struct collrun args[3];
 	uint32_t nodes[3] = {1, 2, 3};
 	hec_coll *g[3];
 	for (int r = 0; r < 3; r++) {
@@ -255,6 +283,19 @@ static void test_coll(hec_client *cl[3]) {
 		CHECK(wrong == 0, "rank %d: %d wrong elements", r, wrong);
 	}
 	CODE(hec_coll_allreduce(g[0], send[0], recv[0], N, 77, HEC_SUM), HEC_EINVAL);
+	CODE(hec_coll_run(g[0], 99, send[0], 4, recv[0], 4, HEC_FLOAT32, HEC_SUM, 0), HEC_EINVAL);
+	CODE(hec_coll_run(g[0], HEC_BROADCAST, send[0], 4, recv[0], 4, HEC_FLOAT32, HEC_SUM, 3), HEC_EINVAL);
+	// hec_coll_run: an allgather and a broadcast, each rank on a thread.
+	for (int r = 0; r < 3; r++)
+		args[r] = (struct collrun){.g = g[r], .rank = r};
+	pthread_t th[3];
+	for (int r = 0; r < 3; r++)
+		pthread_create(&th[r], NULL, collrun, &args[r]);
+	for (int r = 0; r < 3; r++) {
+		pthread_join(th[r], NULL);
+		CHECK(args[r].rc == HEC_OK && args[r].wrong == 0, "rank %d: hec_coll_run %d (%s), %d wrong", r, args[r].rc,
+		      hec_strerror(args[r].rc), args[r].wrong);
+	}
 	for (int r = 0; r < 3; r++) {
 		CODE(hec_free(cl[r], send[r]), HEC_OK);
 		free(recv[r]);
