@@ -50,7 +50,7 @@ func benchCapi(ctx context.Context, rep *Report, quick bool) error {
 	if err != nil {
 		return fmt.Errorf("python3 not installed: %w", err)
 	}
-	n, reps := 200_000, 3
+	n, reps := 200_000, 5
 	if quick {
 		n, reps = 20_000, 1
 	}
