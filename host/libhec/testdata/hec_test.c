@@ -416,6 +416,34 @@ static void test_killed_client(const char *self, const char *target, hec_client 
 	}
 }
 
+// hec_close with ops in flight (window buffers and copied ones): each op
+// ends, done or failed with the client closed; none hangs or touches the
+// unmapped window.
+static void test_close_in_flight(const char *target) {
+	enum { B = 32, S = 1 << 20 };
+	char *own = malloc(S);
+	memset(own, 7, S);
+	uint32_t want = crc32c(own, S);
+	for (int round = 0; round < 10; round++) {
+		hec_client *c = dial(target);
+		void *w;
+		CODE(hec_alloc(c, S, &w), HEC_OK);
+		memset(w, 7, S);
+		uint32_t crc[B];
+		hec_op *op[B];
+		for (int i = 0; i < B; i++)
+			CODE(hec_checksum_async(c, i % 2 ? own : w, S, &crc[i], &op[i]), HEC_OK);
+		CODE(hec_close(c), HEC_OK);
+		for (int i = 0; i < B; i++) {
+			int rc = hec_wait(op[i], 20000);
+			CHECK(rc == HEC_OK || rc == HEC_ECLOSED || rc == HEC_EUNREACHABLE, "op %d after close: %s", i, hec_strerror(rc));
+			if (rc == HEC_OK)
+				CHECK(crc[i] == want, "op %d: a checksum of %08x, want %08x", i, crc[i], want);
+		}
+	}
+	free(own);
+}
+
 int main(int argc, char **argv) {
 	if (argc == 3 && strcmp(argv[1], "--child") == 0)
 		return child(argv[2]);
@@ -447,6 +475,8 @@ int main(int argc, char **argv) {
 	printf("threads: done\n");
 	test_killed_client(argv[0], argv[1], cl[0]);
 	printf("killed client: done\n");
+	test_close_in_flight(argv[1]);
+	printf("close with ops in flight: done\n");
 	for (int i = 0; i < 3; i++)
 		CODE(hec_close(cl[i]), HEC_OK);
 	CODE(hec_ping(cl[0]), HEC_EBADHANDLE);
