@@ -67,7 +67,8 @@ class NotFound(HecError, KeyError):
 
 
 class TooSmall(HecError):
-    """The result did not fit: needed is the size it needs."""
+    """A buffer too small, or a length past its end: needed is the size the
+    result needs, where the call says (kv_get into a buffer), else 0."""
     needed = 0
 
 
@@ -165,12 +166,17 @@ def _load(path):
     return lib
 
 
-def _check(rc):
+def _check(rc, needed=None):
+    """Raises the error for rc; needed, for HEC_ERANGE, holds the size the
+    call needed (TooSmall.needed)."""
     if rc == OK:
         return
     lib = library()
     msg = (lib.hec_last_error() or lib.hec_strerror(rc) or b"").decode(errors="replace")
-    raise _ERRORS.get(rc, HecError)(rc, msg)
+    err = _ERRORS.get(rc, HecError)(rc, msg)
+    if rc == ERANGE and needed is not None:
+        err.needed = needed.value
+    raise err
 
 
 def _ptr(obj, writable=False):
@@ -376,7 +382,7 @@ class Client:
         n = ctypes.c_size_t()
         if into is not None:
             bp, bn, k2 = _ptr(into, writable=True)
-            _check(library().hec_kv_get(self._handle(), kp, kn, bp, bn, ctypes.byref(n)))
+            _check(library().hec_kv_get(self._handle(), kp, kn, bp, bn, ctypes.byref(n)), n)
             return n.value
         cap = 4096
         while True:

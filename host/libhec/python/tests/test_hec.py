@@ -81,6 +81,9 @@ class ClientTest(unittest.TestCase):
         with self.c.alloc(1 << 16) as buf:
             n = self.c.kv_get(b"py:big", into=buf)
             self.assertEqual(bytes(buf.view[:n]), big)
+        with self.assertRaises(hec.TooSmall) as too_small:
+            self.c.kv_get(b"py:big", into=bytearray(100))
+        self.assertEqual(too_small.exception.needed, len(big))
         self.assertTrue(self.c.kv_delete(b"py:k"))
         self.assertFalse(self.c.kv_delete(b"py:k"))
         with self.assertRaises(hec.NotFound):
