@@ -33,24 +33,6 @@ func fail(code C.int, format string, a ...any) error {
 	return &codeErr{code, fmt.Errorf("libhec: "+format, a...)}
 }
 
-var codeNames = map[C.int]string{
-	C.HEC_OK:           "ok",
-	C.HEC_EINVAL:       "invalid argument",
-	C.HEC_EBADHANDLE:   "bad handle",
-	C.HEC_ENOTFOUND:    "not found",
-	C.HEC_ERANGE:       "buffer too small or out of range",
-	C.HEC_ENOMEM:       "shared window full",
-	C.HEC_EUNREACHABLE: "agent unreachable",
-	C.HEC_EDENIED:      "denied by the agent",
-	C.HEC_ETIMEDOUT:    "timed out",
-	C.HEC_ECLOSED:      "client closed",
-	C.HEC_EEXIST:       "already exists",
-	C.HEC_EAGAIN:       "not finished yet",
-	C.HEC_ECORRUPT:     "corrupted",
-	C.HEC_EAGENT:       "refused or failed by the agent",
-	C.HEC_EINTERNAL:    "internal error",
-}
-
 // codeOf maps an error of package host (or of this package) to its code.
 func codeOf(err error) C.int {
 	var ce *codeErr

@@ -9,6 +9,7 @@ void *hec__handle(uintptr_t id);
 import "C"
 
 import (
+	"cmp"
 	"context"
 	"runtime/debug"
 	"slices"
@@ -172,8 +173,8 @@ func (cl *client) buffer(p unsafe.Pointer, n C.size_t, what string) ([]byte, err
 	}
 	at := uintptr(p)
 	cl.mu.Lock()
-	i, _ := slices.BinarySearchFunc(cl.allocs, at, func(s span, p uintptr) int { return cmpUintptr(s.p, p) })
-	if i == len(cl.allocs) || cl.allocs[i].p != at {
+	i, found := cl.find(at)
+	if !found {
 		i-- // the buffer starting before p
 	}
 	ok := i >= 0 && at >= cl.allocs[i].p && at < cl.allocs[i].p+cl.allocs[i].n
@@ -191,18 +192,17 @@ func (cl *client) buffer(p unsafe.Pointer, n C.size_t, what string) ([]byte, err
 	return b, nil
 }
 
-func cmpUintptr(a, b uintptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+// find returns where the buffer starting at p is, or would be, in
+// cl.allocs, and whether it is there. With cl.mu held.
+func (cl *client) find(p uintptr) (int, bool) {
+	return slices.BinarySearchFunc(cl.allocs, p, func(s span, p uintptr) int { return cmp.Compare(s.p, p) })
 }
 
+// railsNames are package host's names of the HEC_RAILS_* values.
+var railsNames = map[int]string{C.HEC_RAILS_AUTO: host.RailsAuto, C.HEC_RAILS_HOST: host.RailsHost, C.HEC_RAILS_DPU: host.RailsDPU}
+
 func (cl *client) ec(k, m, rails int) (*host.EC, error) {
-	r := map[int]string{C.HEC_RAILS_AUTO: host.RailsAuto, C.HEC_RAILS_HOST: host.RailsHost, C.HEC_RAILS_DPU: host.RailsDPU}[rails]
+	r := railsNames[rails]
 	if r == "" {
 		return nil, fail(C.HEC_EINVAL, "rails %d (want HEC_RAILS_AUTO, HEC_RAILS_HOST or HEC_RAILS_DPU)", rails)
 	}
@@ -231,9 +231,8 @@ type comm struct {
 
 // op is a hec_op: an asynchronous call and, once done, its result.
 type op struct {
-	done    chan struct{}
-	err     error
-	timeout time.Duration // hec_wait's, by default: the client's
+	done chan struct{}
+	err  error
 }
 
 // answer turns err into the code returned to C and records its message as
@@ -268,21 +267,22 @@ func now(f func() error, err error) error {
 
 // later returns what starts a call whose arguments were checked as an
 // asynchronous op, its handle stored in *out.
-func later(out **C.hec_op, timeout time.Duration) func(f func() error, err error) error {
+func later(out **C.hec_op) func(f func() error, err error) error {
 	return func(f func() error, err error) error {
 		if err != nil {
 			return err
 		}
-		return start(out, timeout, f)
+		return start(out, f)
 	}
 }
 
-// start runs f as an asynchronous op and stores its handle in *out.
-func start(out **C.hec_op, timeout time.Duration, f func() error) error {
+// start runs f (a call bounded by its client's timeout) as an asynchronous
+// op and stores its handle in *out.
+func start(out **C.hec_op, f func() error) error {
 	if out == nil {
 		return fail(C.HEC_EINVAL, "the op pointer is NULL")
 	}
-	o := &op{done: make(chan struct{}), timeout: timeout}
+	o := &op{done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		defer func() {

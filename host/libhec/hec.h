@@ -126,7 +126,8 @@ int hec_coll_leave(hec_coll *g);
 
 /* Asynchronous calls: each starts the call and returns at once with an op;
  * hec_test returns HEC_EAGAIN while it runs, else its result; hec_wait
- * waits up to timeout_ms (-1: the client's timeout) and returns
+ * waits up to timeout_ms (-1: until it finishes, which the client's
+ * timeout bounds like any call) and returns
  * HEC_ETIMEDOUT when it has not finished (the op stays valid). Once either
  * has returned the result, the op is released. */
 int hec_ping_async(hec_client *c, hec_op **op);

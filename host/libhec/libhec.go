@@ -3,7 +3,6 @@ package main
 /*
 #cgo CFLAGS: -I${SRCDIR}
 #define HEC_NO_PROTOTYPES
-#include <stdlib.h>
 #include "hec.h"
 const char *hec__version(const char *v, size_t n);
 */
@@ -11,6 +10,7 @@ import "C"
 
 import (
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -131,27 +131,12 @@ func hec_alloc(h *C.hec_client, n C.size_t, out *unsafe.Pointer) C.int {
 		}
 		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 		cl.mu.Lock()
-		i, _ := sortedIndex(cl.allocs, p)
-		cl.allocs = append(cl.allocs, span{})
-		copy(cl.allocs[i+1:], cl.allocs[i:])
-		cl.allocs[i] = span{p, uintptr(n)}
+		i, _ := cl.find(p)
+		cl.allocs = slices.Insert(cl.allocs, i, span{p, uintptr(n)})
 		cl.mu.Unlock()
 		*out = unsafe.Pointer(unsafe.SliceData(b))
 		return nil
 	})
-}
-
-func sortedIndex(s []span, p uintptr) (int, bool) {
-	lo, hi := 0, len(s)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if s[mid].p < p {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo, lo < len(s) && s[lo].p == p
 }
 
 //export hec_free
@@ -162,11 +147,11 @@ func hec_free(h *C.hec_client, p unsafe.Pointer) C.int {
 			return err
 		}
 		cl.mu.Lock()
-		i, ok := sortedIndex(cl.allocs, uintptr(p))
+		i, ok := cl.find(uintptr(p))
 		var s span
 		if ok {
 			s = cl.allocs[i]
-			cl.allocs = append(cl.allocs[:i], cl.allocs[i+1:]...)
+			cl.allocs = slices.Delete(cl.allocs, i, i+1)
 		}
 		cl.mu.Unlock()
 		if !ok {
@@ -200,7 +185,7 @@ func hec_ping_async(h *C.hec_client, out **C.hec_op) C.int {
 		if err != nil {
 			return err
 		}
-		return start(out, cl.timeout, func() error { return ping(cl) })
+		return start(out, func() error { return ping(cl) })
 	})
 }
 
@@ -211,7 +196,7 @@ func hec_checksum(h *C.hec_client, buf unsafe.Pointer, n C.size_t, crc *C.uint32
 
 //export hec_checksum_async
 func hec_checksum_async(h *C.hec_client, buf unsafe.Pointer, n C.size_t, crc *C.uint32_t, out **C.hec_op) C.int {
-	return guard(func() error { return later(out, timeoutOf(h))(checksum(h, buf, n, crc)) })
+	return guard(func() error { return later(out)(checksum(h, buf, n, crc)) })
 }
 
 // checksum checks a checksum call's arguments and returns the call.
@@ -246,7 +231,7 @@ func hec_kv_put(h *C.hec_client, key unsafe.Pointer, klen C.size_t, val unsafe.P
 //export hec_kv_put_async
 func hec_kv_put_async(h *C.hec_client, key unsafe.Pointer, klen C.size_t, val unsafe.Pointer, vlen C.size_t, ttlMS C.int64_t,
 	out **C.hec_op) C.int {
-	return guard(func() error { return later(out, timeoutOf(h))(kvPut(h, key, klen, val, vlen, ttlMS)) })
+	return guard(func() error { return later(out)(kvPut(h, key, klen, val, vlen, ttlMS)) })
 }
 
 func kvPut(h *C.hec_client, key unsafe.Pointer, klen C.size_t, val unsafe.Pointer, vlen C.size_t, ttlMS C.int64_t) (func() error, error) {
@@ -288,7 +273,7 @@ func hec_kv_get(h *C.hec_client, key unsafe.Pointer, klen C.size_t, buf unsafe.P
 //export hec_kv_get_async
 func hec_kv_get_async(h *C.hec_client, key unsafe.Pointer, klen C.size_t, buf unsafe.Pointer, capacity C.size_t, n *C.size_t,
 	out **C.hec_op) C.int {
-	return guard(func() error { return later(out, timeoutOf(h))(kvGet(h, key, klen, buf, capacity, n)) })
+	return guard(func() error { return later(out)(kvGet(h, key, klen, buf, capacity, n)) })
 }
 
 func kvGet(h *C.hec_client, key unsafe.Pointer, klen C.size_t, buf unsafe.Pointer, capacity C.size_t, n *C.size_t) (func() error, error) {
@@ -618,12 +603,7 @@ func hec_coll_allreduce(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t
 //export hec_coll_allreduce_async
 func hec_coll_allreduce_async(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t, dtype, redop C.int, out **C.hec_op) C.int {
 	return guard(func() error {
-		f, err := allreduce(h, send, recv, count, dtype, redop)
-		if err != nil {
-			return err
-		}
-		g, _ := lookup[*comm](unsafe.Pointer(h))
-		return start(out, g.cl.timeout, f)
+		return later(out)(allreduce(h, send, recv, count, dtype, redop))
 	})
 }
 
@@ -659,10 +639,12 @@ func hec_wait(h *C.hec_op, timeoutMS C.int) C.int {
 		if err != nil {
 			return err
 		}
-		d := o.timeout
-		if timeoutMS >= 0 {
-			d = time.Duration(timeoutMS) * time.Millisecond
+		if timeoutMS < 0 {
+			<-o.done // the call is bounded by its client's timeout
+			reg.remove(uintptr(unsafe.Pointer(h)))
+			return o.err
 		}
+		d := time.Duration(timeoutMS) * time.Millisecond
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -673,13 +655,4 @@ func hec_wait(h *C.hec_op, timeoutMS C.int) C.int {
 			return fail(C.HEC_ETIMEDOUT, "the op has not finished within %v", d)
 		}
 	})
-}
-
-// timeoutOf is the timeout of a client known to be valid (its call was
-// checked).
-func timeoutOf(h *C.hec_client) time.Duration {
-	if cl, err := lookup[*client](unsafe.Pointer(h)); err == nil {
-		return cl.timeout
-	}
-	return defaultTimeout
 }

@@ -18,19 +18,14 @@ import (
 	"github.com/hecsys/hec/test/testutil"
 )
 
-// buildLib builds libhec as mode (c-shared or c-archive) into dir, as
-// make build does, and returns its path.
+// buildLib builds libhec as mode (c-shared or c-archive) into dir.
 func buildLib(t *testing.T, dir, mode string) string {
 	t.Helper()
-	name := map[string]string{"c-shared": "libhec.so", "c-archive": "libhec.a"}[mode]
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-tags", "nonvml", "-buildmode="+mode, "-o", out, "./host/libhec")
-	cmd.Dir = testutil.ModuleRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=%s: %v\n%s", mode, err, b)
+	p, err := testutil.BuildLibhec(dir, mode)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return p
 }
 
 // agents starts n agents that are peers of one another (node ids 1..n)

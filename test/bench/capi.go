@@ -61,11 +61,9 @@ func benchCapi(ctx context.Context, rep *Report, quick bool) error {
 	defer os.RemoveAll(dir)
 	root := testutil.ModuleRoot()
 	progress(s, "building libhec.so and the C client")
-	so := filepath.Join(dir, "libhec.so")
-	build := exec.Command("go", "build", "-tags", "nonvml", "-buildmode=c-shared", "-o", so, "./host/libhec")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building libhec: %v\n%s", err, out)
+	so, err := testutil.BuildLibhec(dir, "c-shared")
+	if err != nil {
+		return err
 	}
 	cbin := filepath.Join(dir, "bench")
 	if out, err := exec.Command(gcc, "-O2", "-I"+filepath.Join(root, "host", "libhec"), "-o", cbin,

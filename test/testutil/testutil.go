@@ -71,6 +71,22 @@ func Build(pkg string) (string, error) {
 	return b.path, b.err
 }
 
+// BuildLibhec builds libhec from this tree into dir as make build does,
+// mode c-shared (libhec.so) or c-archive (libhec.a), and returns its path.
+func BuildLibhec(dir, mode string) (string, error) {
+	name := map[string]string{"c-shared": "libhec.so", "c-archive": "libhec.a"}[mode]
+	if name == "" {
+		return "", fmt.Errorf("libhec: build mode %q", mode)
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-tags", "nonvml", "-buildmode="+mode, "-o", out, "./host/libhec")
+	cmd.Dir, cmd.Env = ModuleRoot(), append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -buildmode=%s ./host/libhec: %v\n%s", mode, err, b)
+	}
+	return out, nil
+}
+
 // Hecd returns the path of hecd built from this tree (once per process).
 func Hecd(tb testing.TB) string {
 	tb.Helper()

@@ -197,6 +197,20 @@ def _ptr(obj, writable=False):
     return ctypes.addressof(arr), len(mv), (arr, mv)
 
 
+def _grown(cap, call):
+    """The bytes call(buf, cap, n) returns in buf, with buf grown to the size
+    a first try asked for (HEC_ERANGE with *n set)."""
+    n = ctypes.c_size_t()
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        rc = call(buf, cap, ctypes.byref(n))
+        if rc == ERANGE and n.value > cap:
+            cap = n.value
+            continue
+        _check(rc, n)
+        return buf.raw[:n.value]
+
+
 class Buffer:
     """A buffer in the client's shared window (Client.alloc): its view is a
     writable memoryview the agent reads and writes in place."""
@@ -266,23 +280,26 @@ class Comm:
         self.rank = library().hec_coll_rank(handle)
         self.size = library().hec_coll_size(handle)
 
-    def allreduce(self, send, recv, dtype=FLOAT32, op=SUM):
+    @staticmethod
+    def _operands(send, recv, dtype):
+        """send's and recv's pointers, the element count, and what keeps
+        them alive."""
         sp, sn, k1 = _ptr(send)
         rp, rn, k2 = _ptr(recv, writable=True)
-        if sn != rn or sn % _DTYPE_SIZE.get(dtype, 1):
-            raise InvalidArgument(EINVAL, "send of %d bytes, recv of %d, elements of %d" % (sn, rn,
-                                                                                            _DTYPE_SIZE.get(dtype, 1)))
-        _check(library().hec_coll_allreduce(self._h, sp, rp, sn // _DTYPE_SIZE[dtype], dtype, op))
+        size = _DTYPE_SIZE.get(dtype)
+        if size is None or sn != rn or sn % size:
+            raise InvalidArgument(EINVAL, "send of %d bytes, recv of %d, element type %r" % (sn, rn, dtype))
+        return sp, rp, sn // size, (k1, k2)
+
+    def allreduce(self, send, recv, dtype=FLOAT32, op=SUM):
+        sp, rp, count, keep = self._operands(send, recv, dtype)
+        _check(library().hec_coll_allreduce(self._h, sp, rp, count, dtype, op))
 
     def allreduce_async(self, send, recv, dtype=FLOAT32, op=SUM):
-        sp, sn, k1 = _ptr(send)
-        rp, rn, k2 = _ptr(recv, writable=True)
-        if sn != rn or dtype not in _DTYPE_SIZE or sn % _DTYPE_SIZE[dtype]:
-            raise InvalidArgument(EINVAL, "send of %d bytes, recv of %d" % (sn, rn))
+        sp, rp, count, keep = self._operands(send, recv, dtype)
         h = ctypes.c_void_p()
-        _check(library().hec_coll_allreduce_async(self._h, sp, rp, sn // _DTYPE_SIZE[dtype], dtype, op,
-                                                  ctypes.byref(h)))
-        return Op(h, (k1, k2))
+        _check(library().hec_coll_allreduce_async(self._h, sp, rp, count, dtype, op, ctypes.byref(h)))
+        return Op(h, keep)
 
     def leave(self):
         if self._h is not None:
@@ -384,15 +401,7 @@ class Client:
             bp, bn, k2 = _ptr(into, writable=True)
             _check(library().hec_kv_get(self._handle(), kp, kn, bp, bn, ctypes.byref(n)), n)
             return n.value
-        cap = 4096
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            rc = library().hec_kv_get(self._handle(), kp, kn, buf, cap, ctypes.byref(n))
-            if rc == ERANGE and n.value > cap:
-                cap = n.value
-                continue
-            _check(rc)
-            return buf.raw[:n.value]
+        return _grown(4096, lambda buf, cap, n: library().hec_kv_get(self._handle(), kp, kn, buf, cap, n))
 
     def kv_delete(self, key):
         """Deletes key; True when it existed."""
@@ -434,16 +443,8 @@ class Client:
         _check(library().hec_object_put(self._handle(), k, m, name.encode(), p, n))
 
     def object_get(self, name, k=4, m=2):
-        n = ctypes.c_size_t()
-        cap = 1 << 20
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            rc = library().hec_object_get(self._handle(), k, m, name.encode(), buf, cap, ctypes.byref(n))
-            if rc == ERANGE and n.value > cap:
-                cap = n.value
-                continue
-            _check(rc)
-            return buf.raw[:n.value]
+        return _grown(1 << 20, lambda buf, cap, n: library().hec_object_get(self._handle(), k, m, name.encode(), buf,
+                                                                            cap, n))
 
     def object_delete(self, name, k=4, m=2):
         _check(library().hec_object_delete(self._handle(), k, m, name.encode()))
