@@ -24,8 +24,8 @@
 // machine's byte order (both amd64 and arm64 are little-endian, as the
 // wire is); float32 and float64 sums run in AVX2 where the CPU has it
 // (SumKernel), with the loops' results bit for bit. A communicator
-// allocates nothing in its steady state: received chunks come from a pool,
-// scratch space is kept.
+// allocates nothing in its steady state: received chunks come from a
+// pool (shared/bufpool), scratch space is kept.
 //
 // # Transports
 //

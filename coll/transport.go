@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/hecsys/hec/shared/bufpool"
 )
 
 // Transport carries one communicator's messages between its ranks. Messages
@@ -44,7 +46,7 @@ type Msg struct {
 // Release returns the message's buffer to its pool.
 func (m Msg) Release() {
 	if m.buf != nil {
-		pool.put(m.buf)
+		bufpool.Put(m.buf)
 	}
 }
 
@@ -118,42 +120,6 @@ func (e *RankError) Error() string {
 		return fmt.Sprintf("coll: rank %d (node %d) failed: %s", e.Rank, e.Node, e.Why)
 	}
 	return fmt.Sprintf("coll: rank %d failed: %s", e.Rank, e.Why)
-}
-
-// bufPool keeps received messages' buffers by power-of-two size class, so a
-// communicator in its steady state allocates nothing. Buffers are 8-byte
-// aligned (make of 8 bytes or more), as the kernels want.
-type bufPool struct{ classes [32]sync.Pool }
-
-var pool bufPool
-
-func sizeClass(n int) int {
-	c := 6 // 64 bytes at least
-	for 1<<c < n {
-		c++
-	}
-	return c
-}
-
-func (p *bufPool) get(n int) *[]byte {
-	c := sizeClass(n)
-	if c >= len(p.classes) {
-		b := make([]byte, n)
-		return &b
-	}
-	if v, ok := p.classes[c].Get().(*[]byte); ok {
-		*v = (*v)[:n]
-		return v
-	}
-	b := make([]byte, n, 1<<c)
-	return &b
-}
-
-func (p *bufPool) put(b *[]byte) {
-	c := sizeClass(cap(*b))
-	if c < len(p.classes) && 1<<c == cap(*b) {
-		p.classes[c].Put(b)
-	}
 }
 
 // mailbox holds one sender's messages in order until they are received,
@@ -278,7 +244,7 @@ func (m *mailbox) push(seq uint32, b []byte) int {
 }
 
 func (m *mailbox) pushLocked(seq uint32, b []byte) int {
-	buf := pool.get(len(b))
+	buf := bufpool.Get(len(b))
 	copy(*buf, b)
 	m.q = append(m.q, Msg{Seq: seq, Data: *buf, buf: buf})
 	m.bytes += len(b)

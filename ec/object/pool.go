@@ -1,27 +1,26 @@
 package object
 
-import "sync"
+import "github.com/hecsys/hec/shared/bufpool"
 
 // Buffers of a stripe's shards and of shard messages are large (a MiB and
 // more) and short-lived: allocating each afresh costs page faults and
 // clearing on every stripe, on the DPU's few cores. They are kept in a
-// pool instead.
-var bufs sync.Pool
+// pool by size class (shared/bufpool): a pool of one kind of buffer
+// handed a message's where a stripe's was wanted, and dropped it, and so
+// allocated a stripe afresh nearly every time.
+
+// minBuf is the smallest buffer handed out: a shard's message, so that a
+// reply built by appending to a small one (a read's: a shard) does not
+// outgrow it.
+const minBuf = DefaultChunk + 4096
 
 // getBuf returns a buffer of n bytes (not cleared).
 func getBuf(n int) []byte {
-	if p, ok := bufs.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n, max(n, DefaultChunk+4096))
+	return (*bufpool.Get(max(n, minBuf)))[:n]
 }
 
 // putBuf gives b back; it must not be used after.
-func putBuf(b []byte) {
-	if cap(b) >= DefaultChunk {
-		bufs.Put(&b)
-	}
-}
+func putBuf(b []byte) { bufpool.Put(&b) }
 
 // Buffer returns a buffer of n bytes, not cleared, from the pool the
 // package's messages use; Release gives it back.
