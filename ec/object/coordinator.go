@@ -498,7 +498,16 @@ func (w *Writer) flush() error {
 		return err
 	}
 	s.shards, s.crcs = shards, ec.Checksums(shards)
-	s.dcrc = crc32c.Checksum(w.buf)
+	if len(w.buf) == w.h.K*size {
+		// The data shards are the stripe's bytes, unpadded: its CRC is
+		// theirs combined, without a second pass over the data.
+		s.dcrc = s.crcs[0]
+		for _, c := range s.crcs[1:w.h.K] {
+			s.dcrc = crc32c.Combine(s.dcrc, c, int64(size))
+		}
+	} else {
+		s.dcrc = crc32c.Checksum(w.buf)
+	}
 	if size != w.h.Chunk {
 		putBuf(w.all) // copied out above
 	}
