@@ -755,8 +755,9 @@ func (r *Reader) note(s string) {
 	r.mu.Unlock()
 }
 
-// fetch reads shard i of stripe s from one of its holders.
-func (r *Reader) fetch(ctx context.Context, i, s int) ([]byte, uint32, error) {
+// fetch reads shard i of stripe s from one of its holders, and returns it
+// with its CRC (checked) and the stripe's data CRC its holder recorded.
+func (r *Reader) fetch(ctx context.Context, i, s int) ([]byte, uint32, uint32, error) {
 	var last error
 	for _, h := range r.v.holders[i] {
 		rep, err := r.c.call(ctx, h.Holder, &Request{Kind: KindRead, Name: r.v.Name, Version: r.v.Version, Index: i, Stripe: s})
@@ -764,7 +765,7 @@ func (r *Reader) fetch(ctx context.Context, i, s int) ([]byte, uint32, error) {
 			err = fmt.Errorf("node %d: %w: shard %d stripe %d came back damaged", h.Holder, ErrCorrupt, i, s)
 		}
 		if err == nil {
-			return rep.Body, rep.DataCRC, nil
+			return rep.Body, rep.CRC, rep.DataCRC, nil
 		}
 		if errors.Is(err, ErrNotFound) {
 			r.gone.Store(true)
@@ -779,7 +780,7 @@ func (r *Reader) fetch(ctx context.Context, i, s int) ([]byte, uint32, error) {
 	if last == nil {
 		last = fmt.Errorf("shard %d: no holder", i)
 	}
-	return nil, 0, last
+	return nil, 0, 0, last
 }
 
 // Stripe reads and, when data shards are missing, rebuilds stripe s; it
@@ -789,26 +790,44 @@ func (r *Reader) Stripe(ctx context.Context, s int) ([]byte, error) {
 	if s < 0 || s >= h.Stripes() {
 		return nil, fmt.Errorf("object: stripe %d of %d", s, h.Stripes())
 	}
-	shards, dcrcs, err := r.gather(ctx, s, nil)
+	shards, crcs, dcrcs, err := r.gather(ctx, s, nil)
 	if err != nil {
 		return nil, err
+	}
+	direct := true // every data shard read, none rebuilt
+	for i := 0; i < h.K; i++ {
+		direct = direct && shards[i] != nil
 	}
 	data, err := r.join(shards, s)
 	if err != nil {
 		return nil, err
 	}
-	if !agrees(dcrcs, crc32c.Checksum(data)) {
+	var sum uint32
+	if size := h.ShardBytes(s); direct && int64(len(data)) == int64(h.K)*int64(size) {
+		// The data is the data shards whole, each checked against its
+		// CRC as it came: theirs combined are its CRC, without another
+		// pass over it.
+		sum = crcs[0]
+		for _, c := range crcs[1:h.K] {
+			sum = crc32c.Combine(sum, c, int64(size))
+		}
+	} else {
+		sum = crc32c.Checksum(data)
+	}
+	if !agrees(dcrcs, sum) {
 		return nil, fmt.Errorf("%w: %s stripe %d decodes to bytes that fail its CRC", ErrCorrupt, h.Name, s)
 	}
 	return data, nil
 }
 
 // gather reads k valid shards of stripe s, data shards first, more as
-// reads fail; skip names shards not to read.
-func (r *Reader) gather(ctx context.Context, s int, skip []int) ([][]byte, []uint32, error) {
+// reads fail; skip names shards not to read. It returns the shards (nil
+// where not read), their CRCs by index, and the stripe's data CRC as each
+// holder read recorded it.
+func (r *Reader) gather(ctx context.Context, s int, skip []int) ([][]byte, []uint32, []uint32, error) {
 	h := &r.v.Header
 	n := h.K + h.M
-	shards := make([][]byte, n)
+	shards, sums := make([][]byte, n), make([]uint32, n)
 	var order []int
 	for i := 0; i < n; i++ {
 		r.mu.Lock()
@@ -824,10 +843,10 @@ func (r *Reader) gather(ctx context.Context, s int, skip []int) ([][]byte, []uin
 		batch := order[:min(h.K-got, len(order))]
 		order = order[len(batch):]
 		res := make([][]byte, len(batch))
-		crcs := make([]uint32, len(batch))
+		crcs, dcs := make([]uint32, len(batch)), make([]uint32, len(batch))
 		parallel(len(batch), func(j int) error {
-			b, dc, err := r.fetch(ctx, batch[j], s)
-			res[j], crcs[j] = b, dc
+			b, c, dc, err := r.fetch(ctx, batch[j], s)
+			res[j], crcs[j], dcs[j] = b, c, dc
 			if err != nil {
 				r.mu.Lock()
 				r.bad[[2]int{batch[j], s}] = true
@@ -837,19 +856,19 @@ func (r *Reader) gather(ctx context.Context, s int, skip []int) ([][]byte, []uin
 		})
 		for j, b := range res {
 			if b != nil {
-				shards[batch[j]] = b
-				dcrcs = append(dcrcs, crcs[j])
+				shards[batch[j]], sums[batch[j]] = b, crcs[j]
+				dcrcs = append(dcrcs, dcs[j])
 				got++
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	if got < h.K {
-		return nil, nil, fmt.Errorf("%w: %s stripe %d: %d of %d shards readable, %d needed", ErrUnread, h.Name, s, got, n, h.K)
+		return nil, nil, nil, fmt.Errorf("%w: %s stripe %d: %d of %d shards readable, %d needed", ErrUnread, h.Name, s, got, n, h.K)
 	}
-	return shards, dcrcs, nil
+	return shards, sums, dcrcs, nil
 }
 
 // join returns the object bytes of a stripe from k of its shards.

@@ -246,7 +246,7 @@ func (c *Coordinator) rebuild(ctx context.Context, cur *version, want []int) ([]
 		live = append(live, i)
 	}
 	for s := 0; s < cur.Stripes() && len(live) > 0; s++ {
-		shards, dcrcs, err := r.gather(ctx, s, want)
+		shards, _, dcrcs, err := r.gather(ctx, s, want)
 		if err != nil {
 			for _, i := range live {
 				c.call(ctx, cur.Place[i], &Request{Kind: KindAbort, Name: cur.Name, Version: cur.Version})
