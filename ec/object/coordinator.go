@@ -499,12 +499,8 @@ func (w *Writer) flush() error {
 	}
 	s.shards, s.crcs = shards, ec.Checksums(shards)
 	if len(w.buf) == w.h.K*size {
-		// The data shards are the stripe's bytes, unpadded: its CRC is
-		// theirs combined, without a second pass over the data.
-		s.dcrc = s.crcs[0]
-		for _, c := range s.crcs[1:w.h.K] {
-			s.dcrc = crc32c.Combine(s.dcrc, c, int64(size))
-		}
+		// The data shards are the stripe's bytes, unpadded.
+		s.dcrc = joinedCRC(s.crcs[:w.h.K], size)
 	} else {
 		s.dcrc = crc32c.Checksum(w.buf)
 	}
@@ -805,12 +801,8 @@ func (r *Reader) Stripe(ctx context.Context, s int) ([]byte, error) {
 	var sum uint32
 	if size := h.ShardBytes(s); direct && int64(len(data)) == int64(h.K)*int64(size) {
 		// The data is the data shards whole, each checked against its
-		// CRC as it came: theirs combined are its CRC, without another
-		// pass over it.
-		sum = crcs[0]
-		for _, c := range crcs[1:h.K] {
-			sum = crc32c.Combine(sum, c, int64(size))
-		}
+		// CRC as it came.
+		sum = joinedCRC(crcs[:h.K], size)
 	} else {
 		sum = crc32c.Checksum(data)
 	}
@@ -888,6 +880,16 @@ func (r *Reader) join(shards [][]byte, s int) ([]byte, error) {
 		data = append(data, shards[i][:min(int64(len(shards[i])), h.StripeData(s)-int64(len(data)))]...)
 	}
 	return data, nil
+}
+
+// joinedCRC is the CRC of shards of size bytes each laid end to end, from
+// theirs: no pass over the data.
+func joinedCRC(crcs []uint32, size int) uint32 {
+	sum := crcs[0]
+	for _, c := range crcs[1:] {
+		sum = crc32c.Combine(sum, c, int64(size))
+	}
+	return sum
 }
 
 // agrees reports whether most stores' record of a stripe's CRC is sum.

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/shared/crc32c"
 )
 
 // memCluster is n stores reached in-process; nodes can be taken down
@@ -685,5 +687,20 @@ func TestConcurrentRepairsOfOneShard(t *testing.T) {
 	}
 	if got, _, _, err := coords[1].Get(ctx, "a"); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("get after the repairs: %v", err)
+	}
+}
+
+// TestJoinedCRC: the CRC of shards laid end to end, from theirs, is the
+// CRC of their bytes.
+func TestJoinedCRC(t *testing.T) {
+	for _, tc := range []struct{ k, size int }{{1, 64}, {2, 4096}, {4, 1 << 20}, {10, 104896}} {
+		all := payload(tc.k*tc.size, uint64(tc.k))
+		crcs := make([]uint32, tc.k)
+		for i := range crcs {
+			crcs[i] = crc32c.Checksum(all[i*tc.size : (i+1)*tc.size])
+		}
+		if got, want := joinedCRC(crcs, tc.size), crc32c.Checksum(all); got != want {
+			t.Errorf("%d shards of %d bytes: %#x want %#x", tc.k, tc.size, got, want)
+		}
 	}
 }

@@ -5,9 +5,8 @@ import "github.com/hecsys/hec/shared/bufpool"
 // Buffers of a stripe's shards and of shard messages are large (a MiB and
 // more) and short-lived: allocating each afresh costs page faults and
 // clearing on every stripe, on the DPU's few cores. They are kept in a
-// pool by size class (shared/bufpool): a pool of one kind of buffer
-// handed a message's where a stripe's was wanted, and dropped it, and so
-// allocated a stripe afresh nearly every time.
+// pool by size class (shared/bufpool), so that a stripe is never handed a
+// message's buffer, too small, nor a message a stripe's.
 
 // minBuf is the smallest buffer handed out: a shard's message, so that a
 // reply built by appending to a small one (a read's: a shard) does not

@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// Min is the smallest class: smaller buffers come from (and go back to)
-// it.
-const Min = 64
+// minSize is the smallest class: smaller buffers come from (and go back
+// to) it.
+const minSize = 64
 
 // classes index the sizes 64, 96, 128, 192, …: class 2c−12 is 2^c bytes,
 // the class after it 3·2^(c−1).
@@ -16,8 +16,8 @@ var classes [2 * 40]sync.Pool
 // class returns the index of the smallest class of at least n bytes, and
 // its size.
 func class(n int) (int, int) {
-	if n <= Min {
-		return 0, Min
+	if n <= minSize {
+		return 0, minSize
 	}
 	c := bits.Len(uint(n - 1)) // 2^c ≥ n > 2^(c−1)
 	if three := 3 << (c - 2); three >= n {
