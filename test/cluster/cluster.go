@@ -58,6 +58,10 @@ type Options struct {
 	XDP string
 	// AgentArgs are more hecd flags for every agent (not the VMs).
 	AgentArgs []string
+	// AgentEnv are more environment variables for every agent (not the
+	// VMs), as "NAME=value": GOMAXPROCS=1 gives agents sharing a small
+	// machine a core's share each.
+	AgentEnv []string
 	// TrustedKey, a file holding a hex ed25519 public key, runs every
 	// agent (not the VMs: process 1 is theirs) under its loader, hecd
 	// supervise, trusting that key: the agents keep A/B slots in their
@@ -135,6 +139,7 @@ type State struct {
 	Token      string   `json:"token_file"` // the operator's token, every node's
 	XDP        string   `json:"xdp,omitempty"`
 	AgentArgs  []string `json:"agent_args,omitempty"`
+	AgentEnv   []string `json:"agent_env,omitempty"`
 	TrustedKey string   `json:"trusted_key,omitempty"` // the agents run under hecd supervise, trusting it
 	LoaderArgs []string `json:"loader_args,omitempty"`
 	Hecd       string   `json:"hecd"` // the agent binary
@@ -226,7 +231,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs,
+	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs, AgentEnv: o.AgentEnv,
 		TrustedKey: o.TrustedKey, LoaderArgs: o.LoaderArgs,
 		Key: filepath.Join(o.StateDir, "cluster.key"), Token: filepath.Join(o.StateDir, "token")}
 	defer func() {
@@ -420,8 +425,9 @@ func FindHecd(path string) (string, error) {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // spawn starts argv inside namespace ns, in a session of its own (it
-// outlives the tool), output to logPath.
-func spawn(ns, logPath string, argv ...string) (int, error) {
+// outlives the tool), output to logPath, with env added to this process's
+// environment.
+func spawn(ns, logPath string, env []string, argv ...string) (int, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644) // a restarted agent logs after the last
 	if err != nil {
 		return 0, err
@@ -429,6 +435,9 @@ func spawn(ns, logPath string, argv ...string) (int, error) {
 	defer logf.Close()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
@@ -571,7 +580,7 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 		loader := append([]string{"supervise", "--trusted-key", st.TrustedKey}, st.LoaderArgs...)
 		args = append(append(loader, "--"), args...)
 	}
-	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), append([]string{hecd}, args...)...)
+	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), st.AgentEnv, append([]string{hecd}, args...)...)
 	n.PID = pid
 	return err
 }
@@ -609,7 +618,7 @@ func startEtcd(st *State, log io.Writer) error {
 		return errors.New("cluster: etcd not found (apt-get install etcd-server)")
 	}
 	client, peerURL := "http://"+switchAddr+":2379", "http://127.0.0.1:2380"
-	pid, err := spawn(st.Switch, filepath.Join(st.Dir, "etcd.log"), "etcd", "--data-dir", filepath.Join(st.Dir, "etcd"),
+	pid, err := spawn(st.Switch, filepath.Join(st.Dir, "etcd.log"), nil, "etcd", "--data-dir", filepath.Join(st.Dir, "etcd"),
 		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
 	if err != nil {

@@ -3,9 +3,11 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,18 +88,28 @@ func TestEightNodesUpAndDown(t *testing.T) {
 }
 
 // The tool that made a cluster crashed and its state is gone: Down still
-// removes everything, from the names alone.
+// removes everything, from the names alone. (The agents also get the
+// environment they were given.)
 func TestDownAfterACrash(t *testing.T) {
 	bin := hecd(t)
 	const name = "tcrash"
 	dir := filepath.Join(t.TempDir(), "state")
 	Down(name, dir, nil)
-	st, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir})
+	st, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir, AgentEnv: []string{"GOMAXPROCS=1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Down(name, dir, nil) })
 	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID}
+	for _, pid := range pids {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
+			t.Errorf("agent %d runs without its AgentEnv", pid)
+		}
+	}
 	os.RemoveAll(dir) // the state is lost with the tool
 	if _, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir}); err == nil ||
 		!strings.Contains(err.Error(), "namespaces left") {
