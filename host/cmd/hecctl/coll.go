@@ -264,8 +264,13 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			<-p.done
 		}
 	}()
+	share := coreShare(o.world)
+	// start makes a rank's or an agent's process, with its core's share.
 	start := func(what string, argv []string) *benchProc {
 		cmd := exec.Command(argv[0], argv[1:]...)
+		if share != nil {
+			cmd.Env = append(os.Environ(), share...)
+		}
 		p := &benchProc{what: what, cmd: cmd, stderr: &tailBuffer{}, done: make(chan struct{})}
 		cmd.Stderr = p.stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -324,9 +329,6 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 				"--node-id", strconv.Itoa(i + 1), "--cluster-key-file", keyFile, "--peer-deadline", o.deadline.String(),
 				"--log-level", "warn"}
 			p := start(fmt.Sprintf("the agent of rank %d", i), argv)
-			if env := coreShare(o.world); env != nil {
-				p.cmd.Env = append(os.Environ(), env...)
-			}
 			if err := run(p); err != nil {
 				return err
 			}
@@ -375,9 +377,6 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			argv = append(argv, "--listen", pl.listen)
 		}
 		p := start(fmt.Sprintf("rank %d", r), argv)
-		if env := coreShare(o.world); env != nil {
-			p.cmd.Env = append(os.Environ(), env...)
-		}
 		if r == 0 {
 			out, err := p.cmd.StdoutPipe()
 			if err != nil {
