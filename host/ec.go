@@ -156,7 +156,11 @@ func (e *EC) setModel(rails []rail.Rail) {
 	defer e.mu.Unlock()
 	e.est = map[string]*rail.Estimator{}
 	for _, r := range rails {
-		e.est[r.Name] = rail.NewEstimator(r, 0.2)
+		// The median of the latest five rates: the machine a stripe is
+		// coded on changes from one second to the next (other work, a
+		// core given to another guest), and a window of nine still held
+		// the ops of a state that had passed.
+		e.est[r.Name] = rail.NewEstimator(r, 1.0/3)
 	}
 }
 
@@ -718,7 +722,7 @@ func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want 
 // stripe in this process; the agent's from stripes of two widths in the
 // window (a worker takes each: its wake-up is part of the fixed cost),
 // the median time of each, so that the fixed cost and the rate come
-// apart. At least 100 ms each; later ops refine both (a moving average).
+// apart. At least 100 ms each; later ops refine the rates (rail.Estimator).
 func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 	e.calMu.Lock()
 	defer e.calMu.Unlock()

@@ -163,7 +163,7 @@ func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 }
 
 // ChecksumModel is a multi-rail checksum whose model learns: each split's
-// per-rail times refresh the rails' estimates (a moving average), so a rail
+// per-rail times refresh the rails' estimates (rail.Estimator), so a rail
 // that turns out slower than calibrated — a DPU busy with other work, a
 // CPU quota that a short calibration did not feel — gets less next time.
 // It is safe for concurrent use.

@@ -14,9 +14,10 @@
 // dropped (and the plan says why). Under the model the plan is never slower
 // than the best single rail.
 //
-// Estimates refresh from observed completions (Estimator.Observe, a moving
-// average of the rate net of α), so a rail that slows down — a busy DPU —
-// gets less work in the next plan.
+// Estimates refresh from observed completions (Estimator.Observe, the
+// median of the latest rates net of α), so a rail that slows down — a busy
+// DPU — gets less work in the next plan, while ops slowed by something
+// outside the rail (a cold start, a preemption) do not move it.
 //
 // Standard library only: the host library and the agent both plan with it.
 package rail

@@ -3,6 +3,7 @@ package rail
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -148,25 +149,40 @@ func Split(rails []Rail, size int64, align int64) Plan {
 	return p
 }
 
-// Estimator keeps a rail's model fresh from observed completions.
+// Estimator keeps a rail's model fresh from observed completions: the
+// rate is the median of the latest observed rates (the calibration
+// counting as the first), so that ops an outside cause slowed — the first
+// after an idle spell, on a cold cache and a core that had clocked down;
+// one a collection or a preemption stretched — do not drag the model below
+// what the rail's ops take, as they did in a moving average, while a rail
+// that really slowed down is followed within half the window.
 type Estimator struct {
 	mu     sync.Mutex
 	rail   Rail
-	weight float64
+	recent []float64 // the latest rates, oldest first
+	sorted []float64 // scratch for the median
+	window int
 	n      int
 }
 
-// NewEstimator starts from a calibrated rail; weight (0..1, default 0.2) is
-// how much one observation moves the rate.
+// NewEstimator starts from a calibrated rail; weight (0..1, default 0.2)
+// is how fast observations move the rate, as a moving average's weight:
+// the median is taken over the latest 2/weight − 1 observations (9 for
+// 0.2), the span of such an average.
 func NewEstimator(r Rail, weight float64) *Estimator {
 	if weight <= 0 || weight > 1 {
 		weight = 0.2
 	}
-	return &Estimator{rail: r, weight: weight}
+	window := max(1, int(2/weight)-1)
+	recent := make([]float64, 0, window)
+	if r.Rate > 0 {
+		recent = append(recent, r.Rate)
+	}
+	return &Estimator{rail: r, recent: recent, sorted: make([]float64, 0, window), window: window}
 }
 
 // Observe records that n bytes took d on the rail: the rate net of the
-// fixed cost enters a moving average.
+// fixed cost joins the window the median is taken over.
 func (e *Estimator) Observe(n int64, d time.Duration) {
 	if n <= 0 || d <= 0 {
 		return
@@ -177,14 +193,24 @@ func (e *Estimator) Observe(n int64, d time.Duration) {
 	if net <= 0 {
 		net = d / 2 // faster than the fixed cost says: trust half
 	}
-	rate := float64(n) / net.Seconds()
-	// The first observations weigh as in a plain mean (the calibration
-	// counting as one), so a calibration that missed what the operation
-	// meets is forgotten quickly; then the moving average takes over.
-	w := max(e.weight, 1/float64(e.n+2))
-	e.rail.Rate = (1-w)*e.rail.Rate + w*rate
+	if len(e.recent) == e.window {
+		e.recent = append(e.recent[:0], e.recent[1:]...)
+	}
+	e.recent = append(e.recent, float64(n)/net.Seconds())
+	e.sorted = append(e.sorted[:0], e.recent...)
+	e.rail.Rate = median(e.sorted)
 	e.n++
 	e.rail.Confidence = 1 - 1/float64(e.n+1)
+}
+
+// median is the middle of s (the mean of the middle two for an even
+// count); it sorts s.
+func median(s []float64) float64 {
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // Rail returns the current model.

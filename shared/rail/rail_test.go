@@ -114,6 +114,42 @@ func TestEstimatorShiftsWork(t *testing.T) {
 	}
 }
 
+// TestEstimatorMedian: the model is what most recent ops take. Ops slowed
+// by something outside the rail (a cold start, a preemption: here one in
+// three, at a third of the rate) leave it where the others are; a rail
+// that slowed for good is followed within half the window.
+func TestEstimatorMedian(t *testing.T) {
+	const mib = 1 << 20
+	at := func(rate float64) time.Duration { return time.Duration(mib / rate * 1e9) }
+	for _, tc := range []struct {
+		name   string
+		calib  float64
+		ops    func(i int) float64 // the rate op i runs at
+		n      int
+		lo, hi float64 // the model's rate must end in [lo, hi]
+	}{
+		{"a third of the ops slowed: ignored", 10e9, func(i int) float64 {
+			if i%3 == 0 {
+				return 10e9 / 3
+			}
+			return 10e9
+		}, 30, 9.5e9, 10.5e9},
+		{"a calibration that missed: forgotten", 4e9, func(int) float64 { return 8e9 }, 5, 7.6e9, 8.4e9},
+		{"slowed for good: followed in half the window", 8e9, func(int) float64 { return 2e9 }, 5, 1.9e9, 2.1e9},
+		{"uncalibrated: the first op is the model", 0, func(int) float64 { return 3e9 }, 1, 2.9e9, 3.1e9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := NewEstimator(Rail{Name: "dpu", Rate: tc.calib}, 0.2)
+			for i := range tc.n {
+				e.Observe(mib, at(tc.ops(i)))
+			}
+			if got := e.Rail().Rate; got < tc.lo || got > tc.hi {
+				t.Fatalf("rate %.3g after %d ops, want %.3g–%.3g", got, tc.n, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
 func TestSplitIfGain(t *testing.T) {
 	host := Rail{Name: "host", Kind: HostCPU, Rate: 10e9}
 	for _, tc := range []struct {
