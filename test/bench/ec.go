@@ -309,12 +309,16 @@ func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs,
 		}
 	}
 	// batch is the median time of ops of e over at least 5 ms (three at
-	// least), and of their predictions, after 5 ms of ops untimed: the
-	// first ops after another rail's batch find the stripe in the other
-	// core's cache, and this core slowed down while it waited, as in a
-	// stream of one rail's ops neither would be.
+	// least), and of their predictions, after ops untimed: the first ops
+	// after another rail's batch find the stripe in the other core's
+	// cache, and this core slowed down while it waited, as in a stream of
+	// one rail's ops neither would be. The untimed ops last 5 ms and are
+	// at least eight (or 40 ms of them), so that the model, which learns
+	// from every op, has left those first ones behind too: at 16 MiB, 5
+	// ms are 4 or 5 ops, after which the model still held them and
+	// predicted the timed ops 13–30 % slower than they ran.
 	batch := func(e *host.EC) (took, pred time.Duration, dpuShare float64, err error) {
-		for t0 := time.Now(); time.Since(t0) < 5*time.Millisecond; {
+		for t0, n := time.Now(), 0; time.Since(t0) < 5*time.Millisecond || (n < 8 && time.Since(t0) < 40*time.Millisecond); n++ {
 			if _, err := e.Encode(ctx, shards); err != nil {
 				return 0, 0, 0, err
 			}
