@@ -121,25 +121,36 @@ func TestEstimatorShiftsWork(t *testing.T) {
 func TestEstimatorMedian(t *testing.T) {
 	const mib = 1 << 20
 	at := func(rate float64) time.Duration { return time.Duration(mib / rate * 1e9) }
+	slowFrom := func(n int) func(int) float64 { // 8e9, then 2e9 from op n on
+		return func(i int) float64 {
+			if i >= n {
+				return 2e9
+			}
+			return 8e9
+		}
+	}
 	for _, tc := range []struct {
 		name   string
+		weight float64 // 0: the default, 0.2 (a window of nine)
 		calib  float64
 		ops    func(i int) float64 // the rate op i runs at
 		n      int
 		lo, hi float64 // the model's rate must end in [lo, hi]
 	}{
-		{"a third of the ops slowed: ignored", 10e9, func(i int) float64 {
+		{"a third of the ops slowed: ignored", 0, 10e9, func(i int) float64 {
 			if i%3 == 0 {
 				return 10e9 / 3
 			}
 			return 10e9
 		}, 30, 9.5e9, 10.5e9},
-		{"a calibration that missed: forgotten", 4e9, func(int) float64 { return 8e9 }, 5, 7.6e9, 8.4e9},
-		{"slowed for good: followed in half the window", 8e9, func(int) float64 { return 2e9 }, 5, 1.9e9, 2.1e9},
-		{"uncalibrated: the first op is the model", 0, func(int) float64 { return 3e9 }, 1, 2.9e9, 3.1e9},
+		{"a calibration that missed: forgotten", 0, 4e9, func(int) float64 { return 8e9 }, 5, 7.6e9, 8.4e9},
+		{"slowed for good: followed in half the window", 0, 8e9, func(int) float64 { return 2e9 }, 5, 1.9e9, 2.1e9},
+		{"a window of five: three slow ops of the latest five", 1.0 / 3, 8e9, slowFrom(9), 12, 1.9e9, 2.1e9},
+		{"a window of nine: three slow ops of the latest nine", 0, 8e9, slowFrom(9), 12, 7.6e9, 8.4e9},
+		{"uncalibrated: the first op is the model", 0, 0, func(int) float64 { return 3e9 }, 1, 2.9e9, 3.1e9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := NewEstimator(Rail{Name: "dpu", Rate: tc.calib}, 0.2)
+			e := NewEstimator(Rail{Name: "dpu", Rate: tc.calib}, tc.weight)
 			for i := range tc.n {
 				e.Observe(mib, at(tc.ops(i)))
 			}
