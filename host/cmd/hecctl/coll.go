@@ -173,15 +173,16 @@ const rootPort = 7470
 
 // benchCluster makes the cluster a netns bench runs in: a node per rank,
 // agents sized for the bench's buffers, links limited as asked. It
-// returns the cluster, each rank's place and rank 0's rendezvous address.
-func benchCluster(ctx context.Context, o benchOptions, dir string, region int) (*cluster.State, []rankPlace, string, error) {
+// returns the cluster, each rank's place and rank 0's rendezvous address;
+// env is added to every agent's environment (their core's share).
+func benchCluster(ctx context.Context, o benchOptions, dir string, region int, env []string) (*cluster.State, []rankPlace, string, error) {
 	name := fmt.Sprintf("cb%d", os.Getpid()%1_000_000)
 	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: o.world, VMs: o.vms, Bundle: o.bundle, Hecd: o.hecd,
 		StateDir: filepath.Join(dir, "cluster"), Rates: map[int]string{0: o.dpuRate},
 		HostRail: true, HostRates: map[int]string{0: o.hostRate},
 		AgentArgs: []string{"--region-size", strconv.Itoa(region), "--queue-pairs", "2",
 			"--peer-deadline", o.deadline.String(), "--log-level", "warn"},
-		AgentEnv: coreShare(o.world)})
+		AgentEnv: env})
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("coll bench: %w", err)
 	}
@@ -290,7 +291,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	places := make([]rankPlace, o.world)
 	var root, where string
 	if o.net == "netns" {
-		st, p, r, err := benchCluster(ctx, o, dir, region)
+		st, p, r, err := benchCluster(ctx, o, dir, region, share)
 		if err != nil {
 			return err
 		}
