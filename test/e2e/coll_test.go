@@ -182,3 +182,44 @@ func findProcess(s string) int {
 	}
 	return 0
 }
+
+// TestCollBenchStopped: coll bench in namespaces stopped by SIGTERM (as
+// timeout, kill and service managers stop a command) or SIGINT (Ctrl-C)
+// mid-run exits and leaves no namespace, agent or region file behind:
+// its agents run in sessions of their own and would outlive it.
+func TestCollBenchStopped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("coll bench --net netns makes network namespaces: root only (CI runs as root)")
+	}
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--net", "netns", "--world", "2", "--rail", "dpu",
+			"--sizes", "4M", "--iters", "100000")
+		var out testutil.SyncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("cb%d", cmd.Process.Pid%1_000_000) // coll bench names its cluster after its pid
+		var agent int
+		testutil.WaitFor(t, 60*time.Second, "the rows to start", func() bool {
+			agent = findProcess("--cluster\x00" + name + "\x00")
+			return agent != 0 && strings.Contains(out.String(), "rail")
+		})
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		hung := ctx.Err() != nil
+		cancel()
+		t.Logf("%v: exited with %v\n%s", sig, err, out.String())
+		if hung {
+			t.Fatalf("%v: coll bench did not exit", sig)
+		}
+		if left := cluster.Remains(name, "", []int{agent}); len(left) > 0 {
+			cluster.Down(name, "", nil)
+			syscall.Kill(agent, syscall.SIGKILL)
+			t.Fatalf("%v: left behind: %v", sig, left)
+		}
+	}
+}

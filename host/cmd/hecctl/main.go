@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -45,7 +46,10 @@ type app struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Ctrl-C, and SIGTERM as timeout, kill and service managers send it:
+	// either ends the command's context, so that what it started (a
+	// bench's agents and namespaces, which outlive it) is taken down.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := &app{out: os.Stdout}
 	root := newRoot(a)
