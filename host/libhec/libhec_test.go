@@ -18,6 +18,9 @@ import (
 	"github.com/hecsys/hec/test/testutil"
 )
 
+// TestMain removes the agent the tests built when they end.
+func TestMain(m *testing.M) { os.Exit(testutil.Main(m)) }
+
 // buildLib builds libhec as mode (c-shared or c-archive) into dir.
 func buildLib(t *testing.T, dir, mode string) string {
 	t.Helper()

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // Row is one measured figure: the median of N repetitions, with their
@@ -227,6 +229,7 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s took %v\n", s.name, time.Since(t0).Round(time.Second))
 	}
+	testutil.RemoveProcessDir() // the binaries the scenarios built
 	fmt.Fprintf(os.Stderr, "bench: %d scenarios in %v\n", len(chosen), time.Since(started).Round(time.Second))
 	if err := write(*out, rep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

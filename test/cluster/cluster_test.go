@@ -17,6 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// TestMain removes the agent the tests built when they end.
+func TestMain(m *testing.M) { os.Exit(testutil.Main(m)) }
+
 // hecd builds the agent for the cluster tests.
 func hecd(t *testing.T) string {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	default:
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(m.Run())
+	os.Exit(testutil.Main(m))
 }
 
 // testAgent is an agent running in this process on a private region and

@@ -33,16 +33,35 @@ var (
 	binDir string
 )
 
-// Build builds the command in pkg (relative to the repository root, such
-// as "./dpu/cmd/hecd") once per process and returns the binary's path.
-// The binaries of processes that have ended are removed.
-func Build(pkg string) (string, error) {
+// Main runs the tests of a package (from its TestMain) and then removes
+// what they built in this process's directory (ProcessDir). It returns
+// m.Run's code, for os.Exit.
+func Main(m *testing.M) int {
+	code := m.Run()
+	RemoveProcessDir()
+	return code
+}
+
+// RemoveProcessDir removes this process's directory (ProcessDir), for a
+// program that is not a test (the bench) to call as it ends. What Build
+// returned until then is gone; a later Build builds anew.
+func RemoveProcessDir() {
 	binMu.Lock()
-	b := bins[pkg]
-	if b == nil {
-		b = &built{}
-		bins[pkg] = b
+	defer binMu.Unlock()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+		binDir = ""
+		bins = map[string]*built{}
 	}
+}
+
+// ProcessDir is this test process's own directory for what it builds
+// (binaries, images): $TMPDIR/hec-testbin/PID, made on first use. Main
+// removes it when the tests end; those of processes that ended without
+// (killed, or a -timeout's panic) are removed when the next is made.
+func ProcessDir() (string, error) {
+	binMu.Lock()
+	defer binMu.Unlock()
 	if binDir == "" {
 		root := filepath.Join(os.TempDir(), "hec-testbin")
 		if old, _ := os.ReadDir(root); len(old) > 0 {
@@ -52,15 +71,31 @@ func Build(pkg string) (string, error) {
 				}
 			}
 		}
-		binDir = filepath.Join(root, strconv.Itoa(os.Getpid()))
+		dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		binDir = dir
 	}
-	dir := binDir
+	return binDir, nil
+}
+
+// Build builds the command in pkg (relative to the repository root, such
+// as "./dpu/cmd/hecd") once per process into ProcessDir and returns the
+// binary's path.
+func Build(pkg string) (string, error) {
+	dir, err := ProcessDir()
+	if err != nil {
+		return "", err
+	}
+	binMu.Lock()
+	b := bins[pkg]
+	if b == nil {
+		b = &built{}
+		bins[pkg] = b
+	}
 	binMu.Unlock()
 	b.once.Do(func() {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.err = err
-			return
-		}
 		b.path = filepath.Join(dir, filepath.Base(pkg))
 		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		cmd.Dir = ModuleRoot()

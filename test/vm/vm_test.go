@@ -24,6 +24,7 @@ import (
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	// go-redis logs every failed dial: the power-cut test's writers dial
 	// a VM that is down, by design, and would fill the log.
 	redis.SetLogger(quietRedis{})
-	os.Exit(m.Run())
+	os.Exit(testutil.Main(m)) // it removes the bundle, in testutil.ProcessDir
 }
 
 type quietRedis struct{}
@@ -58,9 +59,10 @@ func bundle(t *testing.T) string {
 			bundleErr = err
 			return
 		}
-		if bundleDir, bundleErr = os.MkdirTemp("", "hec-vm-bundle"); bundleErr != nil {
+		if bundleDir, bundleErr = testutil.ProcessDir(); bundleErr != nil {
 			return
 		}
+		bundleDir = filepath.Join(bundleDir, "vm-bundle")
 		_, bundleErr = images.BuildFromSource(context.Background(), root, bundleDir, "test")
 	})
 	if bundleErr != nil {

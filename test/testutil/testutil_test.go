@@ -1,0 +1,65 @@
+package testutil
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// TestBuildHelper runs only as the child of TestBuiltRemoved: it builds a
+// small command and prints where.
+func TestBuildHelper(t *testing.T) {
+	if os.Getenv("HEC_TESTUTIL_BUILD") == "" {
+		t.Skip("the child of TestBuiltRemoved")
+	}
+	p, err := Build("./test/e2e/testdata/badagent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("built " + p + "\n")
+}
+
+// TestBuiltRemoved checks that what a test process builds goes when its
+// tests end, and that what an earlier process left (it was killed) goes
+// when the next one builds.
+func TestBuiltRemoved(t *testing.T) {
+	tmp := t.TempDir()
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(tmp, "hec-testbin", strconv.Itoa(ended.Process.Pid))
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "hecd"), []byte("left by a killed run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run", "^TestBuildHelper$", "-test.v")
+	child.Env = append(os.Environ(), "HEC_TESTUTIL_BUILD=1", "TMPDIR="+tmp)
+	var out bytes.Buffer
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Run(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.Bytes())
+	}
+	_, after, ok := strings.Cut(out.String(), "built ")
+	path, _, _ := strings.Cut(after, "\n")
+	if !ok || !strings.HasPrefix(path, filepath.Join(tmp, "hec-testbin")) {
+		t.Fatalf("child built nothing under %s:\n%s", tmp, out.Bytes())
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after its tests ended (%v)", path, err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("%s, left by a process that ended, is still there (%v)", left, err)
+	}
+	if rest, _ := os.ReadDir(filepath.Join(tmp, "hec-testbin")); len(rest) > 0 {
+		t.Errorf("hec-testbin still holds %d entries, first %s", len(rest), rest[0].Name())
+	}
+}
