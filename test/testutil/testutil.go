@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,8 +59,9 @@ func RemoveProcessDir() {
 
 // ProcessDir is this test process's own directory for what it builds
 // (binaries, images): $TMPDIR/hec-testbin/PID, made on first use. Main
-// removes it when the tests end; those of processes that ended without
-// (killed, or a -timeout's panic) are removed when the next is made.
+// removes it when the tests end. Those of processes that ended without
+// (killed, or a -timeout's panic) are removed when the next is made, and
+// their orphans with them: the agents and VMs still running from them.
 func ProcessDir() (string, error) {
 	binMu.Lock()
 	defer binMu.Unlock()
@@ -67,7 +70,9 @@ func ProcessDir() (string, error) {
 		if old, _ := os.ReadDir(root); len(old) > 0 {
 			for _, e := range old {
 				if pid, err := strconv.Atoi(e.Name()); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
-					os.RemoveAll(filepath.Join(root, e.Name()))
+					dir := filepath.Join(root, e.Name())
+					killRunningFrom(dir)
+					os.RemoveAll(dir)
 				}
 			}
 		}
@@ -78,6 +83,30 @@ func ProcessDir() (string, error) {
 		binDir = dir
 	}
 	return binDir, nil
+}
+
+// killRunningFrom kills every process whose command line names a path in
+// dir (a binary built there, a VM booted from an image there) and waits,
+// up to a second, for them to go.
+func killRunningFrom(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var killed []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), dir+"/") {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, pid)
+		}
+	}
+	for deadline := time.Now().Add(time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		killed = slices.DeleteFunc(killed, func(pid int) bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			// Gone, or a zombie its parent (init, for an orphan) reaps.
+			return err != nil || strings.Contains(string(b), ") Z ")
+		})
+	}
 }
 
 // Build builds the command in pkg (relative to the repository root, such

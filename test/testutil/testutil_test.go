@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -27,7 +28,7 @@ func TestBuildHelper(t *testing.T) {
 
 // TestBuiltRemoved checks that what a test process builds goes when its
 // tests end, and that what an earlier process left (it was killed) goes
-// when the next one builds.
+// when the next one builds, its orphans killed.
 func TestBuiltRemoved(t *testing.T) {
 	tmp := t.TempDir()
 	ended := exec.Command("true")
@@ -41,6 +42,16 @@ func TestBuiltRemoved(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(left, "hecd"), []byte("left by a killed run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// An orphan of that run: a process whose command line names its
+	// directory (as an agent run from a binary built there does).
+	orphan := exec.Command("sleep", "30")
+	orphan.Args[0] = filepath.Join(left, "hecd")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	orphanDone := make(chan error, 1)
+	go func() { orphanDone <- orphan.Wait() }()
+	defer orphan.Process.Kill()
 	child := exec.Command(os.Args[0], "-test.run", "^TestBuildHelper$", "-test.v")
 	child.Env = append(os.Environ(), "HEC_TESTUTIL_BUILD=1", "TMPDIR="+tmp)
 	var out bytes.Buffer
@@ -58,6 +69,14 @@ func TestBuiltRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Errorf("%s, left by a process that ended, is still there (%v)", left, err)
+	}
+	select {
+	case err := <-orphanDone:
+		if err == nil {
+			t.Errorf("the orphan exited by itself")
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the orphan of the process that ended is still running")
 	}
 	if rest, _ := os.ReadDir(filepath.Join(tmp, "hec-testbin")); len(rest) > 0 {
 		t.Errorf("hec-testbin still holds %d entries, first %s", len(rest), rest[0].Name())

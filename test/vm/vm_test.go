@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,21 @@ func TestMain(m *testing.M) {
 	// go-redis logs every failed dial: the power-cut test's writers dial
 	// a VM that is down, by design, and would fill the log.
 	redis.SetLogger(quietRedis{})
+	removeDeadRegions()
 	os.Exit(testutil.Main(m)) // it removes the bundle, in testutil.ProcessDir
+}
+
+// removeDeadRegions removes the region files of test VMs whose test
+// process ended without removing them (killed, or a -timeout's panic);
+// testutil.ProcessDir kills the VMs themselves.
+func removeDeadRegions() {
+	files, _ := filepath.Glob("/dev/shm/hec-test-*-*")
+	for _, f := range files {
+		i := strings.LastIndexByte(f, '-')
+		if pid, err := strconv.Atoi(f[i+1:]); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.Remove(f)
+		}
+	}
 }
 
 type quietRedis struct{}
