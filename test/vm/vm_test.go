@@ -39,14 +39,18 @@ func TestMain(m *testing.M) {
 	os.Exit(testutil.Main(m)) // it removes the bundle, in testutil.ProcessDir
 }
 
+// vmRegionPrefix starts the region files of test VMs, which vmOptions
+// names /dev/shm/hec-vmtest-PID-NAME.
+const vmRegionPrefix = "/dev/shm/hec-vmtest-"
+
 // removeDeadRegions removes the region files of test VMs whose test
 // process ended without removing them (killed, or a -timeout's panic);
 // testutil.ProcessDir kills the VMs themselves.
 func removeDeadRegions() {
-	files, _ := filepath.Glob("/dev/shm/hec-test-*-*")
+	files, _ := filepath.Glob(vmRegionPrefix + "*")
 	for _, f := range files {
-		i := strings.LastIndexByte(f, '-')
-		if pid, err := strconv.Atoi(f[i+1:]); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(f, vmRegionPrefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && syscall.Kill(n, 0) == syscall.ESRCH {
 			os.Remove(f)
 		}
 	}
@@ -96,7 +100,7 @@ func bundle(t *testing.T) string {
 func vmOptions(t *testing.T, name string, kernelArgs ...string) qemu.Options {
 	t.Helper()
 	o := qemu.Options{Name: name, Bundle: bundle(t), StateDir: filepath.Join(t.TempDir(), name), KernelArgs: strings.Join(kernelArgs, " "),
-		Shm: fmt.Sprintf("/dev/shm/hec-test-%s-%d", name, os.Getpid()), LeaseTimeout: time.Second,
+		Shm: fmt.Sprintf("%s%d-%s", vmRegionPrefix, os.Getpid(), name), LeaseTimeout: time.Second,
 		MgmtPort: freePort(t), TCPPort: freePort(t), RESPPort: freePort(t), UDPPort: freePort(t)}
 	t.Cleanup(func() {
 		if last, err := qemu.Load(o.StateDir); err == nil {
@@ -414,4 +418,32 @@ func helper() int {
 	}
 	fmt.Println(n)
 	return 0
+}
+
+// TestDeadRegionsRemoved: removeDeadRegions removes the region file of a
+// test VM whose process ended, and leaves those of live processes and
+// other tests' files (shared/ring's hec-test-PID-NANOS) alone.
+func TestDeadRegionsRemoved(t *testing.T) {
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("%s%d-crash", vmRegionPrefix, ended.Process.Pid)
+	live := fmt.Sprintf("%s%d-other", vmRegionPrefix, os.Getpid())
+	other := fmt.Sprintf("/dev/shm/hec-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for _, f := range []string{dead, live, other} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Skipf("no /dev/shm here: %v", err)
+		}
+		t.Cleanup(func() { os.Remove(f) })
+	}
+	removeDeadRegions()
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("%s, of a process that ended, is still there (%v)", dead, err)
+	}
+	for _, f := range []string{live, other} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s was removed: %v", f, err)
+		}
+	}
 }
