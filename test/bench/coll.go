@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -194,11 +195,16 @@ type collRow struct {
 	HostFrac float64 `json:"host_fraction"`
 }
 
+// collWarmup is the untimed iterations of each size before the timed
+// ones, for our rails and for Open MPI alike: nccl-tests' default (its
+// -w), whose iterations (-n 20) and table the bench already follows.
+const collWarmup = 5
+
 // runCollBench runs coll bench on loopback, the topology Open MPI's runs
 // here have.
 func runCollBench(ctx context.Context, hecctl, hecd string, n, iters int, rails string, sizes []string) ([]collRow, error) {
 	return collBenchRows(ctx, hecctl, hecd, "--net", "loopback", "--world", strconv.Itoa(n), "--rail", rails,
-		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters))
+		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(collWarmup))
 }
 
 // collBenchRows runs hecctl coll bench with args and returns its rows.
@@ -228,6 +234,10 @@ type mpiRow struct {
 }
 
 func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []string) ([]mpiRow, error) {
+	// A run of ours takes seconds: one that hangs (a rank stuck in
+	// mpirun's launch, say) ends the scenario with an error, not make bench.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
 	args := []string{"--oversubscribe", "-np", strconv.Itoa(n), "--mca", "pml", "ob1"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--allow-run-as-root")
@@ -237,7 +247,7 @@ func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []s
 	} else {
 		args = append(args, "--mca", "btl", "vader,self")
 	}
-	args = append(append(args, bin, strconv.Itoa(iters)), sizes...)
+	args = append(append(args, bin, strconv.Itoa(iters), strconv.Itoa(collWarmup)), sizes...)
 	out, err := exec.CommandContext(ctx, "mpirun", args...).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("mpirun (%s): %v: %s", btl, err, out)

@@ -1,7 +1,7 @@
 /* The coll scenario's peer: MPI_Allreduce of float32 sums, timed as
  * hecctl coll bench times its rails (a barrier, then the call; the
  * slowest rank's mean), with the host CPU per call and the wrong elements.
- * usage: mpirun -np N allreduce ITERS SIZE...
+ * usage: mpirun -np N allreduce ITERS WARMUP SIZE...
  * prints, on rank 0, one line per size: size seconds cpu_seconds wrong */
 #include <mpi.h>
 #include <stdio.h>
@@ -19,14 +19,28 @@ int main(int argc, char **argv) {
 	int rank, n;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
-	int iters = argc > 1 ? atoi(argv[1]) : 5;
-	for (int a = 2; a < argc; a++) {
+	int iters = argc > 1 ? atoi(argv[1]) : 0;
+	int warmup = argc > 2 ? atoi(argv[2]) : -1;
+	if (iters < 1 || warmup < 0 || warmup > 1000) {
+		if (rank == 0)
+			fprintf(stderr, "usage: allreduce ITERS WARMUP SIZE... (ITERS >= 1, 0 <= WARMUP <= 1000)\n");
+		MPI_Finalize();
+		return 2;
+	}
+	for (int a = 3; a < argc; a++) {
 		long size = atol(argv[a]);
+		if (size < 4 || size % 4 != 0) {
+			if (rank == 0)
+				fprintf(stderr, "allreduce: size %s: want a positive multiple of 4 bytes\n", argv[a]);
+			MPI_Finalize();
+			return 2;
+		}
 		long count = size / 4;
 		float *s = malloc(count * sizeof *s), *r = malloc(count * sizeof *r);
 		for (long i = 0; i < count; i++)
 			s[i] = (float)((rank + i) % 5 + 1);
-		MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* warm up */
+		for (int w = 0; w < warmup; w++)
+			MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 		double t = 0, cpu = 0;
 		long wrong = 0;
 		for (int it = 0; it < iters; it++) {
