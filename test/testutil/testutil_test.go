@@ -42,6 +42,22 @@ func TestBuiltRemoved(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(left, "hecd"), []byte("left by a killed run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A process that ended and that its parent has not reaped yet (a
+	// zombie: kill(pid, 0) still succeeds) has ended too.
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	leftByZombie := filepath.Join(tmp, "hec-testbin", strconv.Itoa(zombie.Process.Pid))
+	if err := os.MkdirAll(leftByZombie, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !IsZombie(zombie.Process.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("true did not end within 5 s")
+		}
+	}
 	// An orphan of that run: a process whose command line names its
 	// directory (as an agent run from a binary built there does).
 	orphan := exec.Command("sleep", "30")
@@ -67,8 +83,10 @@ func TestBuiltRemoved(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("%s is still there after its tests ended (%v)", path, err)
 	}
-	if _, err := os.Stat(left); !os.IsNotExist(err) {
-		t.Errorf("%s, left by a process that ended, is still there (%v)", left, err)
+	for _, dir := range []string{left, leftByZombie} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s, left by a process that ended, is still there (%v)", dir, err)
+		}
 	}
 	select {
 	case err := <-orphanDone:

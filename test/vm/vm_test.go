@@ -50,7 +50,7 @@ func removeDeadRegions() {
 	files, _ := filepath.Glob(vmRegionPrefix + "*")
 	for _, f := range files {
 		pid, _, _ := strings.Cut(strings.TrimPrefix(f, vmRegionPrefix), "-")
-		if n, err := strconv.Atoi(pid); err == nil && n > 0 && syscall.Kill(n, 0) == syscall.ESRCH {
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && testutil.Ended(n) {
 			os.Remove(f)
 		}
 	}
