@@ -1,6 +1,13 @@
 package sysinfo
 
-import "testing"
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
 
 func TestCountList(t *testing.T) {
 	for _, tt := range []struct {
@@ -22,5 +29,79 @@ func TestMissingTreeIsAnError(t *testing.T) {
 	}
 	if devs, err := fs.PCIDevices(); err != nil || devs != nil {
 		t.Fatalf("no PCI bus: %v %v", devs, err)
+	}
+}
+
+func TestProcessState(t *testing.T) {
+	for _, tt := range []struct {
+		name, stat string
+		want       byte
+		ok         bool
+	}{
+		{"running", "4242 (hecd) R 1 4242 4242 0 -1", 'R', true},
+		{"a zombie", "4242 (vm.test) Z 1 4242", 'Z', true},
+		{"a name with spaces and parentheses", "4242 (a) S (b) c) S 1 2", 'S', true},
+		{"a name that looks like a state", "4242 (x) Z (y) R 1 2", 'R', true},
+		{"cut short", "4242 (hecd)", 0, false},
+		{"no parenthesis", "4242 hecd R", 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, "proc", "4242"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "proc", "4242", "stat"), []byte(tt.stat+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			st, err := FS{Root: root}.ProcessState(4242)
+			if (err == nil) != tt.ok || st != tt.want {
+				t.Fatalf("ProcessState = %q, %v; want %q (ok %v)", st, err, tt.want, tt.ok)
+			}
+		})
+	}
+	if _, err := (FS{Root: t.TempDir()}).ProcessState(4242); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a pid that is not there: %v", err)
+	}
+}
+
+// TestEnded: a process that runs has not ended; one that exited and waits
+// for its parent (a zombie) has, and so has one reaped.
+func TestEnded(t *testing.T) {
+	if Ended(os.Getpid()) {
+		t.Fatal("this process has ended")
+	}
+	for _, pid := range []int{0, -1} {
+		if !Ended(pid) {
+			t.Fatalf("Ended(%d) = false", pid)
+		}
+	}
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Skipf("no sleep to start: %v", err)
+	}
+	defer sleeper.Wait()         //nolint:errcheck // killed
+	defer sleeper.Process.Kill() //nolint:errcheck // may be gone
+	if Ended(sleeper.Process.Pid) {
+		t.Fatal("a sleeping child has ended")
+	}
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := zombie.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := (FS{}).ProcessState(pid); st == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("true did not end within 5 s")
+		}
+	}
+	if !Ended(pid) {
+		t.Fatal("a zombie has not ended")
+	}
+	zombie.Wait() //nolint:errcheck // true
+	if !Ended(pid) {
+		t.Fatal("a reaped process has not ended")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
+	"github.com/hecsys/hec/shared/sysinfo"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -660,20 +661,7 @@ func (st *State) waitReady(ctx context.Context, n Node) error {
 }
 
 // alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
-	if pid <= 0 || unix.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
+func alive(pid int) bool { return !sysinfo.Ended(pid) }
 
 func (st *State) save() error {
 	b, err := json.MarshalIndent(st, "", "  ")

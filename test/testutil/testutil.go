@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/shared/sysinfo"
 )
 
 // ModuleRoot is the repository root, found from this file's place.
@@ -69,7 +71,7 @@ func ProcessDir() (string, error) {
 		root := filepath.Join(os.TempDir(), "hec-testbin")
 		if old, _ := os.ReadDir(root); len(old) > 0 {
 			for _, e := range old {
-				if pid, err := strconv.Atoi(e.Name()); err == nil && Ended(pid) {
+				if pid, err := strconv.Atoi(e.Name()); err == nil && sysinfo.Ended(pid) {
 					dir := filepath.Join(root, e.Name())
 					killRunningFrom(dir)
 					os.RemoveAll(dir)
@@ -101,26 +103,8 @@ func killRunningFrom(dir string) {
 		}
 	}
 	for deadline := time.Now().Add(time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		killed = slices.DeleteFunc(killed, Ended)
+		killed = slices.DeleteFunc(killed, sysinfo.Ended)
 	}
-}
-
-// Ended says whether process pid has ended: it is gone, or it is a zombie
-// its parent has not reaped yet (kill(pid, 0) still succeeds on one).
-func Ended(pid int) bool {
-	return syscall.Kill(pid, 0) == syscall.ESRCH || IsZombie(pid)
-}
-
-// IsZombie says whether process pid has ended and waits to be reaped.
-func IsZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold anything, the state follows the
-	// last parenthesis.
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // Build builds the command in pkg (relative to the repository root, such

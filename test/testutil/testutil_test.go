@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/shared/sysinfo"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -53,7 +55,10 @@ func TestBuiltRemoved(t *testing.T) {
 	if err := os.MkdirAll(leftByZombie, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !IsZombie(zombie.Process.Pid); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := (sysinfo.FS{}).ProcessState(zombie.Process.Pid); st == 'Z' {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("true did not end within 5 s")
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/sysinfo"
 	"github.com/hecsys/hec/shared/wire"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -50,7 +51,7 @@ func removeDeadRegions() {
 	files, _ := filepath.Glob(vmRegionPrefix + "*")
 	for _, f := range files {
 		pid, _, _ := strings.Cut(strings.TrimPrefix(f, vmRegionPrefix), "-")
-		if n, err := strconv.Atoi(pid); err == nil && n > 0 && testutil.Ended(n) {
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && sysinfo.Ended(n) {
 			os.Remove(f)
 		}
 	}
