@@ -414,6 +414,18 @@ func (l *wal) scan(f func(off int64, gen uint64, rec []byte, r walRecord) bool) 
 
 var errWALRecord = errors.New("kv: malformed log record")
 
+// uvarint is binary.Uvarint for the one encoding binary.AppendUvarint
+// writes: a value in more bytes than it needs (0x80 0x00 for 0) is
+// refused (k 0), so that each record has one encoding, the one its
+// checksum was taken over.
+func uvarint(b []byte) (uint64, int) {
+	n, k := binary.Uvarint(b)
+	if k > 1 && b[k-1] == 0 {
+		return 0, 0 // a last byte of 0: the bytes before it said it all
+	}
+	return n, k
+}
+
 // decodeWALBody decodes a record's body; key and value alias it.
 func decodeWALBody(b []byte) (walRecord, error) {
 	var rec walRecord
@@ -422,7 +434,7 @@ func decodeWALBody(b []byte) (walRecord, error) {
 	}
 	rec.op, b = b[0], b[1:]
 	if rec.op == walCommit {
-		n, k := binary.Uvarint(b)
+		n, k := uvarint(b)
 		if k <= 0 || len(b)-k != 4 {
 			return rec, errWALRecord
 		}
@@ -433,7 +445,7 @@ func decodeWALBody(b []byte) (walRecord, error) {
 		return rec, errWALRecord
 	}
 	field := func(max int) ([]byte, error) {
-		n, k := binary.Uvarint(b)
+		n, k := uvarint(b)
 		if k <= 0 || n > uint64(max) || n > uint64(len(b)-k) {
 			return nil, errWALRecord
 		}
@@ -448,7 +460,7 @@ func decodeWALBody(b []byte) (walRecord, error) {
 	if rec.value, err = field(MaxValueSize); err != nil {
 		return rec, err
 	}
-	exp, k := binary.Uvarint(b)
+	exp, k := uvarint(b)
 	if k <= 0 || k != len(b) {
 		return rec, errWALRecord
 	}
