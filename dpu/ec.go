@@ -211,7 +211,7 @@ func sgl(req *Request) ([]wire.Span, wire.Status) {
 	if err != nil {
 		return nil, wire.StatusBadSpan
 	}
-	spans, err := wire.DecodeSGL(nil, raw, req.Mem.Len())
+	spans, err := wire.DecodeSGL(make([]wire.Span, 0, min(len(raw)/wire.SpanSize, wire.MaxSGL)), raw, req.Mem.Len())
 	if err != nil {
 		return nil, statusFor(err)
 	}
@@ -311,9 +311,10 @@ func reconstructShards(req *Request, k, m int) (ecShards, wire.Status) {
 	return sh, wire.StatusOK
 }
 
-// views returns the spans' bytes in place, or nil when any is not mapped.
-func views(mem ring.Accessor, spans []wire.Span) [][]byte {
-	out := make([][]byte, len(spans))
+// views returns the spans' bytes in place, in dst (as long as spans), or
+// nil when any is not mapped.
+func views(dst [][]byte, mem ring.Accessor, spans []wire.Span) [][]byte {
+	out := dst[:len(spans)]
 	for i, sp := range spans {
 		b, ok := mem.View(sp)
 		if !ok {
@@ -332,14 +333,17 @@ func views(mem ring.Accessor, spans []wire.Span) [][]byte {
 func (s *ecService) rounds(req *Request, sh ecShards, outEmpty bool, code func(in, out [][]byte) error) wire.Status {
 	w := int(sh.w)
 	cw := s.roundWidth(w, sh.k, len(sh.out))
-	in, out := views(req.Mem, sh.in), views(req.Mem, sh.out)
+	nin, nout := len(sh.in), len(sh.out)
+	// The views of the spans, then each round's columns of them.
+	slots := make([][]byte, 2*(nin+nout))
+	in, out := views(slots[:nin:nin], req.Mem, sh.in), views(slots[nin:nin+nout:nin+nout], req.Mem, sh.out)
 	staged := in == nil || out == nil
 	var scratch []byte
 	if staged {
 		cw = min(cw, w)
 		scratch = make([]byte, (len(sh.in)+len(sh.out))*cw)
 	}
-	ins, outs := make([][]byte, len(sh.in)), make([][]byte, len(sh.out))
+	ins, outs := slots[nin+nout:2*nin+nout:2*nin+nout], slots[2*nin+nout:]
 	for c := 0; c < w; c += cw {
 		if c > 0 {
 			req.Yield()
