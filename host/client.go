@@ -163,9 +163,9 @@ type transport interface {
 	// inWindow reports whether b is handed over without a copy (in the
 	// shared window); such buffers need no chunking.
 	inWindow(b []byte) bool
-	// windowOffset is b's offset in the window, when it lies there (what
-	// a scatter-gather list names).
-	windowOffset(b []byte) (uint32, bool)
+	// windowSGL appends to list the scatter-gather list naming bufs (each
+	// one's offset in the window and length), when every one lies there.
+	windowSGL(list []byte, bufs [][]byte) ([]byte, bool)
 	String() string
 }
 
@@ -267,13 +267,16 @@ func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	win := c.t.window()
 	for _, r := range reqs {
 		if len(r.In)+len(r.Out) > wire.MaxSpans {
 			return nil, fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In)+len(r.Out), wire.MaxSpans, wire.StatusBadArg)
 		}
-		for _, b := range append(r.In[:len(r.In):len(r.In)], r.Out...) {
-			if len(b) > c.t.window() {
-				return nil, fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), c.t.window(), wire.StatusTooLarge)
+		for _, bufs := range [2][][]byte{r.In, r.Out} {
+			for _, b := range bufs {
+				if len(b) > win {
+					return nil, fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), win, wire.StatusTooLarge)
+				}
 			}
 		}
 	}

@@ -309,9 +309,17 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 	dpu func(ctx context.Context, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
 	cpu0, t0 := cpuTime(), time.Now()
-	took := make([]time.Duration, len(shares))
-	waits := make([]func() error, len(shares))
-	dones := make([]func() bool, len(shares))
+	// Each share's time, wait and done: on the stack for as many shares as
+	// there are rails (host, DPU, a GPU's to come).
+	var tookA [3]time.Duration
+	var waitsA [3]func() error
+	var donesA [3]func() bool
+	took, waits, dones := tookA[:], waitsA[:], donesA[:]
+	if n := len(shares); n > len(tookA) {
+		took, waits, dones = make([]time.Duration, n), make([]func() error, n), make([]func() bool, n)
+	} else {
+		took, waits, dones = took[:n], waits[:n], dones[:n]
+	}
 	for i, s := range shares {
 		if s.rail != RailDPU {
 			continue
@@ -405,7 +413,7 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 		return ECResult{Plan: plan}, err
 	}
 	host := func(c0, c1 int) error {
-		return e.local.EncodeColumns(ctx, columns(data, c0, c1), columns(parity, c0, c1))
+		return e.local.EncodeColumns(ctx, columns(c0, c1, data), columns(c0, c1, parity))
 	}
 	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
 		return e.dpuEncode(ctx, data, parity, c0, c1)
@@ -413,11 +421,17 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	return e.run(ctx, wire.OpECEncode, plan, shares, cost, host, dpu)
 }
 
-// columns returns columns c0..c1 of every shard.
-func columns(shards [][]byte, c0, c1 int) [][]byte {
-	out := make([][]byte, len(shards))
-	for i, s := range shards {
-		out[i] = s[c0:c1:c1]
+// columns returns columns c0..c1 of every shard of the groups, in order.
+func columns(c0, c1 int, groups ...[][]byte) [][]byte {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	out := make([][]byte, 0, n)
+	for _, g := range groups {
+		for _, s := range g {
+			out = append(out, s[c0:c1:c1])
+		}
 	}
 	return out
 }
@@ -428,15 +442,7 @@ func (e *EC) inWindowSGL(spans [][]byte) ([]byte, bool) {
 	if len(spans) > wire.MaxSGL {
 		return nil, false
 	}
-	list := make([]wire.Span, len(spans))
-	for i, s := range spans {
-		off, ok := e.c.t.windowOffset(s)
-		if !ok {
-			return nil, false
-		}
-		list[i] = wire.Span{Off: off, Len: uint32(len(s))}
-	}
-	return wire.AppendSGL(nil, list), true
+	return e.c.t.windowSGL(make([]byte, 0, wire.SpanSize*len(spans)), spans)
 }
 
 // pieces is how an agent share too large for one op, or not in the
@@ -450,6 +456,16 @@ type pieces struct {
 	bufs  [][]byte       // window buffers to free
 	next  int            // calls before next are finished
 	end   time.Time      // when the last call submitted should end
+
+	// Room for the calls of an op in place (one call): no allocations.
+	call1  [1]*Call
+	after1 [1]func(Result)
+}
+
+func newPieces(ctx context.Context, e *EC) *pieces {
+	p := &pieces{e: e, ctx: ctx}
+	p.calls, p.after = p.call1[:0], p.after1[:0]
+	return p
 }
 
 // longOp is the data from which an EC op is expected to take a
@@ -576,9 +592,9 @@ func (e *EC) pieceWidth(rows int) int {
 // the shards in place when they are all in the window, else pieces
 // copied into window buffers.
 func (e *EC) dpuEncode(ctx context.Context, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
-	p := &pieces{e: e, ctx: ctx}
+	p := newPieces(ctx, e)
 	counts := wire.ECShards(e.k, e.m)
-	if list, ok := e.inWindowSGL(append(columns(data, c0, c1), columns(parity, c0, c1)...)); ok {
+	if list, ok := e.inWindowSGL(columns(c0, c1, data, parity)); ok {
 		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, e.k*(c1-c0), nil); err != nil {
 			return nil, nil, err
 		}
@@ -666,7 +682,7 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
 // from present.
 func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
-	p := &pieces{e: e, ctx: ctx}
+	p := newPieces(ctx, e)
 	counts := wire.ECShards(e.k, e.m)
 	idx := make([]byte, 0, len(present)+len(want))
 	for _, i := range append(append([]int{}, present...), want...) {

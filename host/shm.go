@@ -230,11 +230,17 @@ func (t *shmTransport) inWindow(b []byte) bool {
 	return ok
 }
 
-func (t *shmTransport) windowOffset(b []byte) (uint32, bool) {
+func (t *shmTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	off, ok := t.offset(b)
-	return uint32(off), ok
+	for _, b := range bufs {
+		off, ok := t.offset(b)
+		if !ok {
+			return nil, false
+		}
+		list = wire.AppendSGL(list, []wire.Span{{Off: uint32(off), Len: uint32(len(b))}})
+	}
+	return list, true
 }
 
 func (t *shmTransport) alloc(n int) ([]byte, error) {
@@ -531,71 +537,38 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		// sleep rather than yield.
 		w.SkipYield()
 	}
-	if qp != nil {
-		waiting := func() bool { return !c.done.Load() }
-		var unhook func() bool
-		var woken chan struct{} // closed when the wake on ctx's end is over
-		defer func() {
-			// A wake on ctx's end that has started reads the region: the
-			// call returns after it, so that a Close right after cannot
-			// unmap the region under it.
-			if unhook != nil && !unhook() {
-				<-woken
-			}
-		}()
-		// sleep sleeps on the bell for d, or (!exact, once the agent's
-		// rings are known to reach us) until rung.
-		sleep := func(d time.Duration, exact bool) {
-			if t.bellRings.Load() {
-				// The agent's ring ends the sleep, and so does ctx's end:
-				// the time is only a bound.
-				if !exact {
-					d = bellSleep
-				}
-				if unhook == nil {
-					woken = make(chan struct{})
-					unhook = context.AfterFunc(ctx, func() {
-						defer close(woken)
-						r.CatchFault(qp.WakeSleepers) //nolint:errcheck // see below
-						if h := testHookCancelWake; h != nil {
-							h()
-						}
-					})
-				}
-			} else if exact {
-				// Nothing rings on ctx's end: look at it now and then.
-				d = min(d, untrustedSleep)
-			}
-			var how ring.Wake
-			// A fault here (the region's file cut short) is found and
-			// handled by the next reap.
-			r.CatchFault(func() { how = qp.SleepForCompletion(d, waiting) }) //nolint:errcheck // see above
-			switch how {
-			case ring.WakeRung:
-				t.bellRings.Store(true)
-			case ring.WakeMissed:
-				t.bellRings.Store(false)
-			}
+	// The sleeper is made when the wait first sleeps: most calls complete
+	// while it spins, and pay nothing for it.
+	var s *bellSleeper
+	defer func() {
+		if s != nil {
+			s.close()
 		}
-		w.Sleep = func(d time.Duration) { sleep(d, false) }
-		if !c.wakeAt.IsZero() {
-			// An op whose end is expected: sleep until shortly before it,
-			// then look without sleeping until shortly after; past that,
-			// as any long op (the Waiter's spin, then the bell).
-			for !c.done.Load() && ctx.Err() == nil {
-				d := time.Until(c.wakeAt)
-				if d <= 0 {
-					break
-				}
-				sleep(d, true)
-				t.poll()
-			}
-			for !c.done.Load() && ctx.Err() == nil && time.Now().Before(c.spinTo) {
-				t.poll()
-				runtime.Gosched()
-			}
-			w.SkipYield()
+	}()
+	sleeper := func() *bellSleeper {
+		if s == nil {
+			s = &bellSleeper{t: t, ctx: ctx, c: c, qp: qp, r: r}
+			w.Sleep = s.sleepAny
 		}
+		return s
+	}
+	if qp != nil && !c.wakeAt.IsZero() {
+		// An op whose end is expected: sleep until shortly before it,
+		// then look without sleeping until shortly after; past that, as
+		// any long op (the Waiter's spin, then the bell).
+		for !c.done.Load() && ctx.Err() == nil {
+			d := time.Until(c.wakeAt)
+			if d <= 0 {
+				break
+			}
+			sleeper().sleep(d, true)
+			t.poll()
+		}
+		for !c.done.Load() && ctx.Err() == nil && time.Now().Before(c.spinTo) {
+			t.poll()
+			runtime.Gosched()
+		}
+		w.SkipYield()
 	}
 	for !c.done.Load() {
 		if t.mu.TryLock() {
@@ -608,9 +581,73 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if qp != nil && w.Idle() {
+			sleeper()
+		}
 		w.Wait()
 	}
 	return nil
+}
+
+// bellSleeper is how a wait sleeps on its pair's completion bell.
+type bellSleeper struct {
+	t   *shmTransport
+	ctx context.Context
+	c   *Call
+	qp  *ring.HostQP
+	r   *ring.Region
+
+	unhook func() bool   // stops the wake on ctx's end
+	woken  chan struct{} // closed when the wake on ctx's end is over
+}
+
+func (s *bellSleeper) sleepAny(d time.Duration) { s.sleep(d, false) }
+
+func (s *bellSleeper) waiting() bool { return !s.c.done.Load() }
+
+// sleep sleeps on the bell for d, or (!exact, once the agent's rings are
+// known to reach us) until rung.
+func (s *bellSleeper) sleep(d time.Duration, exact bool) {
+	t := s.t
+	if t.bellRings.Load() {
+		// The agent's ring ends the sleep, and so does ctx's end: the
+		// time is only a bound.
+		if !exact {
+			d = bellSleep
+		}
+		if s.unhook == nil {
+			s.woken = make(chan struct{})
+			s.unhook = context.AfterFunc(s.ctx, func() {
+				defer close(s.woken)
+				s.r.CatchFault(s.qp.WakeSleepers) //nolint:errcheck // see below
+				if h := testHookCancelWake; h != nil {
+					h()
+				}
+			})
+		}
+	} else if exact {
+		// Nothing rings on ctx's end: look at it now and then.
+		d = min(d, untrustedSleep)
+	}
+	var how ring.Wake
+	// A fault here (the region's file cut short) is found and handled by
+	// the next reap.
+	s.r.CatchFault(func() { how = s.qp.SleepForCompletion(d, s.waiting) }) //nolint:errcheck // see above
+	switch how {
+	case ring.WakeRung:
+		t.bellRings.Store(true)
+	case ring.WakeMissed:
+		t.bellRings.Store(false)
+	}
+}
+
+// close returns after a wake on ctx's end that has started: it reads the
+// region, so the wait returns after it, and a Close right after cannot
+// unmap the region under it.
+func (s *bellSleeper) close() {
+	if s.unhook != nil && !s.unhook() {
+		<-s.woken
+	}
 }
 
 // heartbeat keeps the lease alive and notices an agent that died without
