@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ type Conn struct {
 	// direct connection between loopback addresses, both sides agreeing:
 	// see Handshake).
 	headerOnly     bool
+	stall          time.Duration                           // SetStall
 	whead          [prefixSize + HeaderSize + TagSize]byte // length, sealed header, tag
 	wbufs, wvec    net.Buffers                             // wvec: the iovecs; wbufs consumed by a write
 	rbuf           []byte                                  // payload and tag of the frame received
@@ -64,6 +66,13 @@ type Conn struct {
 	rhead      [prefixSize + HeaderSize]byte
 	sealed     [HeaderSize + TagSize]byte
 }
+
+// SetStall makes a frame's send fail once the peer has taken none of its
+// bytes for d (0, the default: only the send's own deadline bounds it):
+// liveness by progress, so that a peer that stopped reading fails a large
+// send within d, while one that reads slowly never does. Set it before
+// the first Send.
+func (c *Conn) SetStall(d time.Duration) { c.stall = d }
 
 // PayloadSealed reports whether frames' tags cover their payloads: always
 // but on a direct loopback connection (Handshake).
@@ -215,7 +224,8 @@ const prefixSize = 4
 
 // Send writes one frame: h's Type, Flags, Epoch and Comm, with payload.
 // Sender, Length and Seq are filled in. It blocks while the peer does not
-// read (back-pressure) until deadline (zero: none). An error wrapping
+// read (back-pressure) until deadline (zero: none), or until the peer has
+// taken nothing for the stall (SetStall). An error wrapping
 // ErrNotSent means none of the frame was written and the connection is
 // still good; after any other error it is not (part of a frame may be on
 // the wire).
@@ -240,8 +250,7 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], covered)
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
-	c.nc.SetWriteDeadline(deadline)
-	n, err := c.wbufs.WriteTo(c.nc)
+	n, err := c.write(deadline)
 	c.wvec[1] = nil // do not keep the caller's buffer
 	if err != nil && n == 0 {
 		// None of it went out (the peer reads slowly and the deadline
@@ -251,6 +260,28 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 		return fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	return err
+}
+
+// write writes c.wbufs by deadline, each piece within the stall: a write
+// that times out having written something is given another stall, until
+// the deadline.
+func (c *Conn) write(deadline time.Time) (int64, error) {
+	var n int64
+	for {
+		dl := deadline
+		if c.stall > 0 {
+			if s := time.Now().Add(c.stall); dl.IsZero() || s.Before(dl) {
+				dl = s
+			}
+		}
+		c.nc.SetWriteDeadline(dl)
+		m, err := c.wbufs.WriteTo(c.nc)
+		n += m
+		if err == nil || m == 0 || !errors.Is(err, os.ErrDeadlineExceeded) ||
+			(!deadline.IsZero() && !time.Now().Before(deadline)) {
+			return n, err
+		}
+	}
 }
 
 // Recv reads the next frame. The payload aliases a buffer reused by the

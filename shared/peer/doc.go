@@ -32,7 +32,10 @@
 // Liveness is progress-based: a peer from which work is pending (Expect)
 // and that has sent nothing within the deadline is declared dead, so a
 // large transfer that keeps moving never trips it, and a connection that
-// breaks declares its peer dead at once. Idle connections carry a
+// breaks declares its peer dead at once. The other way too: a send fails
+// once the peer has taken none of its frame's bytes for the deadline (a
+// stopped peer's kernel takes what its buffers hold, then nothing), however
+// long the sender's own deadline, while a slow reader never fails one. Idle connections carry a
 // heartbeat. Aborts go to every member. A frame whose epoch is older than
 // its communicator's current one (SetEpoch) is dropped and counted.
 package peer

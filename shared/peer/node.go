@@ -391,6 +391,7 @@ func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("peer: %s answered as node %d, not %d", p.Addr, c.Remote(), p.ID)
 	}
+	c.SetStall(n.cfg.Deadline) // a peer that reads nothing for the deadline is gone
 	// Drain what the peer sends back on our connection (nothing, today):
 	// reading also notices it closing.
 	n.wg.Add(1)

@@ -623,3 +623,52 @@ func TestCallReply(t *testing.T) {
 		t.Fatalf("a call to a closed node took %v", d)
 	}
 }
+
+// TestSendToStalledReader: a frame's send fails once the peer has taken
+// none of its bytes for the node's deadline — a peer stopped (SIGSTOP)
+// while a large transfer to it is under way fills the sockets' buffers
+// and then reads nothing — and a peer that reads slowly, but reads, never
+// fails one. (A send used to wait for its caller's own deadline, however
+// long: a collective of 64 MiB to a stopped rank failed after 7 s with a
+// deadline of 1 s.)
+func TestSendToStalledReader(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	frame := make([]byte, 1<<20)
+	t.Run("slow but reading", func(t *testing.T) {
+		nodes := cluster(t, 2, deadline)
+		nodes[1].Handle(TypeData, func(uint32, Header, []byte) { time.Sleep(deadline / 3) })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// 40 frames at 3 per deadline: 4 deadlines and more once the
+		// buffers are full.
+		for i := range 40 {
+			if err := nodes[0].Send(ctx, 2, Header{Type: TypeData, Comm: 1}, frame); err != nil {
+				t.Fatalf("frame %d to a slow reader: %v", i, err)
+			}
+		}
+	})
+	t.Run("stalled", func(t *testing.T) {
+		nodes := cluster(t, 2, deadline)
+		stall := make(chan struct{})
+		defer close(stall)
+		nodes[1].Handle(TypeData, func(uint32, Header, []byte) { <-stall })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := range 1000 { // at most 1 GiB: the buffers hold far less
+			t0 := time.Now()
+			err := nodes[0].Send(ctx, 2, Header{Type: TypeData, Comm: 1}, frame)
+			if err == nil {
+				continue
+			}
+			took := time.Since(t0)
+			t.Logf("frame %d failed after %v: %v", i, took.Round(time.Millisecond), err)
+			// The semantics, not a speed: the deadline in silence, with
+			// room for a loaded machine's scheduling.
+			if took > 5*deadline {
+				t.Fatalf("frame %d to a stalled reader failed after %v (deadline %v): %v", i, took, deadline, err)
+			}
+			return
+		}
+		t.Fatal("1000 frames of 1 MiB sent to a reader that reads nothing")
+	})
+}
