@@ -68,13 +68,9 @@ func (c *Comm) ringPass(ctx context.Context, buf, src []byte, dt DType, op Op, r
 		off, l := segment(count, n, mod(i, n), es)
 		return b[off : off+l]
 	}
-	if src != nil {
-		c.sendAll(ctx, right, seg(src, first))
-	} else {
-		c.sendAll(ctx, right, seg(buf, first))
-	}
-	// Every receive of the pass is posted at once: no segment is received
-	// into twice, nor into while it is being sent.
+	// Every receive of the pass is posted at once, before this rank's
+	// first send: no segment is received into twice, nor into while it
+	// is being sent.
 	sinks, forward := c.sinks[:0], 0
 	for s := 0; s < n-1; s++ {
 		if s == n-2 {
@@ -82,9 +78,13 @@ func (c *Comm) ringPass(ctx context.Context, buf, src []byte, dt DType, op Op, r
 		}
 		sinks = c.planChunks(sinks, seg(buf, first-1-s), seg(src, first-1-s), dt, op, reduce)
 	}
-	return c.recvPlan(ctx, left, sinks, func(k int) {
+	out := buf
+	if src != nil {
+		out = src
+	}
+	return c.recvPlan(ctx, left, sinks, func() { c.sendAll(ctx, right, seg(out, first)) }, func(k int) {
 		if k < forward {
-			c.post(ctx, right, sinks[k].Dst)
+			c.send(ctx, right, sinks[k].Dst)
 		}
 	})
 }
@@ -109,13 +109,8 @@ func (c *Comm) allReduceRing(ctx context.Context, buf, src []byte, dt DType, op 
 	if err := c.reduceScatterRing(ctx, buf, src, dt, op); err != nil {
 		return err
 	}
-	// The segments sent from buf in the reduce-scatter are received into
-	// in the allgather: their sends must have left. Out of place among
-	// two ranks, the one send was from src.
-	if src == nil || c.size > 2 {
-		if err := c.flush(); err != nil {
-			return err
-		}
+	if err := c.sendFailed(); err != nil {
+		return err
 	}
 	off, l := segment(len(buf)/dt.Size(), c.size, c.rank, dt.Size())
 	Finish(buf[off:off+l], dt, op, c.size)
@@ -139,7 +134,7 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 			src = buf
 		}
 		c.sendAll(ctx, r-p, src)
-		if err := c.flush(); err != nil {
+		if err := c.sendFailed(); err != nil {
 			return err
 		}
 		return c.recvAll(ctx, r-p, buf, dt, op, false)
@@ -157,12 +152,12 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 			out = c.scratchOf(len(buf))
 			copy(out, buf) // what goes out must not change while it does
 		}
-		c.sendAll(ctx, partner, out)
-		if err := c.recvAllTo(ctx, partner, buf, src, dt, op); err != nil {
+		sinks := c.planChunks(c.sinks[:0], buf, src, dt, op, true)
+		if err := c.recvPlan(ctx, partner, sinks, func() { c.sendAll(ctx, partner, out) }, nil); err != nil {
 			return err
 		}
 		src = nil
-		if err := c.flush(); err != nil {
+		if err := c.sendFailed(); err != nil {
 			return err
 		}
 	}
@@ -176,7 +171,7 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 // recvAllTo receives a buffer's chunks from rank from, reducing each into
 // buf's: src op message when src is set, else in place.
 func (c *Comm) recvAllTo(ctx context.Context, from int, buf, src []byte, dt DType, op Op) error {
-	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], buf, src, dt, op, true), nil)
+	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], buf, src, dt, op, true), nil, nil)
 }
 
 // scratchOf returns the communicator's scratch buffer of n bytes, grown
@@ -262,9 +257,9 @@ func (c *Comm) bcastChain(ctx context.Context, buf []byte, root int) error {
 		return nil
 	}
 	sinks := c.planChunks(c.sinks[:0], buf, nil, 0, 0, false)
-	return c.recvPlan(ctx, prev, sinks, func(k int) {
+	return c.recvPlan(ctx, prev, sinks, nil, func(k int) {
 		if vr < n-1 {
-			c.post(ctx, next, sinks[k].Dst)
+			c.send(ctx, next, sinks[k].Dst)
 		}
 	})
 }
@@ -402,7 +397,7 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []byte, dt DType) error 
 func (c *Comm) Barrier(ctx context.Context) error {
 	return c.run(ctx, "barrier", func() error {
 		for k := 1; k < c.size; k <<= 1 {
-			c.post(ctx, mod(c.rank+k, c.size), nil)
+			c.send(ctx, mod(c.rank+k, c.size), nil)
 			if err := c.recv(ctx, mod(c.rank-k, c.size), nil, 0, 0, false); err != nil {
 				return err
 			}

@@ -90,18 +90,11 @@ type Comm struct {
 	sinks   []Sink // the receives under way (one collective at a time)
 	got     atomic.Uint64
 
-	sendMu  sync.Mutex
-	senders []chan sendReq
-	pending sync.WaitGroup
+	sctx sendCtx // the running collective's sends
+
+	sendMu  sync.Mutex // sendErr and closed (Close may come from anywhere)
 	sendErr error
 	closed  bool
-	wg      sync.WaitGroup
-}
-
-type sendReq struct {
-	ctx context.Context
-	seq uint32
-	b   []byte
 }
 
 // New returns a communicator over t.
@@ -128,53 +121,63 @@ func New(t Transport, cfg Config) (*Comm, error) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 5 * time.Second
 	}
-	return &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size(), senders: make([]chan sendReq, t.Size())}, nil
+	return &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size()}, nil
 }
 
 // Rank is this process's rank; Size the number of ranks.
 func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
-// Close stops the communicator's senders. It does not tell the other ranks.
+// Close makes the communicator's later sends fail with ErrClosed. It
+// does not tell the other ranks.
 func (c *Comm) Close() {
 	c.sendMu.Lock()
-	if !c.closed {
-		c.closed = true
-		for _, ch := range c.senders {
-			if ch != nil {
-				close(ch)
-			}
-		}
-	}
+	c.closed = true
 	c.sendMu.Unlock()
-	c.wg.Wait()
 }
 
-// post queues b for rank to; it goes out on that rank's sender goroutine
-// while this one goes on. b must not change until flush.
-func (c *Comm) post(ctx context.Context, to int, b []byte) {
+// send sends b to rank to on the caller's goroutine: a collective's
+// messages go out in the order it sends them, and each send's bytes are
+// the kernel's (or the peer's mailbox's) before the next step reads or
+// writes them, so no send is waited for later and no goroutine is woken
+// to make one. Received messages are applied meanwhile by the
+// transport's reader (DirectReceiver). After a failure nothing more is
+// sent: the first failure is kept (sendFailed returns it) and the
+// communicator aborted on every rank.
+func (c *Comm) send(ctx context.Context, to int, b []byte) {
 	c.sendMu.Lock()
-	if c.closed {
-		if c.sendErr == nil {
-			c.sendErr = ErrClosed
-		}
-		c.sendMu.Unlock()
+	if c.closed && c.sendErr == nil {
+		c.sendErr = ErrClosed
+	}
+	failed := c.sendErr != nil
+	c.sendMu.Unlock()
+	if failed {
 		return
 	}
-	ch := c.senders[to]
-	if ch == nil {
-		ch = make(chan sendReq, 4096)
-		c.senders[to] = ch
-		c.wg.Add(1)
-		go c.sendLoop(to, ch)
+	c.sctx.Context, c.sctx.deadline = ctx, time.Now().Add(c.cfg.SendTimeout)
+	err := c.t.Send(&c.sctx, to, c.seq, b)
+	c.sctx.Context = nil
+	if err == nil {
+		return
 	}
-	c.pending.Add(1)
+	var re *RankError
+	if !errors.As(err, &re) {
+		err = &RankError{Rank: to, Why: err.Error()}
+	}
+	c.sendMu.Lock()
+	first := c.sendErr == nil
+	if first {
+		c.sendErr = err
+	}
 	c.sendMu.Unlock()
-	ch <- sendReq{ctx: ctx, seq: c.seq, b: b}
+	if first {
+		// Fail this rank's waits now, and the others'.
+		c.t.Abort(fmt.Sprintf("rank %d: %v", c.rank, err))
+	}
 }
 
-// sendCtx is a context whose deadline its sender moves before each send:
-// a deadline per message without allocating one.
+// sendCtx is a context whose deadline the communicator moves before each
+// send: a deadline per message without allocating one.
 type sendCtx struct {
 	context.Context
 	deadline time.Time
@@ -187,41 +190,8 @@ func (s *sendCtx) Deadline() (time.Time, bool) {
 	return s.deadline, true
 }
 
-func (c *Comm) sendLoop(to int, ch chan sendReq) {
-	defer c.wg.Done()
-	sctx := &sendCtx{}
-	for r := range ch {
-		c.sendMu.Lock()
-		failed := c.sendErr != nil
-		c.sendMu.Unlock()
-		if !failed {
-			sctx.Context, sctx.deadline = r.ctx, time.Now().Add(c.cfg.SendTimeout)
-			err := c.t.Send(sctx, to, r.seq, r.b)
-			sctx.Context = nil
-			if err != nil {
-				var re *RankError
-				if !errors.As(err, &re) {
-					err = &RankError{Rank: to, Why: err.Error()}
-				}
-				c.sendMu.Lock()
-				first := c.sendErr == nil
-				if first {
-					c.sendErr = err
-				}
-				c.sendMu.Unlock()
-				if first {
-					// Fail this rank's waits now, and the others'.
-					c.t.Abort(fmt.Sprintf("rank %d: %v", c.rank, err))
-				}
-			}
-		}
-		c.pending.Done()
-	}
-}
-
-// flush waits until every posted message is sent (or failed).
-func (c *Comm) flush() error {
-	c.pending.Wait()
+// sendFailed returns the first send's failure, if any.
+func (c *Comm) sendFailed() error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	return c.sendErr
@@ -231,7 +201,7 @@ func (c *Comm) flush() error {
 // when reduce, else copied.
 func (c *Comm) recv(ctx context.Context, from int, dst []byte, dt DType, op Op, reduce bool) error {
 	sinks := append(c.sinks[:0], Sink{Seq: c.seq, Dst: dst, DType: dt, Op: op, Reduce: reduce})
-	return c.recvPlan(ctx, from, sinks, nil)
+	return c.recvPlan(ctx, from, sinks, nil, nil)
 }
 
 // planChunks appends to sinks one sink per chunk of dst: src op the
@@ -250,9 +220,11 @@ func (c *Comm) planChunks(sinks []Sink, dst, src []byte, dt DType, op Op, reduce
 
 // recvPlan receives the next len(sinks) messages from rank from into
 // sinks, in order, posted all at once where the transport can
-// (DirectReceiver); filled(k) runs once sinks[k] holds its message. sinks
+// (DirectReceiver); start, when not nil, runs once they are posted (the
+// sends that the awaited messages answer: what arrives while it sends
+// finds its sink); filled(k) runs once sinks[k] holds its message. sinks
 // is the communicator's scratch (c.sinks), kept for the next call.
-func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error {
+func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(), filled func(k int)) error {
 	c.sinks = sinks
 	defer clear(sinks) // hold no caller's buffer past the call
 	c.sendMu.Lock()
@@ -262,12 +234,15 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, filled func
 		return serr
 	}
 	if dr, ok := c.t.(DirectReceiver); ok {
-		return dr.RecvPlan(ctx, from, sinks, func(k int) {
+		return dr.RecvPlan(ctx, from, sinks, start, func(k int) {
 			c.got.Add(1)
 			if filled != nil {
 				filled(k)
 			}
 		})
+	}
+	if start != nil {
+		start()
 	}
 	for k := range sinks {
 		m, err := c.t.Recv(ctx, from)
@@ -303,16 +278,17 @@ func (c *Comm) chunks(b []byte, f func([]byte) error) error {
 }
 
 func (c *Comm) sendAll(ctx context.Context, to int, b []byte) {
-	c.chunks(b, func(p []byte) error { c.post(ctx, to, p); return nil })
+	c.chunks(b, func(p []byte) error { c.send(ctx, to, p); return nil })
 }
 
 func (c *Comm) recvAll(ctx context.Context, from int, b []byte, dt DType, op Op, reduce bool) error {
-	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], b, nil, dt, op, reduce), nil)
+	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], b, nil, dt, op, reduce), nil, nil)
 }
 
 // run runs one collective: it takes the communicator, numbers the
-// collective, and on failure aborts it everywhere and waits for its sends
-// before returning (the caller may then reuse its buffers).
+// collective, and on failure aborts it everywhere. Its sends are done
+// when it returns (they are made on this goroutine): the caller may reuse
+// its buffers.
 func (c *Comm) run(ctx context.Context, name string, f func() error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -322,7 +298,7 @@ func (c *Comm) run(ctx context.Context, name string, f func() error) error {
 	c.seq = (c.seq + 1) & (1<<SeqBits - 1)
 	err := f()
 	var re *RankError
-	if ferr := c.flush(); err == nil || (ferr != nil && errors.As(ferr, &re) && !errors.As(err, &re)) {
+	if ferr := c.sendFailed(); err == nil || (ferr != nil && errors.As(ferr, &re) && !errors.As(err, &re)) {
 		err = ferr // a send's failure names the rank that failed
 	}
 	if err == nil {

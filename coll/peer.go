@@ -265,13 +265,16 @@ func (t *PeerTransport) Recv(ctx context.Context, from int) (Msg, error) {
 // RecvPlan receives the next len(sinks) messages from rank from into
 // sinks: on the connection's reader, as they arrive, when nothing was
 // queued before them (DirectReceiver).
-func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error {
+func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, start func(), filled func(k int)) error {
 	if from < 0 || from >= len(t.nodes) || from == t.rank {
 		return fmt.Errorf("coll: receive from rank %d of %d", from, len(t.nodes))
 	}
 	box := t.boxes[from]
 	box.postPlan(from, sinks)
 	defer box.endPlan()
+	if start != nil {
+		start()
+	}
 	id := t.nodes[from]
 	var (
 		done func()

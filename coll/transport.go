@@ -91,10 +91,12 @@ type DirectReceiver interface {
 	// RecvPlan receives the next len(sinks) messages from rank from into
 	// sinks, in order. Every receive is posted at once, so each message is
 	// applied by the connection's reader as it arrives, without waking the
-	// caller in between. filled(k), when not nil, runs on the caller's
+	// caller in between. start, when not nil, runs on the caller's
+	// goroutine once they are posted and before it waits (the sends the
+	// messages answer). filled(k), when not nil, runs on the caller's
 	// goroutine, in order, once sinks[k] holds its message (a ring
 	// forwards it there). Errors are Recv's, or a sink's Apply's.
-	RecvPlan(ctx context.Context, from int, sinks []Sink, filled func(k int)) error
+	RecvPlan(ctx context.Context, from int, sinks []Sink, start func(), filled func(k int)) error
 }
 
 // Errors of a communicator.
