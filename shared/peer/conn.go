@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -26,6 +27,9 @@ var (
 	// ErrNotSent: Send wrote none of the frame (its deadline passed
 	// first); the connection stays good.
 	ErrNotSent = errors.New("peer: frame not sent")
+	// ErrStalled: the peer took none of a frame's bytes for the stall
+	// (SetStall): it stopped reading.
+	ErrStalled = errors.New("peer: the peer took nothing")
 )
 
 const nonceSize = 16
@@ -224,12 +228,12 @@ const prefixSize = 4
 
 // Send writes one frame: h's Type, Flags, Epoch and Comm, with payload.
 // Sender, Length and Seq are filled in. It blocks while the peer does not
-// read (back-pressure) until deadline (zero: none), or until the peer has
-// taken nothing for the stall (SetStall). An error wrapping
-// ErrNotSent means none of the frame was written and the connection is
-// still good; after any other error it is not (part of a frame may be on
-// the wire).
-func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
+// read (back-pressure) until ctx's deadline, until ctx is cancelled (a
+// blocked send looks every sendPoll), or until the peer has taken nothing
+// for the stall (SetStall). An error wrapping ErrNotSent means none of the
+// frame was written and the connection is still good; after any other
+// error it is not (part of a frame may be on the wire).
+func (c *Conn) Send(ctx context.Context, h Header, payload []byte) error {
 	if len(payload) > MaxPayload {
 		return fmt.Errorf("peer: payload of %d bytes: at most %d per frame", len(payload), MaxPayload)
 	}
@@ -250,36 +254,55 @@ func (c *Conn) Send(h Header, payload []byte, deadline time.Time) error {
 	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], covered)
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
-	n, err := c.write(deadline)
+	n, err := c.write(ctx)
 	c.wvec[1] = nil // do not keep the caller's buffer
 	if err != nil && n == 0 {
 		// None of it went out (the peer reads slowly and the deadline
-		// came first): the stream is intact and the next frame takes
-		// this one's sequence number.
+		// came first, or the caller gave up): the stream is intact and
+		// the next frame takes this one's sequence number.
 		c.sendSeq--
 		return fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	return err
 }
 
-// write writes c.wbufs by deadline, each piece within the stall: a write
-// that times out having written something is given another stall, until
-// the deadline.
-func (c *Conn) write(deadline time.Time) (int64, error) {
+// sendPoll is how often a blocked send looks at its context: one that was
+// cancelled (its collective aborted) stops waiting for a peer that does
+// not read.
+const sendPoll = 50 * time.Millisecond
+
+// write writes c.wbufs (WriteTo consumes what it wrote) until done, ctx's
+// deadline or cancellation, or the stall without progress.
+func (c *Conn) write(ctx context.Context) (int64, error) {
+	deadline, _ := ctx.Deadline()
 	var n int64
+	moved := time.Now() // the last progress
 	for {
-		dl := deadline
-		if c.stall > 0 {
-			if s := time.Now().Add(c.stall); dl.IsZero() || s.Before(dl) {
-				dl = s
-			}
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		dl := time.Now().Add(sendPoll)
+		if !deadline.IsZero() && deadline.Before(dl) {
+			dl = deadline
+		}
+		if c.stall > 0 && moved.Add(c.stall).Before(dl) {
+			dl = moved.Add(c.stall)
 		}
 		c.nc.SetWriteDeadline(dl)
 		m, err := c.wbufs.WriteTo(c.nc)
 		n += m
-		if err == nil || m == 0 || !errors.Is(err, os.ErrDeadlineExceeded) ||
-			(!deadline.IsZero() && !time.Now().Before(deadline)) {
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
+		}
+		now := time.Now()
+		if m > 0 {
+			moved = now
+		}
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return n, err
+		}
+		if c.stall > 0 && now.Sub(moved) >= c.stall {
+			return n, fmt.Errorf("%w for %v: %w", ErrStalled, c.stall, err)
 		}
 	}
 }

@@ -424,8 +424,13 @@ func (n *Node) Send(ctx context.Context, to uint32, h Header, payload []byte) er
 	if err != nil {
 		return err
 	}
-	dl, _ := ctx.Deadline()
-	if err := c.Send(h, payload, dl); err != nil {
+	if err := c.Send(ctx, h, payload); err != nil {
+		if errors.Is(err, ErrStalled) {
+			// Silent while work is pending on it, as a peer that sends
+			// nothing while we wait on it.
+			n.declareDead(p, err.Error())
+			return fmt.Errorf("peer: send to node %d: %w", to, err)
+		}
 		if errors.Is(err, ErrNotSent) {
 			// The connection is intact (a heartbeat that waited behind
 			// a transfer's frames, say): closing it would lose the

@@ -196,7 +196,7 @@ func TestLoopbackTagsAndARelay(t *testing.T) {
 	if d.PayloadSealed() || l.PayloadSealed() {
 		t.Fatalf("direct loopback: payloads sealed (dialer %v, listener %v), want headers only", d.PayloadSealed(), l.PayloadSealed())
 	}
-	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+	if err := d.Send(context.Background(), Header{Type: TypeData, Comm: 1}, payload); err != nil {
 		t.Fatal(err)
 	}
 	if _, p, err := l.Recv(); err != nil || !bytes.Equal(p, payload) {
@@ -208,14 +208,14 @@ func TestLoopbackTagsAndARelay(t *testing.T) {
 	if !d.PayloadSealed() || !l.PayloadSealed() {
 		t.Fatalf("through a relay: payloads not sealed (dialer %v, listener %v)", d.PayloadSealed(), l.PayloadSealed())
 	}
-	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+	if err := d.Send(context.Background(), Header{Type: TypeData, Comm: 1}, payload); err != nil {
 		t.Fatal(err)
 	}
 	if _, p, err := l.Recv(); err != nil || !bytes.Equal(p, payload) {
 		t.Fatalf("through the relay, untouched: %q %v", p, err)
 	}
 	r.flip.Store(prefixSize + HeaderSize + 10) // a payload byte of the next frame
-	if err := d.Send(Header{Type: TypeData, Comm: 1}, payload, time.Time{}); err != nil {
+	if err := d.Send(context.Background(), Header{Type: TypeData, Comm: 1}, payload); err != nil {
 		t.Fatal(err)
 	}
 	if _, p, err := l.Recv(); !errors.Is(err, ErrAuth) {
@@ -259,7 +259,7 @@ func TestConnFramesAndTamper(t *testing.T) {
 	payload := bytes.Repeat([]byte("x"), 100000)
 	go func() {
 		for i := 0; i < 3; i++ {
-			d.Send(Header{Type: TypeData, Comm: 5, Epoch: 1}, payload[:1000*i], time.Time{})
+			d.Send(context.Background(), Header{Type: TypeData, Comm: 5, Epoch: 1}, payload[:1000*i])
 		}
 	}()
 	for i := 0; i < 3; i++ {
@@ -271,7 +271,7 @@ func TestConnFramesAndTamper(t *testing.T) {
 	// Steady state: no allocation per frame (a 4 KiB frame fits the
 	// socket's buffer, so one goroutine can send and then receive it).
 	allocs := testing.AllocsPerRun(100, func() {
-		d.Send(Header{Type: TypeData}, payload[:4096], time.Time{})
+		d.Send(context.Background(), Header{Type: TypeData}, payload[:4096])
 		l.Recv()
 	})
 	if allocs != 0 {
@@ -293,7 +293,7 @@ func TestTamperedFramesFail(t *testing.T) {
 	mac, _ := sessionMAC(testKey, "x", []byte("n1"), []byte("n2"))
 	w := &bufConn{}
 	sender := &Conn{nc: w, local: 1, remote: 2, sendMAC: mac}
-	sender.Send(Header{Type: TypeData, Comm: 3, Epoch: 4}, []byte("a payload worth protecting"), time.Time{})
+	sender.Send(context.Background(), Header{Type: TypeData, Comm: 3, Epoch: 4}, []byte("a payload worth protecting"))
 	frame := w.buf.Bytes()
 	recv := func(b []byte) error {
 		c := &Conn{local: 2, remote: 1, recvMAC: mac, br: bufio.NewReader(bytes.NewReader(b))}
@@ -360,8 +360,8 @@ func TestReplayAndOldEpochDropped(t *testing.T) {
 		return c, rec
 	}
 	c, rec := dialAs1()
-	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 4}, []byte("old epoch"), time.Time{})
-	c.Send(Header{Type: TypeData, Comm: 9, Epoch: 5}, []byte("current"), time.Time{})
+	c.Send(context.Background(), Header{Type: TypeData, Comm: 9, Epoch: 4}, []byte("old epoch"))
+	c.Send(context.Background(), Header{Type: TypeData, Comm: 9, Epoch: 5}, []byte("current"))
 	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { _, ok := got.Load("current"); return ok })
 	if _, ok := got.Load("old epoch"); ok || b.OldEpoch.Load() != 1 {
 		t.Fatalf("old-epoch frame delivered (dropped %d)", b.OldEpoch.Load())
@@ -384,7 +384,7 @@ func TestReplayAndOldEpochDropped(t *testing.T) {
 	// A peer that opens transfers without end is bounded.
 	c3, _ := dialAs1()
 	for i := 0; i < maxSinksPerPeer+10; i++ {
-		c3.Send(Header{Type: TypeData, Comm: uint64(1000 + i), Flags: FlagSink}, []byte("x"), time.Time{})
+		c3.Send(context.Background(), Header{Type: TypeData, Comm: uint64(1000 + i), Flags: FlagSink}, []byte("x"))
 	}
 	testutil.WaitFor(t, 10*time.Second, "condition", func() bool { return b.Refused.Load() == 10 })
 }
@@ -564,12 +564,14 @@ func TestSendPastItsDeadlineKeepsConn(t *testing.T) {
 	sc := &stallConn{Conn: d.nc}
 	d.nc = sc
 	sc.stalled.Store(true)
-	err := d.Send(Header{Type: TypeHeartbeat}, nil, time.Now().Add(20*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := d.Send(ctx, Header{Type: TypeHeartbeat}, nil)
 	if !errors.Is(err, ErrNotSent) {
 		t.Fatalf("a heartbeat into a stalled socket: %v, want ErrNotSent", err)
 	}
 	sc.stalled.Store(false)
-	go d.Send(Header{Type: TypeData, Comm: 2}, []byte("after"), time.Time{})
+	go d.Send(context.Background(), Header{Type: TypeData, Comm: 2}, []byte("after"))
 	h, p, err := l.Recv()
 	if err != nil || h.Comm != 2 || string(p) != "after" {
 		t.Fatalf("the frame after one not sent: %+v %q %v", h, p, err)
@@ -625,12 +627,14 @@ func TestCallReply(t *testing.T) {
 }
 
 // TestSendToStalledReader: a frame's send fails once the peer has taken
-// none of its bytes for the node's deadline — a peer stopped (SIGSTOP)
+// none of its bytes for the node's deadline, and the peer is declared
+// dead — a peer stopped (SIGSTOP)
 // while a large transfer to it is under way fills the sockets' buffers
 // and then reads nothing — and a peer that reads slowly, but reads, never
 // fails one. (A send used to wait for its caller's own deadline, however
 // long: a collective of 64 MiB to a stopped rank failed after 7 s with a
-// deadline of 1 s.)
+// deadline of 1 s.) A send blocked on a stalled reader ends when its
+// context is cancelled.
 func TestSendToStalledReader(t *testing.T) {
 	const deadline = 300 * time.Millisecond
 	frame := make([]byte, 1<<20)
@@ -666,6 +670,47 @@ func TestSendToStalledReader(t *testing.T) {
 			// room for a loaded machine's scheduling.
 			if took > 5*deadline {
 				t.Fatalf("frame %d to a stalled reader failed after %v (deadline %v): %v", i, took, deadline, err)
+			}
+			if !errors.Is(err, ErrStalled) {
+				t.Fatalf("frame %d to a stalled reader: %v, want ErrStalled", i, err)
+			}
+			if nodes[0].Dead(2) == "" {
+				t.Fatal("a peer that took nothing for the deadline is not declared dead")
+			}
+			return
+		}
+		t.Fatal("1000 frames of 1 MiB sent to a reader that reads nothing")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		// A deadline far off: only the cancel can end the blocked send.
+		nodes := cluster(t, 2, time.Minute)
+		stall := make(chan struct{})
+		defer close(stall)
+		nodes[1].Handle(TypeData, func(uint32, Header, []byte) { <-stall })
+		ctx, cancel := context.WithCancel(context.Background())
+		var cancelled atomic.Int64
+		go func() {
+			// Once the sends block: none has finished for a while.
+			time.Sleep(2 * time.Second)
+			cancelled.Store(time.Now().UnixNano())
+			cancel()
+		}()
+		for i := range 1000 {
+			err := nodes[0].Send(ctx, 2, Header{Type: TypeData, Comm: 1}, frame)
+			if err == nil {
+				continue
+			}
+			at := cancelled.Load()
+			if at == 0 {
+				t.Fatalf("frame %d failed before the cancel: %v", i, err)
+			}
+			took := time.Since(time.Unix(0, at))
+			t.Logf("frame %d failed %v after the cancel: %v", i, took.Round(time.Millisecond), err)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("frame %d: %v, want context.Canceled", i, err)
+			}
+			if took > 20*sendPoll {
+				t.Fatalf("frame %d failed %v after its context was cancelled", i, took)
 			}
 			return
 		}
