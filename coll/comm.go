@@ -121,7 +121,11 @@ func New(t Transport, cfg Config) (*Comm, error) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 5 * time.Second
 	}
-	return &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size()}, nil
+	c := &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size()}
+	if a, ok := t.(abortSignal); ok {
+		c.sctx.abort = a.abortSignal()
+	}
+	return c, nil
 }
 
 // Rank is this process's rank; Size the number of ranks.
@@ -160,8 +164,9 @@ func (c *Comm) send(ctx context.Context, to int, b []byte) {
 	if err == nil {
 		return
 	}
+	aborted := errors.Is(err, ErrAborted) // by another rank: it told every rank
 	var re *RankError
-	if !errors.As(err, &re) {
+	if !aborted && !errors.As(err, &re) {
 		err = &RankError{Rank: to, Why: err.Error()}
 	}
 	c.sendMu.Lock()
@@ -170,17 +175,39 @@ func (c *Comm) send(ctx context.Context, to int, b []byte) {
 		c.sendErr = err
 	}
 	c.sendMu.Unlock()
-	if first {
+	if first && !aborted {
 		// Fail this rank's waits now, and the others'.
 		c.t.Abort(fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
 }
 
 // sendCtx is a context whose deadline the communicator moves before each
-// send: a deadline per message without allocating one.
+// send: a deadline per message without allocating one. Its Err reports
+// the communicator's abort too (when the transport tells of it), so that
+// a send blocked on a rank that does not read gives up when another rank
+// has abandoned the collective (a transport looks at Err while it waits).
 type sendCtx struct {
 	context.Context
 	deadline time.Time
+	abort    <-chan struct{}
+}
+
+func (s *sendCtx) Err() error {
+	if err := s.Context.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-s.abort:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// abortSignal is a Transport that tells of its abort on a channel,
+// closed once the communicator is abandoned.
+type abortSignal interface {
+	abortSignal() <-chan struct{}
 }
 
 func (s *sendCtx) Deadline() (time.Time, bool) {

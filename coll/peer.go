@@ -186,6 +186,8 @@ func (t *PeerTransport) deliver(from uint32, seq uint32, b []byte) {
 	}
 }
 
+func (t *PeerTransport) abortSignal() <-chan struct{} { return t.abort }
+
 func (t *PeerTransport) aborted(why string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -272,9 +274,6 @@ func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, st
 	box := t.boxes[from]
 	box.postPlan(from, sinks)
 	defer box.endPlan()
-	if start != nil {
-		start()
-	}
 	id := t.nodes[from]
 	var (
 		done func()
@@ -287,6 +286,14 @@ func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, st
 			tick.Stop()
 		}
 	}()
+	if start != nil {
+		// What comes from rank from is awaited while this rank sends: its
+		// silence meanwhile declares it dead, however long the sends.
+		done = t.e.node.Expect(id)
+		tick = time.NewTicker(t.e.node.Deadline() / 8)
+		tc = tick.C
+		start()
+	}
 	next := 0
 	for {
 		n, errAt, err := box.planState()
