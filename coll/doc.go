@@ -43,9 +43,11 @@
 // Never a hang. A rank waited on that sends nothing for the peer layer's
 // deadline is declared dead, however long the collective (progress, not a
 // timeout, is what counts: a 64 MiB allreduce on a slow link keeps
-// sending); a broken connection declares it dead at once. The rank that
-// notices aborts the communicator on every rank, so each call returns an
-// error naming the rank that failed, and the communicator is unusable
+// sending); a broken connection declares it dead at once, and so does a
+// send it takes nothing of for the deadline. The rank that notices aborts
+// the communicator on every rank — a send blocked on a rank that does not
+// read gives up then — so each call returns an error naming the rank that
+// failed, and the communicator is unusable
 // until rebuilt without it (PeerTransport.Without, Group.Rebuild), at a new
 // epoch whose frames never mix with the old one's. Waiting blocks on
 // channels: no poller spins, however many ranks share the cores.

@@ -33,9 +33,11 @@
 // and that has sent nothing within the deadline is declared dead, so a
 // large transfer that keeps moving never trips it, and a connection that
 // breaks declares its peer dead at once. The other way too: a send fails
-// once the peer has taken none of its frame's bytes for the deadline (a
-// stopped peer's kernel takes what its buffers hold, then nothing), however
-// long the sender's own deadline, while a slow reader never fails one. Idle connections carry a
+// (ErrStalled) and declares its peer dead once the peer has taken none of
+// the frame's bytes for the deadline (a stopped peer's kernel takes what
+// its buffers hold, then nothing), however long the sender's own
+// deadline, while a slow reader never fails one; a blocked send also
+// gives up when its context is cancelled. Idle connections carry a
 // heartbeat. Aborts go to every member. A frame whose epoch is older than
 // its communicator's current one (SetEpoch) is dropped and counted.
 package peer
