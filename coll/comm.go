@@ -63,8 +63,9 @@ type Config struct {
 	Rate  float64
 	// Algorithm forces an algorithm (default Auto).
 	Algorithm Algorithm
-	// SendTimeout bounds one message's send: a rank that stops reading
-	// fails the sender within it (default 5 s).
+	// SendTimeout bounds one message's send (default 5 s). Over the
+	// peer layer a rank that takes nothing of it for the peer deadline
+	// fails it sooner, and an abort ends it.
 	SendTimeout time.Duration
 }
 
@@ -204,17 +205,17 @@ func (s *sendCtx) Err() error {
 	}
 }
 
-// abortSignal is a Transport that tells of its abort on a channel,
-// closed once the communicator is abandoned.
-type abortSignal interface {
-	abortSignal() <-chan struct{}
-}
-
 func (s *sendCtx) Deadline() (time.Time, bool) {
 	if dl, ok := s.Context.Deadline(); ok && dl.Before(s.deadline) {
 		return dl, true
 	}
 	return s.deadline, true
+}
+
+// abortSignal is a Transport that tells of its abort on a channel,
+// closed once the communicator is abandoned.
+type abortSignal interface {
+	abortSignal() <-chan struct{}
 }
 
 // sendFailed returns the first send's failure, if any.

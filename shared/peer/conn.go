@@ -24,8 +24,8 @@ import (
 var (
 	ErrAuth   = errors.New("peer: authentication failed") // wrong cluster key; a forged, damaged, replayed or reordered frame
 	ErrClosed = errors.New("peer: closed")
-	// ErrNotSent: Send wrote none of the frame (its deadline passed
-	// first); the connection stays good.
+	// ErrNotSent: Send wrote none of the frame (its deadline passed,
+	// or its context was cancelled, first); the connection stays good.
 	ErrNotSent = errors.New("peer: frame not sent")
 	// ErrStalled: the peer took none of a frame's bytes for the stall
 	// (SetStall): it stopped reading.
