@@ -255,6 +255,9 @@ func (c *Conn) Send(ctx context.Context, h Header, payload []byte) error {
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
 	n, err := c.write(ctx)
+	// Disarm the write's deadline: a timer left to fire wakes a thread
+	// of an idle process for nothing.
+	c.nc.SetWriteDeadline(time.Time{})
 	c.wvec[1] = nil // do not keep the caller's buffer
 	if err != nil && n == 0 {
 		// None of it went out (the peer reads slowly and the deadline
