@@ -47,8 +47,8 @@
 // send it takes nothing of for the deadline. The rank that notices aborts
 // the communicator on every rank — a send blocked on a rank that does not
 // read gives up then — so each call returns an error naming the rank that
-// failed, and the communicator is unusable
-// until rebuilt without it (PeerTransport.Without, Group.Rebuild), at a new
-// epoch whose frames never mix with the old one's. Waiting blocks on
+// failed, and the communicator is unusable until rebuilt without it
+// (PeerTransport.Without, Group.Rebuild), at a new epoch whose frames
+// never mix with the old one's. Waiting blocks on
 // channels: no poller spins, however many ranks share the cores.
 package coll

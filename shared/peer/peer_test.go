@@ -656,7 +656,7 @@ func TestSendToStalledReader(t *testing.T) {
 		stall := make(chan struct{})
 		defer close(stall)
 		nodes[1].Handle(TypeData, func(uint32, Header, []byte) { <-stall })
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for i := range 1000 { // at most 1 GiB: the buffers hold far less
 			t0 := time.Now()
@@ -666,9 +666,11 @@ func TestSendToStalledReader(t *testing.T) {
 			}
 			took := time.Since(t0)
 			t.Logf("frame %d failed after %v: %v", i, took.Round(time.Millisecond), err)
-			// The semantics, not a speed: the deadline in silence, with
-			// room for a loaded machine's scheduling.
-			if took > 5*deadline {
+			// The semantics, not a speed: the deadline in silence, after
+			// what the stopped side's kernel still takes (a trickle for
+			// a second or two, seen on loopback), with room for a loaded
+			// machine's scheduling — far from the context's minute.
+			if took > 20*deadline {
 				t.Fatalf("frame %d to a stalled reader failed after %v (deadline %v): %v", i, took, deadline, err)
 			}
 			if !errors.Is(err, ErrStalled) {
