@@ -204,7 +204,12 @@ func TestECFilesThroughTheAgent(t *testing.T) {
 // while it spins. A small op's cost is mostly fixed, and garbage is part
 // of it: 36 allocations per 10+4 op were 16 when this was written.
 func TestECInPlaceEncodeAllocations(t *testing.T) {
-	const maxEncodeAllocs = 20
+	// 15–17 here; the code before the change that set the bound made 36.
+	// Under -race, where sync.Pool drops items at random, 15–22 were seen.
+	maxEncodeAllocs := 20.0
+	if raceDetector {
+		maxEncodeAllocs = 26.0
+	}
 	c := agentClient(t)
 	ctx := context.Background()
 	for _, shape := range []struct{ k, m int }{{4, 2}, {10, 4}} {
@@ -225,7 +230,7 @@ func TestECInPlaceEncodeAllocations(t *testing.T) {
 		})
 		t.Logf("%d+%d: %.1f allocations per encode", shape.k, shape.m, allocs)
 		if allocs > maxEncodeAllocs {
-			t.Errorf("%d+%d: %.1f allocations per encode, want at most %d", shape.k, shape.m, allocs, maxEncodeAllocs)
+			t.Errorf("%d+%d: %.1f allocations per encode, want at most %.0f", shape.k, shape.m, allocs, maxEncodeAllocs)
 		}
 	}
 }
