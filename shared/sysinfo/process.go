@@ -3,6 +3,7 @@ package sysinfo
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,11 @@ func (f FS) ProcessState(pid int) (byte, error) {
 // or it is a zombie its parent has not reaped yet (kill(pid, 0), which
 // tests whether a pid is taken, still succeeds on one). A pid that is not
 // positive names no one process (kill would signal a group): ended.
+//
+// A zombie first thread is not enough: a process killed while its threads
+// are busy shows one while the others still let go of its memory, files
+// and ports, and a process may end its first thread alone. It has ended
+// when no other thread is left.
 func Ended(pid int) bool {
 	if pid <= 0 {
 		return true
@@ -36,5 +42,12 @@ func Ended(pid int) bool {
 		return true
 	}
 	st, err := FS{}.ProcessState(pid)
-	return errors.Is(err, syscall.ENOENT) || st == 'Z'
+	if errors.Is(err, syscall.ENOENT) {
+		return true
+	}
+	if st != 'Z' {
+		return false
+	}
+	threads, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err != nil || len(threads) <= 1
 }

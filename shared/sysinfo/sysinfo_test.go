@@ -1,10 +1,16 @@
 package sysinfo
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,5 +109,77 @@ func TestEnded(t *testing.T) {
 	zombie.Wait() //nolint:errcheck // true
 	if !Ended(pid) {
 		t.Fatal("a reaped process has not ended")
+	}
+}
+
+// init, in the process TestEndedWhileThreadsRun starts, binds a port, says
+// which, and ends the first thread, the one whose id is the process's pid,
+// while the runtime's others run on. (A process killed while its threads
+// are busy passes through this state: the first thread a zombie, the
+// others still letting go of its memory, files and ports.) Package
+// initialisation runs on the first thread.
+func init() {
+	if os.Getenv("HEC_SYSINFO_HELPER") != "leader-gone" {
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Printf("LISTEN %s\n", ln.Addr()) // the kernel takes connections: no accept needed
+	// exit, not exit_group: the process lives on in its other threads.
+	// No collection may start after this: it would wait for this thread
+	// forever.
+	debug.SetGCPercent(-1)
+	syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
+}
+
+// TestEndedWhileThreadsRun: a process whose first thread has ended while
+// its others run has not ended: it still holds what it opened (a port
+// here), and a restart that takes it for gone finds its port or lock
+// taken. Only when its last thread is gone has it ended.
+func TestEndedWhileThreadsRun(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HEC_SYSINFO_HELPER=leader-gone", "GOGC=off")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()         //nolint:errcheck // killed
+	defer cmd.Process.Kill() //nolint:errcheck // may be gone
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "LISTEN ")
+	if err != nil || !ok {
+		t.Fatalf("helper said %q (%v)", line, err)
+	}
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := (FS{}).ProcessState(pid); st == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the helper's first thread did not end within 5 s")
+		}
+	}
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the helper's port: %v", err)
+	}
+	c.Close()
+	if Ended(pid) {
+		t.Fatal("Ended while the process's other threads run and hold its port")
+	}
+	cmd.Process.Kill() //nolint:errcheck // checked below
+	for deadline := time.Now().Add(5 * time.Second); !Ended(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not ended 5 s after SIGKILL")
+		}
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Fatal("ended, and its port still answers")
 	}
 }
