@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -652,7 +653,11 @@ func (st *State) waitReady(ctx context.Context, n Node) error {
 			return nil
 		}
 		if !alive(n.PID) {
-			return fmt.Errorf("cluster: node %d's agent exited (log: %s)", n.Index, filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index), "hecd.log"))
+			// Its log's last line says why.
+			log := filepath.Join(st.Dir, fmt.Sprintf("node%d", n.Index), "hecd.log")
+			b, _ := os.ReadFile(log)
+			b = bytes.TrimSpace(b)
+			return fmt.Errorf("cluster: node %d's agent exited: %q (log: %s)", n.Index, b[bytes.LastIndexByte(b, '\n')+1:], log)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("cluster: node %d's agent not ready within 20 s", n.Index)

@@ -124,6 +124,25 @@ func TestDownAfterACrash(t *testing.T) {
 	nothingLeft(t, name, dir, pids)
 }
 
+// An agent that cannot start: Up says which node's and why, from the
+// agent's own last words, and Down leaves nothing.
+func TestAgentThatCannotStart(t *testing.T) {
+	bin := hecd(t)
+	const name = "tnostart"
+	dir := filepath.Join(t.TempDir(), "state")
+	Down(name, dir, nil)
+	t.Cleanup(func() { Down(name, dir, nil) })
+	_, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir, AgentArgs: []string{"--no-such-flag"}})
+	if err == nil || !strings.Contains(err.Error(), "agent exited") || !strings.Contains(err.Error(), "no-such-flag") {
+		t.Fatalf("up with agents that cannot start: %v", err)
+	}
+	t.Log(err)
+	if err := Down(name, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	nothingLeft(t, name, dir, nil)
+}
+
 // Members from etcd (in the switch namespace): an agent killed leaves the
 // member set of the others when its lease ends.
 func TestClusterEtcdMembership(t *testing.T) {
