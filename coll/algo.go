@@ -140,7 +140,7 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 		return c.recvAll(ctx, r-p, buf, dt, op, false)
 	}
 	if r < rem {
-		if err := c.recvAllTo(ctx, r+p, buf, src, dt, op); err != nil {
+		if err := c.recvAllTo(ctx, r+p, buf, src, dt, op, nil); err != nil {
 			return err
 		}
 		src = nil
@@ -152,8 +152,7 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 			out = c.scratchOf(len(buf))
 			copy(out, buf) // what goes out must not change while it does
 		}
-		sinks := c.planChunks(c.sinks[:0], buf, src, dt, op, true)
-		if err := c.recvPlan(ctx, partner, sinks, func() { c.sendAll(ctx, partner, out) }, nil); err != nil {
+		if err := c.recvAllTo(ctx, partner, buf, src, dt, op, func() { c.sendAll(ctx, partner, out) }); err != nil {
 			return err
 		}
 		src = nil
@@ -169,9 +168,10 @@ func (c *Comm) allReduceRD(ctx context.Context, buf, src []byte, dt DType, op Op
 }
 
 // recvAllTo receives a buffer's chunks from rank from, reducing each into
-// buf's: src op message when src is set, else in place.
-func (c *Comm) recvAllTo(ctx context.Context, from int, buf, src []byte, dt DType, op Op) error {
-	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], buf, src, dt, op, true), nil, nil)
+// buf's: src op message when src is set, else in place. start, when set,
+// runs once the receives are posted (recvPlan's).
+func (c *Comm) recvAllTo(ctx context.Context, from int, buf, src []byte, dt DType, op Op, start func()) error {
+	return c.recvPlan(ctx, from, c.planChunks(c.sinks[:0], buf, src, dt, op, true), start, nil)
 }
 
 // scratchOf returns the communicator's scratch buffer of n bytes, grown

@@ -290,8 +290,7 @@ func TestRankKilledOrStopped(t *testing.T) {
 			sig = syscall.SIGSTOP
 		}
 		victim := 1 + round%3
-		var last string
-		slowest := faultRound(t, round, sig, victim, 1<<20, &last)
+		slowest, _ := faultRound(t, round, sig, victim, 1<<20)
 		t.Logf("round %d: %v to rank %d: every other rank failed within %v", round, sig, victim, slowest.Round(time.Millisecond))
 	}
 }
@@ -307,23 +306,22 @@ func TestRankKilledOrStopped(t *testing.T) {
 // abort.)
 func TestRankStoppedMidLargeTransfer(t *testing.T) {
 	for round, victim := range []int{1, 2, 3} {
-		var last string
-		slowest := faultRound(t, round, syscall.SIGSTOP, victim, 64<<20, &last)
+		slowest, errs := faultRound(t, round, syscall.SIGSTOP, victim, 64<<20)
 		t.Logf("round %d: stopped rank %d: every other rank failed within %v", round, victim, slowest.Round(time.Millisecond))
 		// The semantics, not a speed: the deadline (1 s), an abort's
 		// spreading, and room for a loaded machine's scheduling.
 		if slowest > 3*rankDeadline {
-			t.Fatalf("round %d: stopped rank %d: the last rank failed after %v (deadline %v): %s", round, victim, slowest, rankDeadline, last)
+			t.Fatalf("round %d: stopped rank %d: the last rank failed after %v (deadline %v): %s", round, victim, slowest, rankDeadline, errs)
 		}
 	}
 }
 
 // faultRound starts four rank processes allreducing bytes in a loop,
 // sends sig to victim once it has done three, and returns how long the
-// slowest of the others took to fail with an error naming it.
-func faultRound(t *testing.T, round int, sig syscall.Signal, victim, bytes int, last *string) time.Duration {
+// slowest of the others took to fail with an error naming it, and each
+// one's error and when it came.
+func faultRound(t *testing.T, round int, sig syscall.Signal, victim, bytes int) (slowest time.Duration, report string) {
 	t.Helper()
-	*last = ""
 	root := freeAddr(t)
 	type line struct {
 		rank int
@@ -385,14 +383,13 @@ func faultRound(t *testing.T, round int, sig syscall.Signal, victim, bytes int, 
 			t.Fatalf("round %d: %v to rank %d: only %d of 3 ranks failed: a hang", round, sig, victim, len(errs))
 		}
 	}
-	var slowest time.Duration
 	for r, l := range errs {
 		if !strings.Contains(l.text, fmt.Sprintf("rank %d", victim)) {
 			t.Fatalf("round %d: rank %d: %q does not name rank %d", round, r, l.text, victim)
 		}
 		took := l.at.Sub(faulted)
 		slowest = max(slowest, took)
-		*last += fmt.Sprintf("\n\trank %d after %v: %s", r, took.Round(time.Millisecond), l.text)
+		report += fmt.Sprintf("\n\trank %d after %v: %s", r, took.Round(time.Millisecond), l.text)
 	}
-	return slowest
+	return slowest, report
 }
