@@ -140,7 +140,10 @@ func init() {
 // here), and a restart that takes it for gone finds its port or lock
 // taken. Only when its last thread is gone has it ended.
 func TestEndedWhileThreadsRun(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// Under qemu-user (arm64 tests on x86) HEC_TEST_EXEC names the
+	// emulator: the binary cannot be executed directly.
+	argv := append(strings.Fields(os.Getenv("HEC_TEST_EXEC")), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "HEC_SYSINFO_HELPER=leader-gone", "GOGC=off")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
