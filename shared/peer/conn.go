@@ -255,9 +255,6 @@ func (c *Conn) Send(ctx context.Context, h Header, payload []byte) error {
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
 	n, err := c.write(ctx)
-	// Disarm the write's deadline: a timer left to fire wakes a thread
-	// of an idle process for nothing.
-	c.nc.SetWriteDeadline(time.Time{})
 	c.wvec[1] = nil // do not keep the caller's buffer
 	if err != nil && n == 0 {
 		// None of it went out (the peer reads slowly and the deadline
@@ -277,6 +274,9 @@ const sendPoll = 50 * time.Millisecond
 // write writes c.wbufs (WriteTo consumes what it wrote) until done, ctx's
 // deadline or cancellation, or the stall without progress.
 func (c *Conn) write(ctx context.Context) (int64, error) {
+	// Disarm the deadline set below when done: a timer left to fire
+	// wakes a thread of an idle process for nothing.
+	defer c.nc.SetWriteDeadline(time.Time{})
 	deadline, _ := ctx.Deadline()
 	var n int64
 	moved := time.Now() // the last progress

@@ -95,20 +95,26 @@ func TestEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := zombie.Process.Pid
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, _ := (FS{}).ProcessState(pid); st == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("true did not end within 5 s")
-		}
-	}
+	waitZombie(t, pid, "true")
 	if !Ended(pid) {
 		t.Fatal("a zombie has not ended")
 	}
 	zombie.Wait() //nolint:errcheck // true
 	if !Ended(pid) {
 		t.Fatal("a reaped process has not ended")
+	}
+}
+
+// waitZombie waits until pid's first thread (what) is a zombie.
+func waitZombie(t *testing.T, pid int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := (FS{}).ProcessState(pid); st == 'Z' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not end within 5 s", what)
+		}
 	}
 }
 
@@ -160,14 +166,7 @@ func TestEndedWhileThreadsRun(t *testing.T) {
 		t.Fatalf("helper said %q (%v)", line, err)
 	}
 	pid := cmd.Process.Pid
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, _ := (FS{}).ProcessState(pid); st == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the helper's first thread did not end within 5 s")
-		}
-	}
+	waitZombie(t, pid, "the helper's first thread")
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("the helper's port: %v", err)
