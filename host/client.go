@@ -75,6 +75,9 @@ type Call struct {
 	// wait on the host's wake-up (tens of microseconds on a virtual
 	// machine, more than a 16 MiB stripe's 3 %).
 	wakeAt, spinTo time.Time
+	// meter, when set, is told (park) before the waiter first yields,
+	// sleeps or blocks: the op's CPU time is its wall time until then.
+	meter *cpuMeter
 
 	tag    uint64
 	staged []uint64 // window offsets to free on completion (shm)

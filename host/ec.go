@@ -68,6 +68,9 @@ type EC struct {
 	k, m  int
 	rails string
 	local *ec.Coder
+	// hostWide: the host rail codes on several goroutines
+	// (WithHostConcurrency), whose CPU time is not the caller's wall time.
+	hostWide bool
 
 	calMu sync.Mutex // one calibration at a time
 	mu    sync.Mutex
@@ -90,9 +93,12 @@ type ECResult struct {
 	// Bytes is the data coded: k × the shard length.
 	Bytes int64
 	Took  time.Duration
-	// HostCPU is this process's CPU time (user and system, every thread)
-	// while the op ran: what the op cost the host, the agent's share
-	// excepted.
+	// HostCPU is what the op cost the host, the agent's share excepted:
+	// the time the calling goroutine held its thread working or spinning
+	// (wall time, no system call), then, from the first time it yielded,
+	// slept or blocked, this process's CPU time (user and system, every
+	// thread); that throughout when the host rail codes on several
+	// goroutines (WithHostConcurrency).
 	HostCPU time.Duration
 }
 
@@ -143,7 +149,7 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, splitCost: 1, dpuRate: map[wire.Op]float64{},
+	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, hostWide: o.concurrency > 1, splitCost: 1, dpuRate: map[wire.Op]float64{},
 		stats: ECStats{RailBytes: map[string]int64{}}, progress: o.progress}
 	if o.model != nil {
 		e.setModel(o.model)
@@ -234,8 +240,45 @@ func (e *EC) Chunk() int {
 	return max(c/ec.Align*ec.Align, 4096)
 }
 
-// cpuTime is this process's CPU time so far.
-func cpuTime() time.Duration {
+// cpuMeter measures the host CPU time one op costs. While the op's
+// goroutine only works and spins (waiting for an agent that answers
+// within the waiter's spin), it holds its thread all along, and its CPU
+// time is its wall time: no system call is made, where two getrusage
+// calls cost 4–5 µs here, as much as the agent's whole handoff of a
+// 64 KiB stripe. Once it first yields, sleeps or blocks (park), the rest
+// is this process's CPU time (getrusage: user and system, every thread),
+// read then and at the end. It is not safe for concurrent use: one op,
+// one goroutine.
+type cpuMeter struct {
+	start  time.Time
+	parked bool
+	spun   time.Duration // from start to the park
+	base   time.Duration // the process's CPU time at the park
+}
+
+func startCPU() cpuMeter { return cpuMeter{start: time.Now()} }
+
+// park is called before the op's goroutine first gives up its thread.
+func (m *cpuMeter) park() {
+	if m == nil || m.parked {
+		return
+	}
+	m.parked, m.spun, m.base = true, time.Since(m.start), cpuTime()
+}
+
+// total is the op's CPU time so far.
+func (m *cpuMeter) total() time.Duration {
+	if !m.parked {
+		return time.Since(m.start)
+	}
+	return m.spun + cpuTime() - m.base
+}
+
+// cpuTime reads the process's CPU clock (a variable: tests count reads).
+var cpuTime = processCPU
+
+// processCPU is this process's CPU time so far.
+func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
@@ -306,9 +349,15 @@ const hostPiece = 256 << 10
 // share's time is known), then the agent's awaited. Each share's time
 // refines the model (auto).
 func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
-	dpu func(ctx context.Context, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
+	dpu func(ctx context.Context, m *cpuMeter, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
-	cpu0, t0 := cpuTime(), time.Now()
+	meter := startCPU()
+	t0 := meter.start
+	for _, s := range shares {
+		if s.rail == RailHost && e.hostWide {
+			meter.park() // other goroutines code too: read the clock from the start
+		}
+	}
 	// Each share's time, wait and done: on the stack for as many shares as
 	// there are rails (host, DPU, a GPU's to come).
 	var tookA [3]time.Duration
@@ -324,7 +373,7 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		if s.rail != RailDPU {
 			continue
 		}
-		wait, done, err := dpu(ctx, s.c0, s.c1)
+		wait, done, err := dpu(ctx, &meter, s.c0, s.c1)
 		if err != nil {
 			for _, w := range waits {
 				if w != nil {
@@ -368,7 +417,7 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 			took[i] = time.Since(t0)
 		}
 	}
-	res.Took, res.HostCPU = time.Since(t0), cpuTime()-cpu0
+	res.Took, res.HostCPU = time.Since(t0), meter.total()
 	if err != nil {
 		return res, err
 	}
@@ -415,8 +464,8 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	host := func(c0, c1 int) error {
 		return e.local.EncodeColumns(ctx, columns(c0, c1, data), columns(c0, c1, parity))
 	}
-	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
-		return e.dpuEncode(ctx, data, parity, c0, c1)
+	dpu := func(ctx context.Context, m *cpuMeter, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuEncode(ctx, m, data, parity, c0, c1)
 	}
 	return e.run(ctx, wire.OpECEncode, plan, shares, cost, host, dpu)
 }
@@ -451,6 +500,7 @@ func (e *EC) inWindowSGL(spans [][]byte) ([]byte, bool) {
 type pieces struct {
 	e     *EC
 	ctx   context.Context
+	meter *cpuMeter // the op's, told when a wait parks
 	calls []*Call
 	after []func(Result) // run on each call's completion, in order
 	bufs  [][]byte       // window buffers to free
@@ -462,8 +512,8 @@ type pieces struct {
 	after1 [1]func(Result)
 }
 
-func newPieces(ctx context.Context, e *EC) *pieces {
-	p := &pieces{e: e, ctx: ctx}
+func newPieces(ctx context.Context, e *EC, m *cpuMeter) *pieces {
+	p := &pieces{e: e, ctx: ctx, meter: m}
 	p.calls, p.after = p.call1[:0], p.after1[:0]
 	return p
 }
@@ -485,6 +535,7 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 		return err
 	}
 	call.long = bytes >= longOp
+	call.meter = p.meter
 	p.e.mu.Lock()
 	rate := p.e.dpuRate[req.Op]
 	p.e.mu.Unlock()
@@ -591,8 +642,8 @@ func (e *EC) pieceWidth(rows int) int {
 // dpuEncode submits the agent's encode of columns c0..c1: one op naming
 // the shards in place when they are all in the window, else pieces
 // copied into window buffers.
-func (e *EC) dpuEncode(ctx context.Context, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
-	p := newPieces(ctx, e)
+func (e *EC) dpuEncode(ctx context.Context, m *cpuMeter, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
+	p := newPieces(ctx, e, m)
 	counts := wire.ECShards(e.k, e.m)
 	if list, ok := e.inWindowSGL(columns(c0, c1, data, parity)); ok {
 		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, e.k*(c1-c0), nil); err != nil {
@@ -673,16 +724,16 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 		}
 		return e.local.ReconstructSome(sub, want)
 	}
-	dpu := func(ctx context.Context, c0, c1 int) (func() error, func() bool, error) {
-		return e.dpuReconstruct(ctx, shards, present, want, c0, c1)
+	dpu := func(ctx context.Context, m *cpuMeter, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuReconstruct(ctx, m, shards, present, want, c0, c1)
 	}
 	return e.run(ctx, wire.OpECReconstruct, plan, shares, cost, host, dpu)
 }
 
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
 // from present.
-func (e *EC) dpuReconstruct(ctx context.Context, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
-	p := newPieces(ctx, e)
+func (e *EC) dpuReconstruct(ctx context.Context, m *cpuMeter, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
+	p := newPieces(ctx, e, m)
 	counts := wire.ECShards(e.k, e.m)
 	idx := make([]byte, 0, len(present)+len(want))
 	for _, i := range append(append([]int{}, present...), want...) {
@@ -774,7 +825,7 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 		n := 0
 		for t0 := time.Now(); n < 6 || time.Since(t0) < minTime/2; n++ {
 			t1 := time.Now()
-			wait, _, err := e.dpuEncode(ctx, dd, dp, 0, c)
+			wait, _, err := e.dpuEncode(ctx, nil, dd, dp, 0, c)
 			if err == nil {
 				err = wait()
 			}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +233,75 @@ func TestECInPlaceEncodeAllocations(t *testing.T) {
 		if allocs > maxEncodeAllocs {
 			t.Errorf("%d+%d: %.1f allocations per encode, want at most %.0f", shape.k, shape.m, allocs, maxEncodeAllocs)
 		}
+	}
+}
+
+// TestECHostCPUReads: the host CPU an op reports is read from the
+// process's clock (a system call each time) only once its wait gives up
+// the thread: at once for a long op whose end is not known yet (it
+// sleeps on the bell) and for every op over TCP (it blocks), twice per op
+// either way; the op's HostCPU is then measured, not zero.
+func TestECHostCPUReads(t *testing.T) {
+	shm, tcp, stop := startAgent()
+	t.Cleanup(stop)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, target string
+		w            int
+	}{
+		{"a long op over shared memory, its agent's rate not known", "shm://" + shm, 256 << 10},
+		{"a short op over TCP", "tcp://" + tcp, 4 * ec.Align},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := host.Dial(ctx, tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			e, err := c.EC(4, 2, host.WithRails(host.RailsDPU))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shards := stripe(t, c, 4, 2, tc.w, strings.HasPrefix(tc.target, "shm"), 3)
+			reads, restore := host.CountCPUReads()
+			defer restore()
+			res, err := e.Encode(ctx, shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := reads(); n != 2 {
+				t.Errorf("%d reads of the CPU clock, want 2", n)
+			}
+			if res.HostCPU <= 0 {
+				t.Errorf("HostCPU %v", res.HostCPU)
+			}
+		})
+	}
+	// The host rail codes on the calling goroutine, which holds its
+	// thread: its wall time, no read; on several goroutines, their CPU
+	// time, read at the start and the end.
+	for _, tc := range []struct {
+		name              string
+		goroutines, reads int
+	}{{"the host rail on the caller's goroutine", 1, 0}, {"the host rail on four goroutines", 4, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := host.NewEC(nil, 4, 2, host.WithRails(host.RailsHost), host.WithHostConcurrency(tc.goroutines))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shards := stripe(t, nil, 4, 2, 64<<10, false, 4)
+			reads, restore := host.CountCPUReads()
+			defer restore()
+			res, err := e.Encode(ctx, shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := reads(); n != tc.reads {
+				t.Errorf("%d reads of the CPU clock, want %d", n, tc.reads)
+			}
+			if res.HostCPU <= 0 {
+				t.Errorf("HostCPU %v", res.HostCPU)
+			}
+		})
 	}
 }

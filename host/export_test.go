@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,3 +46,12 @@ func Detached(c *Client) bool {
 // SetCancelWakeHook sets the hook run at the end of the wake a sleeping
 // wait gets when its context ends (nil: none).
 func SetCancelWakeHook(h func()) { testHookCancelWake = h }
+
+// CountCPUReads counts the reads of the process's CPU clock from now on
+// (getrusage, each a system call) until restore.
+func CountCPUReads() (reads func() int, restore func()) {
+	var n atomic.Int64
+	old := cpuTime
+	cpuTime = func() time.Duration { n.Add(1); return old() }
+	return func() int { return int(n.Load()) }, func() { cpuTime = old }
+}

@@ -525,6 +525,9 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
+	if c.meter != nil {
+		w.Leave = c.meter.park
+	}
 	switch {
 	case c.long && c.wakeAt.IsZero():
 		// A long op whose end is not known: its completion is not
@@ -561,6 +564,7 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 			if d <= 0 {
 				break
 			}
+			c.meter.park()
 			sleeper().sleep(d, true)
 			t.poll()
 		}

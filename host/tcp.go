@@ -207,6 +207,7 @@ func (t *tcpTransport) failAll(err error) {
 }
 
 func (t *tcpTransport) wait(ctx context.Context, c *Call) error {
+	c.meter.park() // it blocks on the channel
 	select {
 	case <-c.ch:
 		return nil

@@ -667,6 +667,54 @@ func TestWaiterSleepNow(t *testing.T) {
 	}
 }
 
+// TestWaiterLeave: Leave runs once, when the waiter first stops spinning
+// (before it yields or sleeps), whichever way it stops: its spin ran out,
+// SleepNow, or more spinners than procs. A waiter that finds work while
+// it spins never calls it.
+func TestWaiterLeave(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(w *Waiter)
+		waits int
+		busy  bool // hold every spinning slot
+		want  int
+	}{
+		{"spins, then yields", func(*Waiter) {}, 0, false, 1},
+		{"SleepNow", func(w *Waiter) { w.SleepNow() }, 3, false, 1},
+		{"too many spinners", func(*Waiter) {}, 1, true, 1},
+		{"work found within the spin", func(*Waiter) {}, 3, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			w := Waiter{Leave: func() { calls++ }, Sleep: func(time.Duration) {}}
+			tt.setup(&w)
+			if tt.busy {
+				spinners.Add(maxSpins)
+				defer spinners.Add(-maxSpins)
+			}
+			if tt.waits > 0 {
+				for range tt.waits {
+					w.Wait()
+				}
+			} else {
+				for t0 := time.Now(); w.phase == 0; {
+					w.Wait()
+					if time.Since(t0) > 10*time.Second {
+						t.Fatal("still spinning after 10 s")
+					}
+				}
+				for range 100 { // on through the yields
+					w.Wait()
+				}
+			}
+			if calls != tt.want {
+				t.Fatalf("Leave called %d times, want %d", calls, tt.want)
+			}
+		})
+	}
+}
+
 func TestHolderLiveness(t *testing.T) {
 	if os.Getenv("HEC_TEST_EXEC") != "" {
 		t.Skip("under qemu-user /proc/self/stat is synthesised by the emulator; start times are not comparable")

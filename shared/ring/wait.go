@@ -30,6 +30,10 @@ type Waiter struct {
 	Sleep func(time.Duration)
 	// MaxSleep caps the sleep after a long idle (default 10ms).
 	MaxSleep time.Duration
+	// Leave, when set, is called once, when the waiter first stops
+	// spinning: before its first yield or sleep (a caller that counts its
+	// spinning as its CPU time reads the real clock from then on).
+	Leave func()
 
 	n     int
 	phase int // 0 spin, 1 yield, 2 sleep
@@ -74,6 +78,7 @@ func (w *Waiter) Wait() {
 		if w.n == 1 {
 			w.since = time.Now()
 		} else if w.n%16 == 0 && time.Since(w.since) > SpinFor {
+			w.leave()
 			w.phase, w.n = 1, 0
 			if w.skipYield {
 				w.phase, w.since, w.sleep = 2, time.Now(), minSleep
@@ -83,6 +88,7 @@ func (w *Waiter) Wait() {
 		}
 		if spinners.Add(1) > maxSpins {
 			spinners.Add(-1)
+			w.leave()
 			w.phase, w.n = 1, 0 // too many spinning here: yield instead
 			w.since = time.Now().Add(-SpinFor)
 			yieldCall()
@@ -109,6 +115,14 @@ func (w *Waiter) Wait() {
 		}
 		w.doSleep()
 		w.sleep = min(w.sleep*2, limit)
+	}
+}
+
+// leave calls Leave the first time the waiter stops spinning.
+func (w *Waiter) leave() {
+	if w.Leave != nil {
+		w.Leave()
+		w.Leave = nil
 	}
 }
 
@@ -145,6 +159,7 @@ func (w *Waiter) SkipYield() { w.skipYield = true }
 // and the yields would only burn a core: its first sleep is the shortest
 // one. Reset clears it.
 func (w *Waiter) SleepNow() {
+	w.leave()
 	w.phase, w.n, w.since, w.sleep = 2, 0, time.Now(), minSleep
 }
 
