@@ -266,6 +266,9 @@ func (m *cpuMeter) park() {
 	m.parked, m.spun, m.base = true, time.Since(m.start), cpuTime()
 }
 
+// LeaveSpin is park (ring.Waiter's Leave).
+func (m *cpuMeter) LeaveSpin() { m.park() }
+
 // total is the op's CPU time so far.
 func (m *cpuMeter) total() time.Duration {
 	if !m.parked {
@@ -349,31 +352,50 @@ const hostPiece = 256 << 10
 // share's time is known), then the agent's awaited. Each share's time
 // refines the model (auto).
 func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
-	dpu func(ctx context.Context, m *cpuMeter, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
+	dpu func(p *pieces, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
-	meter := startCPU()
-	t0 := meter.start
+	t0 := time.Now()
+	// Each share's time, wait, done and (the agent's) pieces: on the stack
+	// for as many shares as there are rails (host, DPU, a GPU's to come).
+	var tookA [3]time.Duration
+	var waitsA [3]func() error
+	var donesA [3]func() bool
+	var piecesA [3]*pieces
+	took, waits, dones, ps := tookA[:], waitsA[:], donesA[:], piecesA[:]
+	if n := len(shares); n > len(tookA) {
+		took, waits, dones, ps = make([]time.Duration, n), make([]func() error, n), make([]func() bool, n), make([]*pieces, n)
+	} else {
+		took, waits, dones, ps = took[:n], waits[:n], dones[:n], ps[:n]
+	}
+	// The op's CPU meter is the first agent share's (its pieces are on
+	// the heap anyway), else here.
+	var first *pieces
+	for i, s := range shares {
+		if s.rail == RailDPU {
+			if first == nil {
+				first = newPieces(ctx, e, nil)
+				first.own.start = t0
+				ps[i] = first
+			} else {
+				ps[i] = newPieces(ctx, e, first.meter)
+			}
+		}
+	}
+	local := cpuMeter{start: t0}
+	meter := &local
+	if first != nil {
+		meter = first.meter
+	}
 	for _, s := range shares {
 		if s.rail == RailHost && e.hostWide {
 			meter.park() // other goroutines code too: read the clock from the start
 		}
 	}
-	// Each share's time, wait and done: on the stack for as many shares as
-	// there are rails (host, DPU, a GPU's to come).
-	var tookA [3]time.Duration
-	var waitsA [3]func() error
-	var donesA [3]func() bool
-	took, waits, dones := tookA[:], waitsA[:], donesA[:]
-	if n := len(shares); n > len(tookA) {
-		took, waits, dones = make([]time.Duration, n), make([]func() error, n), make([]func() bool, n)
-	} else {
-		took, waits, dones = took[:n], waits[:n], dones[:n]
-	}
 	for i, s := range shares {
 		if s.rail != RailDPU {
 			continue
 		}
-		wait, done, err := dpu(ctx, &meter, s.c0, s.c1)
+		wait, done, err := dpu(ps[i], s.c0, s.c1)
 		if err != nil {
 			for _, w := range waits {
 				if w != nil {
@@ -464,8 +486,8 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	host := func(c0, c1 int) error {
 		return e.local.EncodeColumns(ctx, columns(c0, c1, data), columns(c0, c1, parity))
 	}
-	dpu := func(ctx context.Context, m *cpuMeter, c0, c1 int) (func() error, func() bool, error) {
-		return e.dpuEncode(ctx, m, data, parity, c0, c1)
+	dpu := func(p *pieces, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuEncode(p, data, parity, c0, c1)
 	}
 	return e.run(ctx, wire.OpECEncode, plan, shares, cost, host, dpu)
 }
@@ -500,7 +522,8 @@ func (e *EC) inWindowSGL(spans [][]byte) ([]byte, bool) {
 type pieces struct {
 	e     *EC
 	ctx   context.Context
-	meter *cpuMeter // the op's, told when a wait parks
+	meter *cpuMeter // the op's, told when a wait parks: own, or another's
+	own   cpuMeter
 	calls []*Call
 	after []func(Result) // run on each call's completion, in order
 	bufs  [][]byte       // window buffers to free
@@ -512,8 +535,13 @@ type pieces struct {
 	after1 [1]func(Result)
 }
 
+// newPieces returns the pieces of one agent share; m is the op's meter,
+// nil to have the pieces' own.
 func newPieces(ctx context.Context, e *EC, m *cpuMeter) *pieces {
 	p := &pieces{e: e, ctx: ctx, meter: m}
+	if m == nil {
+		p.meter = &p.own
+	}
 	p.calls, p.after = p.call1[:0], p.after1[:0]
 	return p
 }
@@ -642,8 +670,7 @@ func (e *EC) pieceWidth(rows int) int {
 // dpuEncode submits the agent's encode of columns c0..c1: one op naming
 // the shards in place when they are all in the window, else pieces
 // copied into window buffers.
-func (e *EC) dpuEncode(ctx context.Context, m *cpuMeter, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
-	p := newPieces(ctx, e, m)
+func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
 	counts := wire.ECShards(e.k, e.m)
 	if list, ok := e.inWindowSGL(columns(c0, c1, data, parity)); ok {
 		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, e.k*(c1-c0), nil); err != nil {
@@ -724,16 +751,15 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 		}
 		return e.local.ReconstructSome(sub, want)
 	}
-	dpu := func(ctx context.Context, m *cpuMeter, c0, c1 int) (func() error, func() bool, error) {
-		return e.dpuReconstruct(ctx, m, shards, present, want, c0, c1)
+	dpu := func(p *pieces, c0, c1 int) (func() error, func() bool, error) {
+		return e.dpuReconstruct(p, shards, present, want, c0, c1)
 	}
 	return e.run(ctx, wire.OpECReconstruct, plan, shares, cost, host, dpu)
 }
 
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
 // from present.
-func (e *EC) dpuReconstruct(ctx context.Context, m *cpuMeter, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
-	p := newPieces(ctx, e, m)
+func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
 	counts := wire.ECShards(e.k, e.m)
 	idx := make([]byte, 0, len(present)+len(want))
 	for _, i := range append(append([]int{}, present...), want...) {
@@ -825,7 +851,7 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 		n := 0
 		for t0 := time.Now(); n < 6 || time.Since(t0) < minTime/2; n++ {
 			t1 := time.Now()
-			wait, _, err := e.dpuEncode(ctx, nil, dd, dp, 0, c)
+			wait, _, err := e.dpuEncode(newPieces(ctx, e, nil), dd, dp, 0, c)
 			if err == nil {
 				err = wait()
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -224,11 +225,17 @@ func TestECInPlaceEncodeAllocations(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		allocs := testing.AllocsPerRun(200, func() {
-			if _, err := e.Encode(ctx, shards); err != nil {
-				t.Fatal(err)
-			}
-		})
+		// The least of three: a wait that outlasts its spin and yields
+		// sleeps, and its sleeper allocates; a loaded machine (or the
+		// agent, in this process, waiting for a P) makes some ops do so.
+		allocs := math.Inf(1)
+		for range 3 {
+			allocs = min(allocs, testing.AllocsPerRun(200, func() {
+				if _, err := e.Encode(ctx, shards); err != nil {
+					t.Fatal(err)
+				}
+			}))
+		}
 		t.Logf("%d+%d: %.1f allocations per encode", shape.k, shape.m, allocs)
 		if allocs > maxEncodeAllocs {
 			t.Errorf("%d+%d: %.1f allocations per encode, want at most %.0f", shape.k, shape.m, allocs, maxEncodeAllocs)

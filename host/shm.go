@@ -526,7 +526,7 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
 	if c.meter != nil {
-		w.Leave = c.meter.park
+		w.Leave = c.meter
 	}
 	switch {
 	case c.long && c.wakeAt.IsZero():

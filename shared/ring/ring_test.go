@@ -667,6 +667,10 @@ func TestWaiterSleepNow(t *testing.T) {
 	}
 }
 
+type leaveCount int
+
+func (n *leaveCount) LeaveSpin() { *n++ }
+
 // TestWaiterLeave: Leave runs once, when the waiter first stops spinning
 // (before it yields or sleeps), whichever way it stops: its spin ran out,
 // SleepNow, or more spinners than procs. A waiter that finds work while
@@ -686,8 +690,8 @@ func TestWaiterLeave(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := 0
-			w := Waiter{Leave: func() { calls++ }, Sleep: func(time.Duration) {}}
+			var calls leaveCount
+			w := Waiter{Leave: &calls, Sleep: func(time.Duration) {}}
 			tt.setup(&w)
 			if tt.busy {
 				spinners.Add(maxSpins)
@@ -708,7 +712,7 @@ func TestWaiterLeave(t *testing.T) {
 					w.Wait()
 				}
 			}
-			if calls != tt.want {
+			if int(calls) != tt.want {
 				t.Fatalf("Leave called %d times, want %d", calls, tt.want)
 			}
 		})

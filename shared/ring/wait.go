@@ -30,10 +30,12 @@ type Waiter struct {
 	Sleep func(time.Duration)
 	// MaxSleep caps the sleep after a long idle (default 10ms).
 	MaxSleep time.Duration
-	// Leave, when set, is called once, when the waiter first stops
-	// spinning: before its first yield or sleep (a caller that counts its
-	// spinning as its CPU time reads the real clock from then on).
-	Leave func()
+	// Leave, when set, is told once (LeaveSpin), when the waiter first
+	// stops spinning: before its first yield or sleep (a caller that
+	// counts its spinning as its CPU time reads the real clock from then
+	// on). An interface, not a func: a method value would be allocated
+	// for every wait.
+	Leave interface{ LeaveSpin() }
 
 	n     int
 	phase int // 0 spin, 1 yield, 2 sleep
@@ -121,7 +123,7 @@ func (w *Waiter) Wait() {
 // leave calls Leave the first time the waiter stops spinning.
 func (w *Waiter) leave() {
 	if w.Leave != nil {
-		w.Leave()
+		w.Leave.LeaveSpin()
 		w.Leave = nil
 	}
 }
