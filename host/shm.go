@@ -42,6 +42,9 @@ type shmTransport struct {
 	agentBeat ring.BeatWatch // the agent's heartbeat in the pair's block, judged on the looks this host took
 
 	bellRings atomic.Bool // a ring of the agent's was seen to end a sleep: its rings reach this kernel
+	// longSleeps: the last wait that slept slept heldSleep or more, so
+	// the next one's first sleep is not held (heldSleep).
+	longSleeps atomic.Bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -500,6 +503,19 @@ const deepQueue = 8
 // doubling sleeps of 20 µs to 1 ms paid over and over in every long op.
 const bellSleep = 50 * time.Millisecond
 
+// heldSleep is how long a wait's first sleep on the bell keeps its P
+// (ring.HostQP.SleepForCompletion), while the waits before it slept less
+// than that: a collective or an EC op that ends within it costs one
+// wake-up, not the P's hand-off and Go's monitor polling every 20 µs
+// until it is idle again (on a virtual machine, more of a 1 MiB
+// collective's host CPU than all the rest). Another goroutine, or a timer
+// on that P (a context's deadline), waits at most this long for it; a
+// collection that stops the world gets it at once. Longer sleeps are not
+// held: the monitor, which sees the P busy, would poll through the held
+// part, and the hand-off comes anyway. Nor where this process runs an
+// agent too (ring.AgentHere), which may need the P.
+const heldSleep = time.Millisecond
+
 // testHookCancelWake, set by tests, runs at the end of the wake a
 // sleeping wait gets when its context ends.
 var testHookCancelWake func()
@@ -603,6 +619,7 @@ type bellSleeper struct {
 
 	unhook func() bool   // stops the wake on ctx's end
 	woken  chan struct{} // closed when the wake on ctx's end is over
+	first  time.Time     // when its first sleep began
 }
 
 func (s *bellSleeper) sleepAny(d time.Duration) { s.sleep(d, false) }
@@ -636,7 +653,14 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 	var how ring.Wake
 	// A fault here (the region's file cut short) is found and handled by
 	// the next reap.
-	s.r.CatchFault(func() { how = s.qp.SleepForCompletion(d, s.waiting) }) //nolint:errcheck // see above
+	var hold time.Duration
+	if s.first.IsZero() {
+		s.first = time.Now()
+		if !t.longSleeps.Load() && !ring.AgentHere() {
+			hold = heldSleep
+		}
+	}
+	s.r.CatchFault(func() { how = s.qp.SleepForCompletion(d, hold, s.waiting) }) //nolint:errcheck // see above
 	switch how {
 	case ring.WakeRung:
 		t.bellRings.Store(true)
@@ -649,6 +673,9 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 // region, so the wait returns after it, and a Close right after cannot
 // unmap the region under it.
 func (s *bellSleeper) close() {
+	if !s.first.IsZero() {
+		s.t.longSleeps.Store(time.Since(s.first) >= heldSleep)
+	}
 	if s.unhook != nil && !s.unhook() {
 		<-s.woken
 	}

@@ -3,6 +3,7 @@ package ring
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -52,6 +53,15 @@ type Agent struct {
 	headerRepairs uint64
 }
 
+// agentsHere counts the regions this process formatted as their agent.
+var agentsHere atomic.Int32
+
+// AgentHere reports whether this process has served a region as its
+// agent (tests and examples run one in the process of its hosts): a
+// holder must then not keep a P while it waits, since the agent that is
+// to complete its op may need it.
+func AgentHere() bool { return agentsHere.Load() > 0 }
+
 // Format lays out the region for cfg.Geometry, bumps the generation, and
 // publishes the header as ready. Every lease is cleared: hosts attached to a
 // previous agent see the generation change and attach again.
@@ -65,6 +75,7 @@ func Format(r *Region, cfg AgentConfig) (*Agent, error) {
 		return nil, fmt.Errorf("format region: geometry needs %d bytes, region has %d: %w", l.size, r.Len(), ErrGeometry)
 	}
 	a := &Agent{r: r, l: l, cfg: cfg, beat: 1}
+	agentsHere.Add(1)
 	err = r.CatchFault(func() {
 		gen := uint32(1)
 		if r.word(hMagic).Load() == Magic {

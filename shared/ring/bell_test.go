@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -29,10 +30,10 @@ func completeOne(t *testing.T, aq *AgentQP, silent bool) {
 
 func stillWaiting() bool { return true }
 
-// sleepAsync runs SleepForCompletion(d) on a goroutine of its own.
-func sleepAsync(q *HostQP, d time.Duration) <-chan Wake {
+// sleepAsync runs SleepForCompletion(d, hold) on a goroutine of its own.
+func sleepAsync(q *HostQP, d, hold time.Duration) <-chan Wake {
 	out := make(chan Wake, 1)
-	go func() { out <- q.SleepForCompletion(d, stillWaiting) }()
+	go func() { out <- q.SleepForCompletion(d, hold, stillWaiting) }()
 	return out
 }
 
@@ -68,62 +69,69 @@ func raced(t *testing.T, round func() Wake) Wake {
 // again), or neither. The sleeps that should end early are given a minute:
 // a ring that did not arrive shows as a test that hangs for it.
 func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
-	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
-	q := leaseHousekeeping(t, r, a)
-	aq := a.QueuePairs()[q.Index()]
-	ping := []wire.Desc{{Op: wire.OpPing}}
-	out := make([]wire.Desc, 1)
-	reap := func() {
-		t.Helper()
-		if n, err := q.Poll(out); n != 1 || err != nil {
-			t.Fatalf("poll: %d completions, %v", n, err)
-		}
-	}
+	// hold: the sleep's first part keeps the P (a raw system call), the
+	// whole of a short sleep and the start of a long one; the outcomes
+	// are the same.
+	for _, hold := range []time.Duration{0, 500 * time.Microsecond, 2 * time.Millisecond} {
+		t.Run(fmt.Sprintf("hold %v", hold), func(t *testing.T) {
+			r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+			q := leaseHousekeeping(t, r, a)
+			aq := a.QueuePairs()[q.Index()]
+			ping := []wire.Desc{{Op: wire.OpPing}}
+			out := make([]wire.Desc, 1)
+			reap := func() {
+				t.Helper()
+				if n, err := q.Poll(out); n != 1 || err != nil {
+					t.Fatalf("poll: %d completions, %v", n, err)
+				}
+			}
 
-	if got := q.SleepForCompletion(time.Millisecond, stillWaiting); got != WakeTimeout {
-		t.Fatalf("nothing published: %v, want WakeTimeout", got)
-	}
+			if got := q.SleepForCompletion(time.Millisecond, hold, stillWaiting); got != WakeTimeout {
+				t.Fatalf("nothing published: %v, want WakeTimeout", got)
+			}
 
-	if got := raced(t, func() Wake {
-		q.Submit(ping)
-		woke := sleepAsync(q, time.Minute)
-		waitSleeping(t, q, 1)
-		completeOne(t, aq, false)
-		defer reap()
-		return <-woke
-	}); got != WakeRung {
-		t.Fatalf("published while it slept: %v, want WakeRung", got)
-	}
+			if got := raced(t, func() Wake {
+				q.Submit(ping)
+				woke := sleepAsync(q, time.Minute, hold)
+				waitSleeping(t, q, 1)
+				completeOne(t, aq, false)
+				defer reap()
+				return <-woke
+			}); got != WakeRung {
+				t.Fatalf("published while it slept: %v, want WakeRung", got)
+			}
 
-	q.Submit(ping)
-	completeOne(t, aq, false)
-	if got := q.SleepForCompletion(time.Minute, stillWaiting); got != WakeNone {
-		t.Fatalf("a completion already waiting: %v, want WakeNone (no sleep)", got)
-	}
-	reap()
+			q.Submit(ping)
+			completeOne(t, aq, false)
+			if got := q.SleepForCompletion(time.Minute, hold, stillWaiting); got != WakeNone {
+				t.Fatalf("a completion already waiting: %v, want WakeNone (no sleep)", got)
+			}
+			reap()
 
-	if got := raced(t, func() Wake {
-		q.Submit(ping)
-		woke := sleepAsync(q, 50*time.Millisecond)
-		waitSleeping(t, q, 1)
-		completeOne(t, aq, true)
-		defer reap()
-		return <-woke
-	}); got != WakeMissed {
-		t.Fatalf("published without a ring: %v, want WakeMissed", got)
-	}
+			if got := raced(t, func() Wake {
+				q.Submit(ping)
+				woke := sleepAsync(q, 50*time.Millisecond, hold)
+				waitSleeping(t, q, 1)
+				completeOne(t, aq, true)
+				defer reap()
+				return <-woke
+			}); got != WakeMissed {
+				t.Fatalf("published without a ring: %v, want WakeMissed", got)
+			}
 
-	if got := raced(t, func() Wake {
-		woke := sleepAsync(q, time.Minute)
-		waitSleeping(t, q, 1)
-		q.WakeSleepers()
-		return <-woke
-	}); got != WakeRung {
-		t.Fatalf("woken by the holder: %v, want WakeRung", got)
-	}
+			if got := raced(t, func() Wake {
+				woke := sleepAsync(q, time.Minute, hold)
+				waitSleeping(t, q, 1)
+				q.WakeSleepers()
+				return <-woke
+			}); got != WakeRung {
+				t.Fatalf("woken by the holder: %v, want WakeRung", got)
+			}
 
-	if got := q.SleepForCompletion(time.Minute, func() bool { return false }); got != WakeNone {
-		t.Fatalf("the caller no longer waits: %v, want WakeNone (no sleep)", got)
+			if got := q.SleepForCompletion(time.Minute, hold, func() bool { return false }); got != WakeNone {
+				t.Fatalf("the caller no longer waits: %v, want WakeNone (no sleep)", got)
+			}
+		})
 	}
 }
 
@@ -133,22 +141,26 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 // the futex wait. A wake that left the bell as it was would be lost there,
 // and the sleeper would sleep its whole minute.
 func TestWakeSleepersIsNotLost(t *testing.T) {
-	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
-	q := leaseHousekeeping(t, r, a)
-	woke := make(chan Wake, 1)
-	go func() {
-		woke <- q.SleepForCompletion(time.Minute, func() bool {
-			q.WakeSleepers() // the other goroutine, just after the look
-			return true
+	for _, hold := range []time.Duration{0, time.Millisecond} { // a held sleep's wait too
+		t.Run(fmt.Sprintf("hold %v", hold), func(t *testing.T) {
+			r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+			q := leaseHousekeeping(t, r, a)
+			woke := make(chan Wake, 1)
+			go func() {
+				woke <- q.SleepForCompletion(time.Minute, hold, func() bool {
+					q.WakeSleepers() // the other goroutine, just after the look
+					return true
+				})
+			}()
+			select {
+			case got := <-woke:
+				if got != WakeNone {
+					t.Fatalf("%v, want WakeNone: the bell had moved before the sleep", got)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the sleeper was not woken")
+			}
 		})
-	}()
-	select {
-	case got := <-woke:
-		if got != WakeNone {
-			t.Fatalf("%v, want WakeNone: the bell had moved before the sleep", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sleeper was not woken")
 	}
 }
 
@@ -160,9 +172,9 @@ func TestSleepersAreCounted(t *testing.T) {
 	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
 	q := leaseHousekeeping(t, r, a)
 	aq := a.QueuePairs()[q.Index()]
-	long := sleepAsync(q, time.Minute)
+	long := sleepAsync(q, time.Minute, 0)
 	waitSleeping(t, q, 1)
-	if got := q.SleepForCompletion(time.Millisecond, stillWaiting); got != WakeTimeout {
+	if got := q.SleepForCompletion(time.Millisecond, 0, stillWaiting); got != WakeTimeout {
 		t.Fatalf("short sleep: %v", got)
 	}
 	if n := q.word(qSleeping).Load(); n != 1 {
@@ -214,5 +226,40 @@ func TestRingWakesOnlyASleepingAgent(t *testing.T) {
 			t.Fatalf("round %d: the agent slept on with work handed over and rung", i)
 		}
 		<-work
+	}
+}
+
+// TestHeldSleepGivesThePBack: a sleep's held part keeps the goroutine's P
+// for a while only (hold; Go's monitor, which interrupts a goroutine that
+// has run 10 ms, would end a longer one); then the rest is an ordinary
+// sleep, and with one P the process's other goroutines run again while
+// it sleeps on.
+func TestHeldSleepGivesThePBack(t *testing.T) {
+	r, a := newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	q := leaseHousekeeping(t, r, a)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	t0 := time.Now()
+	woke := sleepAsync(q, 20*time.Second, 5*time.Millisecond)
+	waitSleeping(t, q, 1) // yields the P to the sleeper, which holds it, then gives it back
+	if took := time.Since(t0); took > 10*time.Second {
+		t.Fatalf("this goroutine ran again %v after the sleep began: the P was held for the whole sleep", took)
+	}
+	q.WakeSleepers()
+	select {
+	case got := <-woke:
+		if got != WakeRung {
+			t.Fatalf("%v, want WakeRung", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeper was not woken")
+	}
+}
+
+// TestAgentHere: a process that formats a region as its agent says so
+// (its holders then never hold a P while they wait).
+func TestAgentHere(t *testing.T) {
+	newRegion(t, Geometry{QueuePairs: 1, Entries: 8, WindowSize: 4096}, AgentConfig{})
+	if !AgentHere() {
+		t.Fatal("AgentHere false after Format")
 	}
 }

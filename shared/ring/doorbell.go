@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -32,6 +33,17 @@ func futexWait(addr *uint64, val uint32, d time.Duration) unix.Errno {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
 	// The futex word is the low 32 bits of the doorbell (little-endian).
 	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return e
+}
+
+// futexWaitHeld is futexWait in a raw system call: the goroutine keeps
+// its P (Go's monitor does not take it back and hand it on, nor wake every
+// 20 µs while it is away), which no other goroutine can then use until it
+// returns. For short sleeps only.
+func futexWaitHeld(addr *uint64, val uint32, d time.Duration) unix.Errno {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	_, _, e := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 	return e
 }
@@ -124,7 +136,16 @@ const (
 // sleeper is counted, the last look before it sleeps: another goroutine
 // that reaps this one's completion meanwhile and then calls WakeSleepers
 // is either seen by it or wakes it.
-func (q *HostQP) SleepForCompletion(d time.Duration, waiting func() bool) Wake {
+//
+// The first hold of the sleep (at most d; keep it short, a millisecond)
+// the goroutine sleeps holding its P: where the completion comes within
+// it, the sleep costs one wake-up of this thread. A sleep in an ordinary
+// system call hands the P on after Go's monitor notices it (20 µs), keeps
+// the monitor waking every 20 µs, and takes a P back at the end: on a
+// virtual machine that cost a host process more CPU than the rest of its
+// wait for a 1 MiB collective. Meanwhile the process's other goroutines
+// cannot use that P (with GOMAXPROCS 1, cannot run), for at most hold.
+func (q *HostQP) SleepForCompletion(d, hold time.Duration, waiting func() bool) Wake {
 	bell := q.h.r.word(q.block + qBell)
 	seq := uint32(bell.Load())
 	sleeping := q.word(qSleeping)
@@ -142,7 +163,25 @@ func (q *HostQP) SleepForCompletion(d time.Duration, waiting func() bool) Wake {
 	if q.completionsWaiting() || !waiting() {
 		return WakeNone
 	}
-	switch futexWait((*uint64)(unsafe.Pointer(bell)), seq, d) {
+	addr := (*uint64)(unsafe.Pointer(bell))
+	var e unix.Errno
+	if hold = min(hold, d); hold > 0 {
+		start := time.Now()
+		e = futexWaitHeld(addr, seq, hold)
+		// Run out, or a signal: the runtime wants the P (a collection
+		// stopping the world sends one until it gets it). The rest of
+		// the sleep is an ordinary one.
+		if e == unix.ETIMEDOUT || e == unix.EINTR {
+			e = unix.ETIMEDOUT
+			if rest := d - time.Since(start); rest > 0 {
+				runtime.Gosched() // what waited for the P runs first
+				e = futexWait(addr, seq, rest)
+			}
+		}
+	} else {
+		e = futexWait(addr, seq, d)
+	}
+	switch e {
 	case 0:
 		if uint32(bell.Load()) != seq {
 			return WakeRung
