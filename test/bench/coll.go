@@ -48,19 +48,22 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 		return fmt.Errorf("mpicc: %v: %s", err, out)
 	}
 	// Timed iterations per size, the same for both: twenty (nccl-tests'
-	// default) up to 16 MiB, where with five a row's mean was a few
+	// default) at 16 MiB, where with five a row's mean was a few
 	// milliseconds of ops and Open MPI's was still warming up (its
 	// 1 MiB busbw over TCP rose from about 0.55 to 1.1-1.9 GB/s with
-	// twenty); five at 64 MiB, whose ops take up to half a second. The
-	// split's rate-limited 16 MiB ops take most of a second each: five.
+	// twenty); two hundred at 1 MiB, whose twenty ops are some 10 ms,
+	// where a row moved by half from one repetition to the next (Open
+	// MPI's over TCP 2.30-4.12 GB/s, the DPU rail's 0.86-1.41); five at
+	// 64 MiB, whose ops take up to half a second. The split's
+	// rate-limited 16 MiB ops take most of a second each: five.
 	groups := []struct {
 		iters int
 		sizes []int
-	}{{20, []int{1 << 20, 16 << 20}}, {5, []int{64 << 20}}}
+	}{{200, []int{1 << 20}}, {20, []int{16 << 20}}, {5, []int{64 << 20}}}
 	reps, splitIters := 3, 5
 	if quick {
-		groups, reps, splitIters = groups[:1], 1, 2
-		groups[0].iters = 5
+		groups, reps, splitIters = groups[:2], 1, 2
+		groups[0].iters, groups[1].iters = 5, 5
 	}
 	var sizes []int
 	for _, g := range groups {
