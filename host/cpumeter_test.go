@@ -21,7 +21,7 @@ func TestCPUMeter(t *testing.T) {
 	}
 	t.Run("works and spins", func(t *testing.T) {
 		reads = 0
-		m := startCPU()
+		m := cpuMeter{start: time.Now()}
 		spin(3 * time.Millisecond)
 		if got := m.total(); got < 3*time.Millisecond {
 			t.Errorf("total %v after spinning 3ms", got)
@@ -32,7 +32,7 @@ func TestCPUMeter(t *testing.T) {
 	})
 	t.Run("parks and sleeps", func(t *testing.T) {
 		reads = 0
-		m := startCPU()
+		m := cpuMeter{start: time.Now()}
 		spin(2 * time.Millisecond)
 		m.park()
 		time.Sleep(100 * time.Millisecond)
