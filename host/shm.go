@@ -513,7 +513,9 @@ const bellSleep = 50 * time.Millisecond
 // collection that stops the world gets it at once. Longer sleeps are not
 // held: the monitor, which sees the P busy, would poll through the held
 // part, and the hand-off comes anyway. Nor where this process runs an
-// agent too (ring.AgentHere), which may need the P.
+// agent too (ring.AgentHere), which may need the P; nor where the agent's
+// rings do not reach this kernel (an agent in a VM), whose sleeps are
+// short timed looks.
 const heldSleep = time.Millisecond
 
 // testHookCancelWake, set by tests, runs at the end of the wake a
@@ -656,7 +658,7 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 	var hold time.Duration
 	if s.first.IsZero() {
 		s.first = time.Now()
-		if !t.longSleeps.Load() && !ring.AgentHere() {
+		if t.bellRings.Load() && !t.longSleeps.Load() && !ring.AgentHere() {
 			hold = heldSleep
 		}
 	}
