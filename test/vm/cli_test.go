@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,7 +33,7 @@ func TestTwoVMsFromAnyDirectory(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
 		if err != nil {
-			return out.String(), &exec.ExitError{ProcessState: cmd.ProcessState, Stderr: errb.Bytes()}
+			return out.String(), fmt.Errorf("%w: %s", err, bytes.TrimSpace(errb.Bytes()))
 		}
 		return out.String(), nil
 	}
@@ -49,7 +50,7 @@ func TestTwoVMsFromAnyDirectory(t *testing.T) {
 		// how fast they boot.
 		out, err := hecctl(t.TempDir(), "qemu", "up", "--name", name, "--bundle", b, "--ready-timeout", "4m")
 		if err != nil {
-			t.Fatalf("qemu up %s: %v %s\n%s", name, err, err.(*exec.ExitError).Stderr, out)
+			t.Fatalf("qemu up %s: %v\n%s", name, err, out)
 		}
 		t.Logf("%s", out)
 		// The boot ROM's and process 1's parameters are not the agent's
