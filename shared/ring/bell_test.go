@@ -48,6 +48,19 @@ func waitSleeping(t *testing.T, q *HostQP, n uint64) {
 	time.Sleep(2 * time.Millisecond) // from the count to the futex wait
 }
 
+// woken returns how the sleep on woke ended, failing with why when it
+// has not within 10 s.
+func woken(t *testing.T, woke <-chan Wake, why string) Wake {
+	t.Helper()
+	select {
+	case got := <-woke:
+		return got
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
+		return WakeNone
+	}
+}
+
 // raced runs one sleep-and-wake round until its sleeper was asleep when
 // the wake came: a sleeper counted but not yet in the futex wait when the
 // bell moves finds WakeNone, which a loaded machine makes likely once in a
@@ -152,13 +165,8 @@ func TestWakeSleepersIsNotLost(t *testing.T) {
 					return true
 				})
 			}()
-			select {
-			case got := <-woke:
-				if got != WakeNone {
-					t.Fatalf("%v, want WakeNone: the bell had moved before the sleep", got)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the sleeper was not woken")
+			if got := woken(t, woke, "the sleeper was not woken"); got != WakeNone {
+				t.Fatalf("%v, want WakeNone: the bell had moved before the sleep", got)
 			}
 		})
 	}
@@ -182,14 +190,9 @@ func TestSleepersAreCounted(t *testing.T) {
 	}
 	q.Submit([]wire.Desc{{Op: wire.OpPing}})
 	completeOne(t, aq, false)
-	select {
-	case got := <-long:
-		// WakeNone: rung before its futex wait began (the bell had moved).
-		if got != WakeRung && got != WakeNone {
-			t.Fatalf("long sleeper: %v, want WakeRung", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the agent did not ring for the sleeper left")
+	// WakeNone: rung before its futex wait began (the bell had moved).
+	if got := woken(t, long, "the agent did not ring for the sleeper left"); got != WakeRung && got != WakeNone {
+		t.Fatalf("long sleeper: %v, want WakeRung", got)
 	}
 	if n := q.word(qSleeping).Load(); n != 0 {
 		t.Fatalf("%d sleepers counted after both woke", n)
@@ -245,13 +248,8 @@ func TestHeldSleepGivesThePBack(t *testing.T) {
 		t.Fatalf("this goroutine ran again %v after the sleep began: the P was held for the whole sleep", took)
 	}
 	q.WakeSleepers()
-	select {
-	case got := <-woke:
-		if got != WakeRung {
-			t.Fatalf("%v, want WakeRung", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sleeper was not woken")
+	if got := woken(t, woke, "the sleeper was not woken"); got != WakeRung {
+		t.Fatalf("%v, want WakeRung", got)
 	}
 }
 
