@@ -30,6 +30,28 @@ type Request struct {
 
 	yield func(*job) // what Yield does (nil: nothing), for job
 	job   *job
+	// sgl is the scatter-gather list the poller read to size the request
+	// when it ran it inline: the handler serves these spans, not a list
+	// read again, which the host may have rewritten to name more since.
+	sgl []wire.Span
+}
+
+// SGL returns the spans of the request's scatter-gather list (FlagSGL:
+// Spans[0] names it): the ones the poller read, else read from Mem now.
+// A list that cannot be read or decoded is the status to complete with.
+func (r *Request) SGL() ([]wire.Span, wire.Status) {
+	if r.sgl != nil {
+		return r.sgl, wire.StatusOK
+	}
+	raw, err := ring.Bytes(r.Mem, r.Spans[0], nil)
+	if err != nil {
+		return nil, wire.StatusBadSpan
+	}
+	spans, err := wire.DecodeSGL(make([]wire.Span, 0, min(len(raw)/wire.SpanSize, wire.MaxSGL)), raw, r.Mem.Len())
+	if err != nil {
+		return nil, statusFor(err)
+	}
+	return spans, wire.StatusOK
 }
 
 // YieldEvery is the slice of a long request: a handler that touches more
@@ -53,7 +75,8 @@ type Handler struct {
 	// on the polling goroutine. Others run on the worker pool.
 	Inline bool
 	// InlineMax runs a request inline anyway when its spans hold at most
-	// this many bytes: handing a small job to a worker costs more (a
+	// this many bytes (the spans its scatter-gather list names, for one
+	// with FlagSGL): handing a small job to a worker costs more (a
 	// thread wake-up, tens of microseconds here) than doing it.
 	InlineMax uint64
 	// Detached handlers wait on others (agents across the network), not
@@ -426,6 +449,10 @@ type shmLoop struct {
 	// the heap for every descriptor.
 	resp wire.Desc
 	req  Request
+	// The scatter-gather list of the descriptor in hand, as inline read
+	// and decoded it (raw: a copy, where the window is not mapped).
+	sglRaw [wire.MaxSGL * wire.SpanSize]byte
+	sglBuf [wire.MaxSGL]wire.Span
 }
 
 func (l *shmLoop) use(a *ring.Agent) {
@@ -467,8 +494,8 @@ completions:
 				q.Complete(resp)
 				continue
 			}
-			if e.h.Inline || (e.h.InlineMax > 0 && spanBytes(&in.Desc) <= e.h.InlineMax) {
-				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}
+			if sgl, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
+				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", sgl: sgl}
 				d.serve(ctx, e, &l.req, resp)
 				q.Complete(resp)
 				continue
@@ -607,17 +634,39 @@ wait:
 // busy.
 var busyWorkersToSleep = max(1, runtime.NumCPU()-1)
 
-// spanBytes is the data a request names (unbounded for a scatter-gather
-// list, whose data the list only points to).
-func spanBytes(d *wire.Desc) uint64 {
-	if d.Flags&wire.FlagSGL != 0 {
-		return ^uint64(0)
+// inline says whether a request for h runs on the poller: h is Inline,
+// or the request names at most h.InlineMax bytes. A scatter-gather list
+// is read and decoded for that, once: sgl is what it named, which the
+// handler then serves (Request.SGL). A list that does not decode goes to
+// a worker, whose handler reads it again and fails.
+func (l *shmLoop) inline(h *Handler, d *wire.Desc, mem ring.Accessor) (sgl []wire.Span, ok bool) {
+	switch {
+	case h.Inline:
+		return nil, true
+	case h.InlineMax == 0:
+		return nil, false
+	case d.Flags&wire.FlagSGL == 0:
+		var n uint64
+		for _, s := range d.SpanList() {
+			n += uint64(s.Len)
+		}
+		return nil, n <= h.InlineMax
+	case d.NSpan == 0 || uint64(d.Spans[0].Len) > uint64(len(l.sglRaw)):
+		return nil, false
+	}
+	raw, err := ring.Bytes(mem, d.Spans[0], l.sglRaw[:])
+	if err != nil {
+		return nil, false
+	}
+	spans, err := wire.DecodeSGL(l.sglBuf[:0], raw, mem.Len())
+	if err != nil {
+		return nil, false
 	}
 	var n uint64
-	for _, s := range d.SpanList() {
+	for _, s := range spans {
 		n += uint64(s.Len)
 	}
-	return n
+	return spans, n <= h.InlineMax
 }
 
 func (d *Dispatcher) putJob(j *job) {

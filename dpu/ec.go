@@ -205,19 +205,6 @@ func even(s wire.Span, n int) ([]wire.Span, uint32, bool) {
 	return out, w, true
 }
 
-// sgl decodes the request's scatter-gather list: n spans (n < 0: any).
-func sgl(req *Request) ([]wire.Span, wire.Status) {
-	raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
-	if err != nil {
-		return nil, wire.StatusBadSpan
-	}
-	spans, err := wire.DecodeSGL(make([]wire.Span, 0, min(len(raw)/wire.SpanSize, wire.MaxSGL)), raw, req.Mem.Len())
-	if err != nil {
-		return nil, statusFor(err)
-	}
-	return spans, wire.StatusOK
-}
-
 // sameLen reports whether every span has length w > 0.
 func sameLen(spans []wire.Span, w uint32) bool {
 	for _, sp := range spans {
@@ -244,7 +231,7 @@ func (s *ecService) counts(req *Request) (*ec.Coder, wire.Status) {
 func encodeShards(req *Request, k, m int) (ecShards, wire.Status) {
 	sh := ecShards{k: k, m: m}
 	if req.Flags&wire.FlagSGL != 0 {
-		spans, st := sgl(req)
+		spans, st := req.SGL()
 		if st != wire.StatusOK {
 			return sh, st
 		}
@@ -271,7 +258,7 @@ func reconstructShards(req *Request, k, m int) (ecShards, wire.Status) {
 	sh := ecShards{k: k, m: m}
 	var idxSpan wire.Span
 	if req.Flags&wire.FlagSGL != 0 {
-		spans, st := sgl(req)
+		spans, st := req.SGL()
 		if st != wire.StatusOK {
 			return sh, st
 		}

@@ -374,3 +374,83 @@ func TestECRateIsLearnt(t *testing.T) {
 		t.Fatalf("rate %d after rounds 4× slower, want about 10485", r)
 	}
 }
+
+// TestInlineReadsTheSGLOnce: the poller runs an EC op inline when the
+// spans its scatter-gather list names hold at most the handler's
+// InlineMax, and the handler then codes the spans the poller read, not a
+// list the host rewrote meanwhile to name more (which would have the
+// poller code a large stripe while every other pair waits). Before, a
+// list was never read to size the op: every EC op with one went to a
+// worker, however small.
+func TestInlineReadsTheSGLOnce(t *testing.T) {
+	s := openECService(t)
+	h := &Handler{InlineMax: 16 << 10}
+	const k, m = 4, 2
+	rng := rand.New(rand.NewPCG(3, 4))
+	for name := range accessors(nil) {
+		t.Run(name, func(t *testing.T) {
+			// A small stripe (6 × 256 bytes) and a large one (6 × 8 KiB)
+			// in one window.
+			small, large := newECLayout(k+m, 256, rng), newECLayout(k+m, 8<<10, rng)
+			base := uint32(len(small.mem))
+			mem := append(small.mem, large.mem...)
+			var smallSpans, largeSpans []wire.Span
+			for i := range k + m {
+				smallSpans = append(smallSpans, small.span(i))
+				largeSpans = append(largeSpans, wire.Span{Off: base + large.offs[i], Len: large.w})
+			}
+			listAt := uint32(len(small.mem) - 4096) // small's spare 4 KiB
+			put := func(spans []wire.Span) wire.Span {
+				b := wire.AppendSGL(nil, spans)
+				copy(mem[listAt:], b)
+				return wire.Span{Off: listAt, Len: uint32(len(b))}
+			}
+			acc := accessors(mem)[name]
+			desc := func(list wire.Span) wire.Desc {
+				d := wire.Desc{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: wire.ECShards(k, m), NSpan: 1}
+				d.Spans[0] = list
+				return d
+			}
+			var l shmLoop
+			large0 := desc(put(largeSpans))
+			if _, ok := l.inline(h, &large0, acc); ok {
+				t.Fatalf("a list naming %d bytes runs inline (InlineMax %d)", 6*large.w, h.InlineMax)
+			}
+			bad := desc(wire.Span{Off: listAt, Len: 12})
+			if _, ok := l.inline(h, &bad, acc); ok {
+				t.Fatal("a list that does not decode runs inline")
+			}
+			d := desc(put(smallSpans))
+			sgl, ok := l.inline(h, &d, acc)
+			if !ok || len(sgl) != k+m {
+				t.Fatalf("a list naming %d bytes: inline %v, %d spans", 6*small.w, ok, len(sgl))
+			}
+			// The host rewrites the list to name the large stripe before
+			// the handler runs.
+			put(largeSpans)
+			want := make([][]byte, k+m)
+			for i := range want {
+				want[i] = bytes.Clone(mem[small.offs[i] : small.offs[i]+small.w])
+			}
+			c, _ := ec.New(k, m)
+			if err := c.Encode(want); err != nil {
+				t.Fatal(err)
+			}
+			largeBefore := bytes.Clone(mem[base:])
+			req := Request{Desc: d, Mem: acc, Transport: "shm", sgl: sgl}
+			var resp wire.Desc
+			s.serveEncode(context.Background(), &req, &resp)
+			if resp.Status != wire.StatusOK || resp.Arg0 != uint64(small.w) {
+				t.Fatalf("encode: %s, arg0 %d, want OK and %d", resp.Status, resp.Arg0, small.w)
+			}
+			for i := range k + m {
+				if !bytes.Equal(mem[small.offs[i]:small.offs[i]+small.w], want[i]) {
+					t.Fatalf("shard %d of the small stripe differs from the library's", i)
+				}
+			}
+			if !bytes.Equal(mem[base:], largeBefore) {
+				t.Fatal("the handler coded the list the host wrote after the poller read it")
+			}
+		})
+	}
+}

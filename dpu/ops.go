@@ -5,7 +5,6 @@ import (
 	"hash/crc32"
 
 	"github.com/hecsys/hec/shared/crc32c"
-	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -47,13 +46,9 @@ func serveChecksum(_ context.Context, req *Request, resp *wire.Desc, cores int) 
 	}
 	spans := req.Spans[:1]
 	if req.Flags&wire.FlagSGL != 0 {
-		raw, err := ring.Bytes(req.Mem, req.Spans[0], nil)
-		if err != nil {
-			resp.Status = wire.StatusBadSpan
-			return
-		}
-		if spans, err = wire.DecodeSGL(nil, raw, req.Mem.Len()); err != nil {
-			resp.Status = statusFor(err)
+		var st wire.Status
+		if spans, st = req.SGL(); st != wire.StatusOK {
+			resp.Status = st
 			return
 		}
 	}
