@@ -81,6 +81,8 @@ type Call struct {
 
 	tag    uint64
 	staged []uint64 // window offsets to free on completion (shm)
+	// stagedA is staged's room for as many buffers as a descriptor names.
+	stagedA [wire.MaxSpans]uint64
 	// outSpans are the Out buffers' spans in the transport's address space
 	// (the window, or the request payload plus its reserve).
 	outSpans [wire.MaxSpans]wire.Span
@@ -108,7 +110,11 @@ func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span)
 	}
 }
 
-func newCall(req Request) *Call { return &Call{Req: req} }
+func newCall(req Request) *Call {
+	c := &Call{Req: req}
+	c.staged = c.stagedA[:0]
+	return c
+}
 
 func (c *Call) complete(res Result, err error) {
 	if c.done.Load() {

@@ -311,7 +311,8 @@ type share struct {
 
 // split plans an op over w columns and turns the plan into column ranges;
 // cost is the split cost the prediction was multiplied by (1 for one rail).
-func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, float64, error) {
+// The ranges are appended to dst[:0].
+func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share, float64, error) {
 	size := int64(e.k) * int64(w)
 	plan, cost := rail.Plan{}, 1.0
 	switch e.rails {
@@ -330,7 +331,7 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, []share, float64, err
 		e.mu.Unlock()
 		plan = rail.SplitIfGain(rails, size, int64(e.k)*ec.Align, autoMinGain, cost)
 	}
-	var out []share
+	out := dst[:0]
 	for _, s := range plan.Shares {
 		c0 := int(s.Offset / int64(e.k))
 		out = append(out, share{rail: s.Rail, c0: c0, c1: c0 + int(s.Bytes/int64(e.k))})
@@ -350,20 +351,19 @@ const hostPiece = 256 << 10
 // share's time is known), then the agent's awaited. Each share's time
 // refines the model (auto).
 func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
-	dpu func(p *pieces, c0, c1 int) (wait func() error, done func() bool, err error)) (ECResult, error) {
+	dpu func(p *pieces, c0, c1 int) error) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
 	t0 := time.Now()
-	// Each share's time, wait, done and (the agent's) pieces: on the stack
+	// Each share's time and (the agent's) pieces, submitted: on the stack
 	// for as many shares as there are rails (host, DPU, a GPU's to come).
 	var tookA [3]time.Duration
-	var waitsA [3]func() error
-	var donesA [3]func() bool
 	var piecesA [3]*pieces
-	took, waits, dones, ps := tookA[:], waitsA[:], donesA[:], piecesA[:]
+	var sentA [3]bool
+	took, ps, sent := tookA[:], piecesA[:], sentA[:]
 	if n := len(shares); n > len(tookA) {
-		took, waits, dones, ps = make([]time.Duration, n), make([]func() error, n), make([]func() bool, n), make([]*pieces, n)
+		took, ps, sent = make([]time.Duration, n), make([]*pieces, n), make([]bool, n)
 	} else {
-		took, waits, dones, ps = took[:n], waits[:n], dones[:n], ps[:n]
+		took, ps, sent = took[:n], ps[:n], sent[:n]
 	}
 	// The op's CPU meter is the first agent share's (its pieces are on
 	// the heap anyway), else here.
@@ -393,16 +393,15 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		if s.rail != RailDPU {
 			continue
 		}
-		wait, done, err := dpu(ps[i], s.c0, s.c1)
-		if err != nil {
-			for _, w := range waits {
-				if w != nil {
-					w() //nolint:errcheck // already failing
+		if err := dpu(ps[i], s.c0, s.c1); err != nil {
+			for j, p := range ps {
+				if sent[j] {
+					p.wait() //nolint:errcheck // already failing
 				}
 			}
 			return res, err
 		}
-		waits[i], dones[i] = wait, done
+		sent[i] = true
 	}
 	var hostErr error
 	for i, s := range shares {
@@ -417,8 +416,8 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 					p.poll()
 				}
 			}
-			for j, d := range dones {
-				if d != nil && took[j] == 0 && d() {
+			for j, p := range ps {
+				if sent[j] && took[j] == 0 && p.done() {
 					took[j] = time.Since(t0)
 				}
 			}
@@ -426,11 +425,11 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		took[i] = time.Since(t0)
 	}
 	err := hostErr
-	for i, w := range waits {
-		if w == nil {
+	for i, p := range ps {
+		if !sent[i] {
 			continue
 		}
-		if werr := w(); werr != nil && err == nil {
+		if werr := p.wait(); werr != nil && err == nil {
 			err = werr
 		}
 		if took[i] == 0 {
@@ -477,14 +476,15 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	if err != nil {
 		return ECResult{}, err
 	}
-	plan, shares, cost, err := e.split(ctx, w)
+	var sharesA [3]share // as many as there are rails: no allocation
+	plan, shares, cost, err := e.split(ctx, w, sharesA[:0])
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
 	host := func(c0, c1 int) error {
 		return e.local.EncodeColumns(ctx, columns(c0, c1, data), columns(c0, c1, parity))
 	}
-	dpu := func(p *pieces, c0, c1 int) (func() error, func() bool, error) {
+	dpu := func(p *pieces, c0, c1 int) error {
 		return e.dpuEncode(p, data, parity, c0, c1)
 	}
 	return e.run(ctx, wire.OpECEncode, plan, shares, cost, host, dpu)
@@ -496,22 +496,28 @@ func columns(c0, c1 int, groups ...[][]byte) [][]byte {
 	for _, g := range groups {
 		n += len(g)
 	}
-	out := make([][]byte, 0, n)
+	return appendColumns(make([][]byte, 0, n), c0, c1, groups...)
+}
+
+// appendColumns appends columns c0..c1 of every shard of the groups to
+// dst, in order.
+func appendColumns(dst [][]byte, c0, c1 int, groups ...[][]byte) [][]byte {
 	for _, g := range groups {
 		for _, s := range g {
-			out = append(out, s[c0:c1:c1])
+			dst = append(dst, s[c0:c1:c1])
 		}
 	}
-	return out
+	return dst
 }
 
 // inWindowSGL returns the scatter-gather list naming spans, when every
-// one lies in the window.
-func (e *EC) inWindowSGL(spans [][]byte) ([]byte, bool) {
+// one lies in the window: in the pieces' room for a list when it fits
+// (the transport copies it into the window as the op is submitted).
+func (p *pieces) inWindowSGL(spans [][]byte) ([]byte, bool) {
 	if len(spans) > wire.MaxSGL {
 		return nil, false
 	}
-	return e.c.t.windowSGL(make([]byte, 0, wire.SpanSize*len(spans)), spans)
+	return p.e.c.t.windowSGL(p.sgl[:0], spans)
 }
 
 // pieces is how an agent share too large for one op, or not in the
@@ -528,9 +534,14 @@ type pieces struct {
 	next  int            // calls before next are finished
 	end   time.Time      // when the last call submitted should end
 
-	// Room for the calls of an op in place (one call): no allocations.
+	// Room for the calls of an op in place (one call), its shards' views
+	// and its scatter-gather list: no allocations for codes of up to 32
+	// shards.
 	call1  [1]*Call
 	after1 [1]func(Result)
+	in1    [1][]byte
+	cols   [32][]byte
+	sgl    [32 * wire.SpanSize]byte
 }
 
 // newPieces returns the pieces of one agent share; m is the op's meter,
@@ -665,16 +676,14 @@ func (e *EC) pieceWidth(rows int) int {
 	return max(e.c.WindowSize()/4/rows/ec.Align*ec.Align, ec.Align)
 }
 
-// dpuEncode submits the agent's encode of columns c0..c1: one op naming
-// the shards in place when they are all in the window, else pieces
-// copied into window buffers.
-func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) (func() error, func() bool, error) {
+// dpuEncode submits the agent's encode of columns c0..c1 (p.wait awaits
+// it): one op naming the shards in place when they are all in the window,
+// else pieces copied into window buffers.
+func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) error {
 	counts := wire.ECShards(e.k, e.m)
-	if list, ok := e.inWindowSGL(columns(c0, c1, data, parity)); ok {
-		if err := p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, e.k*(c1-c0), nil); err != nil {
-			return nil, nil, err
-		}
-		return p.wait, p.done, nil
+	if list, ok := p.inWindowSGL(appendColumns(p.cols[:0], c0, c1, data, parity)); ok {
+		p.in1[0] = list
+		return p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: p.in1[:]}, e.k*(c1-c0), nil)
 	}
 	step := e.pieceWidth(e.k + e.m)
 	for c := c0; c < c1; c += step {
@@ -692,10 +701,10 @@ func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) (func() err
 		})
 		if err != nil {
 			p.wait() //nolint:errcheck // already failing
-			return nil, nil, err
+			return err
 		}
 	}
-	return p.wait, p.done, nil
+	return nil
 }
 
 // rebuildPlan picks, for a reconstruct, k present shards (data first) and
@@ -735,7 +744,8 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 	if err != nil || len(want) == 0 {
 		return ECResult{}, err
 	}
-	plan, shares, cost, err := e.split(ctx, w)
+	var sharesA [3]share // as many as there are rails: no allocation
+	plan, shares, cost, err := e.split(ctx, w, sharesA[:0])
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
@@ -749,7 +759,7 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 		}
 		return e.local.ReconstructSome(sub, want)
 	}
-	dpu := func(p *pieces, c0, c1 int) (func() error, func() bool, error) {
+	dpu := func(p *pieces, c0, c1 int) error {
 		return e.dpuReconstruct(p, shards, present, want, c0, c1)
 	}
 	return e.run(ctx, wire.OpECReconstruct, plan, shares, cost, host, dpu)
@@ -757,7 +767,7 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
 // from present.
-func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0, c1 int) (func() error, func() bool, error) {
+func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0, c1 int) error {
 	counts := wire.ECShards(e.k, e.m)
 	idx := make([]byte, 0, len(present)+len(want))
 	for _, i := range append(append([]int{}, present...), want...) {
@@ -773,12 +783,13 @@ func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0,
 	if ib, err := e.c.Alloc(len(idx)); err == nil && e.c.t.inWindow(ib) {
 		copy(ib, idx)
 		p.bufs = append(p.bufs, ib)
-		if list, ok := e.inWindowSGL(append(spans, ib)); ok {
-			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: [][]byte{list}}, len(present)*(c1-c0), nil); err != nil {
+		if list, ok := p.inWindowSGL(append(spans, ib)); ok {
+			p.in1[0] = list
+			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: p.in1[:]}, len(present)*(c1-c0), nil); err != nil {
 				p.wait() //nolint:errcheck // already failing
-				return nil, nil, err
+				return err
 			}
-			return p.wait, p.done, nil
+			return nil
 		}
 	} else if err == nil {
 		e.c.Free(ib)
@@ -802,10 +813,10 @@ func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0,
 		})
 		if err != nil {
 			p.wait() //nolint:errcheck // already failing
-			return nil, nil, err
+			return err
 		}
 	}
-	return p.wait, p.done, nil
+	return nil
 }
 
 // Calibrate measures the two rails for this code, now when again is set,
@@ -851,9 +862,9 @@ func (e *EC) Calibrate(ctx context.Context, again bool) ([]rail.Rail, error) {
 			t1 := time.Now()
 			p := newPieces(ctx, e, nil)
 			p.meter = nil // a calibration's ops report no CPU: nothing to read
-			wait, _, err := e.dpuEncode(p, dd, dp, 0, c)
+			err := e.dpuEncode(p, dd, dp, 0, c)
 			if err == nil {
-				err = wait()
+				err = p.wait()
 			}
 			if err != nil {
 				return 0, fmt.Errorf("calibrate the dpu rail: %w", err)
@@ -904,7 +915,7 @@ func (e *EC) Model() []rail.Rail {
 // Plan is how an op of shards of w bytes would be split now (calibrating
 // first when auto has not yet).
 func (e *EC) Plan(ctx context.Context, w int) (rail.Plan, error) {
-	plan, _, _, err := e.split(ctx, w)
+	plan, _, _, err := e.split(ctx, w, nil)
 	return plan, err
 }
 
