@@ -13,13 +13,20 @@ import (
 
 // startAgent runs an agent in this process for the examples; applications
 // reach the hecd that runs on the DPU (or as a local emulation) instead.
-func startAgent() (shm, tcp string, stop func()) {
+func startAgent() (shm, tcp string, stop func()) { return startAgentWith(nil) }
+
+// startAgentWith is startAgent with setup run on the agent before it
+// serves (tests register ops of their own there).
+func startAgentWith(setup func(*dpu.Agent)) (shm, tcp string, stop func()) {
 	dir, _ := os.MkdirTemp("", "hec-example")
 	shm = filepath.Join("/dev/shm", filepath.Base(dir))
 	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: shm, RegionSize: 8 << 20, QueuePairs: 2, TCP: "127.0.0.1:0",
 		Mgmt: dpu.Off, StateDir: dir}, RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}}, nil)
 	if err != nil {
 		panic(err)
+	}
+	if setup != nil {
+		setup(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/ring"
@@ -213,19 +214,31 @@ func TestAStallOfTheWholeMachineIsNotAnAgentDeath(t *testing.T) {
 // shared region; the call returns only once that callback is over, so a
 // Close right after cannot unmap the region under it (the race detector
 // once caught Close's unmapping racing that read, in an e2e test).
+//
+// The op takes 5 ms on the agent whatever its cores: its wait spins,
+// yields for a millisecond and then sleeps on the bell, where the
+// context's end finds it. The test used 2.5 MiB EC encodes before, which
+// on a core with GFNI took some 60 µs: their waits were awake when the
+// context ended, and as few as one try in 200 tested anything (none,
+// some runs here).
 func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
-	c := agentClient(t)
-	const k, m, w = 10, 4, 256 << 10 // 2.5 MiB of data: a long op, some hundreds of µs on the agent
-	shards := stripe(t, c, k, m, w, true, 3)
-	e, err := c.EC(k, m, host.WithRails(host.RailsDPU))
+	const slowOp = wire.Op(0x7fe1)
+	shm, _, stop := startAgentWith(func(a *dpu.Agent) {
+		a.Dispatcher().Handle(slowOp, dpu.Handler{Serve: func(context.Context, *dpu.Request, *wire.Desc) {
+			time.Sleep(5 * time.Millisecond)
+		}})
+	})
+	t.Cleanup(stop)
+	c, err := host.Dial(context.Background(), "shm://"+shm)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	for ops := 0; !host.BellRings(c); ops++ {
-		if ops == 200 {
-			t.Fatalf("after %d long ops no ring of the agent's was seen to end a sleep", ops)
+		if ops == 20 {
+			t.Fatalf("after %d ops of 5 ms no ring of the agent's was seen to end a sleep", ops)
 		}
-		if _, err := e.Encode(context.Background(), shards); err != nil {
+		if _, err := c.Do(context.Background(), host.Request{Op: slowOp}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,13 +249,14 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 		over.Store(true)
 	})
 	defer host.SetCancelWakeHook(nil)
+	const tries = 10
 	woken := 0
-	for try := 0; try < 200 && woken < 5; try++ {
+	for try := range tries {
 		started.Store(false)
 		over.Store(false)
 		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(time.Duration(50+try*10)*time.Microsecond, cancel)
-		_, err := e.Encode(ctx, shards)
+		time.AfterFunc(2*time.Millisecond+time.Duration(try)*200*time.Microsecond, cancel)
+		_, err := c.Do(ctx, host.Request{Op: slowOp})
 		if started.Load() {
 			woken++
 			if !over.Load() {
@@ -250,14 +264,14 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 			}
 		}
 		cancel()
-		// The agent may still be coding the cancelled call's stripe:
-		// let it finish before the next.
-		if _, err := e.Encode(context.Background(), shards); err != nil {
+		// The agent may still be serving the cancelled call's op: let it
+		// finish before the next.
+		if _, err := c.Do(context.Background(), host.Request{Op: slowOp}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if woken == 0 {
-		t.Fatal("no wait was woken by its context's end: the test saw nothing")
+		t.Fatalf("no wait of %d was woken by its context's end: the test saw nothing", tries)
 	}
-	t.Logf("%d waits woken by their context's end", woken)
+	t.Logf("%d waits of %d woken by their context's end", woken, tries)
 }
