@@ -174,6 +174,21 @@ func rawAndAgent(ctx context.Context, coder *ec.Coder, e *host.EC, shards, wshar
 	return raw, agent, ratios, nil
 }
 
+// pingRTT is the median time of 2000 PINGs through c.
+func pingRTT(ctx context.Context, c *host.Client) (time.Duration, error) {
+	ts := make([]time.Duration, 0, 2000)
+	for range cap(ts) {
+		t0 := time.Now()
+		if err := c.Ping(ctx); err != nil {
+			return 0, err
+		}
+		ts = append(ts, time.Since(t0))
+	}
+	return median(ts), nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
 func shapeName(k, m, size int) string { return fmt.Sprintf("%d+%d %d MiB", k, m, size>>20) }
 
 func gbs(size int, d time.Duration) float64 { return float64(size) / d.Seconds() / 1e9 }
@@ -250,6 +265,10 @@ func benchEC(ctx context.Context, rep *Report, quick bool) error {
 			rep.add(s, name+": ISA-L 2.30, one thread", gbs(size, peer), "GB/s")
 			rep.add(s, name+": through the agent (one core, no profile)", gbs(size, median(agent)), "GB/s")
 			rep.atLeastN(s, name+": through the agent / raw library", ratios, 0.9, "×")
+			// The target in time: what the agent adds to an op, beside
+			// what 0.9× leaves it and a ring round trip (below).
+			rep.add(s, name+": time the agent adds to one op (through the agent − raw, medians)", us(median(agent)-median(raw)), "µs")
+			rep.add(s, name+": time ≥ 0.9× leaves it (raw / 9)", us(median(raw)/9), "µs")
 			rep.add(s, name+": raw library / ISA-L", peer.Seconds()/median(raw).Seconds(), "×")
 			same := 0.0
 			if ours == peerHash && ours == agentHash {
@@ -258,6 +277,10 @@ func benchEC(ctx context.Context, rep *Report, quick bool) error {
 			rep.atLeast(s, name+": parity identical from the library, the agent and ISA-L's Cauchy matrix (1 = yes)", same, 1, "")
 			progress(s, "%s: raw %.1f GB/s, ISA-L %.1f GB/s, agent %.1f GB/s", name, gbs(size, median(raw)), gbs(size, peer), gbs(size, median(agent)))
 		}
+	}
+	// For scale: the ring's round trip to this agent (PING, no work).
+	if rtt, err := pingRTT(ctx, c); err == nil {
+		rep.add(s, "one ring round trip to the agent (PING, median of 2000)", us(rtt), "µs")
 	}
 	stop()
 
