@@ -43,11 +43,21 @@ func (r *Request) SGL() ([]wire.Span, wire.Status) {
 	if r.sgl != nil {
 		return r.sgl, wire.StatusOK
 	}
-	raw, err := ring.Bytes(r.Mem, r.Spans[0], nil)
+	return readSGL(r.Mem, r.Spans[0], nil, nil)
+}
+
+// readSGL reads and decodes the scatter-gather list at s in mem, into
+// scratch (raw bytes, where mem is not mapped) and dst when they have
+// room; a status other than OK is what the request completes with.
+func readSGL(mem ring.Accessor, s wire.Span, scratch []byte, dst []wire.Span) ([]wire.Span, wire.Status) {
+	raw, err := ring.Bytes(mem, s, scratch)
 	if err != nil {
 		return nil, wire.StatusBadSpan
 	}
-	spans, err := wire.DecodeSGL(make([]wire.Span, 0, min(len(raw)/wire.SpanSize, wire.MaxSGL)), raw, r.Mem.Len())
+	if dst == nil {
+		dst = make([]wire.Span, 0, min(len(raw)/wire.SpanSize, wire.MaxSGL))
+	}
+	spans, err := wire.DecodeSGL(dst[:0], raw, mem.Len())
 	if err != nil {
 		return nil, statusFor(err)
 	}
@@ -654,12 +664,8 @@ func (l *shmLoop) inline(h *Handler, d *wire.Desc, mem ring.Accessor) (sgl []wir
 	case d.NSpan == 0 || uint64(d.Spans[0].Len) > uint64(len(l.sglRaw)):
 		return nil, false
 	}
-	raw, err := ring.Bytes(mem, d.Spans[0], l.sglRaw[:])
-	if err != nil {
-		return nil, false
-	}
-	spans, err := wire.DecodeSGL(l.sglBuf[:0], raw, mem.Len())
-	if err != nil {
+	spans, st := readSGL(mem, d.Spans[0], l.sglRaw[:], l.sglBuf[:])
+	if st != wire.StatusOK {
 		return nil, false
 	}
 	var n uint64

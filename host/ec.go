@@ -520,6 +520,13 @@ func (p *pieces) inWindowSGL(spans [][]byte) ([]byte, bool) {
 	return p.e.c.t.windowSGL(p.sgl[:0], spans)
 }
 
+// submitSGL submits op naming its spans with list (inWindowSGL), for
+// bytes of data.
+func (p *pieces) submitSGL(op wire.Op, counts uint64, list []byte, bytes int) error {
+	p.in1[0] = list
+	return p.submit(Request{Op: op, Flags: wire.FlagSGL, Arg0: counts, In: p.in1[:]}, bytes, nil)
+}
+
 // pieces is how an agent share too large for one op, or not in the
 // window, is sent: column pieces of at most width, up to maxChunksInFl in
 // flight.
@@ -682,8 +689,7 @@ func (e *EC) pieceWidth(rows int) int {
 func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) error {
 	counts := wire.ECShards(e.k, e.m)
 	if list, ok := p.inWindowSGL(appendColumns(p.cols[:0], c0, c1, data, parity)); ok {
-		p.in1[0] = list
-		return p.submit(Request{Op: wire.OpECEncode, Flags: wire.FlagSGL, Arg0: counts, In: p.in1[:]}, e.k*(c1-c0), nil)
+		return p.submitSGL(wire.OpECEncode, counts, list, e.k*(c1-c0))
 	}
 	step := e.pieceWidth(e.k + e.m)
 	for c := c0; c < c1; c += step {
@@ -784,8 +790,7 @@ func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0,
 		copy(ib, idx)
 		p.bufs = append(p.bufs, ib)
 		if list, ok := p.inWindowSGL(append(spans, ib)); ok {
-			p.in1[0] = list
-			if err := p.submit(Request{Op: wire.OpECReconstruct, Flags: wire.FlagSGL, Arg0: counts, In: p.in1[:]}, len(present)*(c1-c0), nil); err != nil {
+			if err := p.submitSGL(wire.OpECReconstruct, counts, list, len(present)*(c1-c0)); err != nil {
 				p.wait() //nolint:errcheck // already failing
 				return err
 			}

@@ -103,14 +103,20 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 				t.Fatalf("nothing published: %v, want WakeTimeout", got)
 			}
 
-			if got := raced(t, func() Wake {
-				q.Submit(ping)
-				woke := sleepAsync(q, time.Minute, hold)
-				waitSleeping(t, q, 1)
-				completeOne(t, aq, false)
-				defer reap()
-				return <-woke
-			}); got != WakeRung {
+			// publishAsleep submits a ping, lets a sleep of d begin and
+			// has the agent complete the ping (silent: without a ring).
+			publishAsleep := func(d time.Duration, silent bool) Wake {
+				return raced(t, func() Wake {
+					q.Submit(ping)
+					woke := sleepAsync(q, d, hold)
+					waitSleeping(t, q, 1)
+					completeOne(t, aq, silent)
+					defer reap()
+					return <-woke
+				})
+			}
+
+			if got := publishAsleep(time.Minute, false); got != WakeRung {
 				t.Fatalf("published while it slept: %v, want WakeRung", got)
 			}
 
@@ -121,14 +127,7 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 			}
 			reap()
 
-			if got := raced(t, func() Wake {
-				q.Submit(ping)
-				woke := sleepAsync(q, 50*time.Millisecond, hold)
-				waitSleeping(t, q, 1)
-				completeOne(t, aq, true)
-				defer reap()
-				return <-woke
-			}); got != WakeMissed {
+			if got := publishAsleep(50*time.Millisecond, true); got != WakeMissed {
 				t.Fatalf("published without a ring: %v, want WakeMissed", got)
 			}
 

@@ -29,22 +29,24 @@ const (
 // and returns the system call's errno: 0 when woken, ETIMEDOUT, EAGAIN
 // (the word had already changed) or EINTR. Each means the same to a
 // caller — look again — except that only 0 says a FUTEX_WAKE reached it.
-func futexWait(addr *uint64, val uint32, d time.Duration) unix.Errno {
+//
+// held makes it a raw system call: the goroutine keeps its P (Go's
+// monitor does not take it back and hand it on, nor wake every 20 µs
+// while it is away), which no other goroutine can then use until it
+// returns. For short sleeps only.
+func futexWait(addr *uint64, val uint32, d time.Duration, held bool) unix.Errno {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
 	// The futex word is the low 32 bits of the doorbell (little-endian).
-	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(&ts)), 0, 0)
-	return e
-}
-
-// futexWaitHeld is futexWait in a raw system call: the goroutine keeps
-// its P (Go's monitor does not take it back and hand it on, nor wake every
-// 20 µs while it is away), which no other goroutine can then use until it
-// returns. For short sleeps only.
-func futexWaitHeld(addr *uint64, val uint32, d time.Duration) unix.Errno {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	_, _, e := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
-		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	// The pointers are converted in the calls' argument lists (unsafe's
+	// rule for system calls).
+	var e unix.Errno
+	if held {
+		_, _, e = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+			uintptr(unsafe.Pointer(&ts)), 0, 0)
+	} else {
+		_, _, e = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+			uintptr(unsafe.Pointer(&ts)), 0, 0)
+	}
 	return e
 }
 
@@ -65,7 +67,7 @@ func (a *Agent) SleepOnDoorbell(d time.Duration, hasWork func() bool) {
 	// not wake this one.
 	a.r.word(hSleeping).Swap(1)
 	if !hasWork() {
-		futexWait((*uint64)(unsafe.Pointer(bell)), seq, d) //nolint:errcheck // every outcome means: look again
+		futexWait((*uint64)(unsafe.Pointer(bell)), seq, d, false) //nolint:errcheck // every outcome means: look again
 	}
 	a.r.word(hSleeping).Store(0)
 }
@@ -167,7 +169,7 @@ func (q *HostQP) SleepForCompletion(d, hold time.Duration, waiting func() bool) 
 	var e unix.Errno
 	if hold = min(hold, d); hold > 0 {
 		start := time.Now()
-		e = futexWaitHeld(addr, seq, hold)
+		e = futexWait(addr, seq, hold, true)
 		// Run out, or a signal: the runtime wants the P (a collection
 		// stopping the world sends one until it gets it). The rest of
 		// the sleep is an ordinary one.
@@ -175,11 +177,11 @@ func (q *HostQP) SleepForCompletion(d, hold time.Duration, waiting func() bool) 
 			e = unix.ETIMEDOUT
 			if rest := d - time.Since(start); rest > 0 {
 				runtime.Gosched() // what waited for the P runs first
-				e = futexWait(addr, seq, rest)
+				e = futexWait(addr, seq, rest, false)
 			}
 		}
 	} else {
-		e = futexWait(addr, seq, d)
+		e = futexWait(addr, seq, d, false)
 	}
 	switch e {
 	case 0:
