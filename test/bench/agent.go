@@ -207,18 +207,9 @@ func childAgentClient(args []string) error {
 	defer c.Close()
 	var res agentResult
 
-	warm := n / 10
-	d := make([]time.Duration, 0, n)
-	prev := time.Now()
-	for i := 0; i < n+warm; i++ {
-		if err := c.Ping(ctx); err != nil {
-			return err
-		}
-		now := time.Now()
-		if i >= warm {
-			d = append(d, now.Sub(prev))
-		}
-		prev = now
+	d, err := pingTimes(ctx, c, n)
+	if err != nil {
+		return err
 	}
 	res.Ping = latencies(d)
 

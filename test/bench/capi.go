@@ -149,20 +149,9 @@ func childCapiGo(args []string) error {
 		return err
 	}
 	defer c.Close()
-	for range n / 10 {
-		if err := c.Ping(ctx); err != nil {
-			return err
-		}
-	}
-	d := make([]time.Duration, 0, n)
-	prev := time.Now()
-	for range n {
-		if err := c.Ping(ctx); err != nil {
-			return err
-		}
-		now := time.Now()
-		d = append(d, now.Sub(prev))
-		prev = now
+	d, err := pingTimes(ctx, c, n)
+	if err != nil {
+		return err
 	}
 	slices.Sort(d)
 	const size = 64 << 20

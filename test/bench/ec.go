@@ -176,15 +176,31 @@ func rawAndAgent(ctx context.Context, coder *ec.Coder, e *host.EC, shards, wshar
 
 // pingRTT is the median time of 2000 PINGs through c.
 func pingRTT(ctx context.Context, c *host.Client) (time.Duration, error) {
-	ts := make([]time.Duration, 0, 2000)
-	for range cap(ts) {
-		t0 := time.Now()
-		if err := c.Ping(ctx); err != nil {
-			return 0, err
-		}
-		ts = append(ts, time.Since(t0))
+	ts, err := pingTimes(ctx, c, 2000)
+	if err != nil {
+		return 0, err
 	}
 	return median(ts), nil
+}
+
+// pingTimes times n PINGs through c, back to back, after n/10 untimed.
+func pingTimes(ctx context.Context, c *host.Client, n int) ([]time.Duration, error) {
+	for range n / 10 {
+		if err := c.Ping(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d := make([]time.Duration, 0, n)
+	prev := time.Now()
+	for range n {
+		if err := c.Ping(ctx); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		d = append(d, now.Sub(prev))
+		prev = now
+	}
+	return d, nil
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
