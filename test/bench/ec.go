@@ -14,6 +14,7 @@ import (
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -158,7 +159,7 @@ func rawAndAgent(ctx context.Context, coder *ec.Coder, e *host.EC, shards, wshar
 	}
 	for range 3 {
 		var r []time.Duration
-		if err := onCPU(cpu, func() (err error) {
+		if err := affinity.Do([]int{cpu}, func() (err error) {
 			r, err = timeRuns(minTime/3, func() error { return coder.Encode(shards) })
 			return err
 		}); err != nil {

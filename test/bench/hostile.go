@@ -22,6 +22,7 @@ import (
 
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -159,7 +160,7 @@ func hostileRun(ctx context.Context, hecd, dir string, d time.Duration) (hostile
 	defer os.Remove(shm)
 	// The machine's own stalls of the agent's core, before the agent is
 	// there to share it.
-	if err := onCPU(last, func() error {
+	if err := affinity.Do([]int{last}, func() error {
 		h.stall, h.stallShare = spinStalls(d)
 		return nil
 	}); err != nil {

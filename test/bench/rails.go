@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -49,23 +48,6 @@ func setAll(set unix.CPUSet) error {
 		unix.SchedSetaffinity(tid, &set)
 	}
 	return nil
-}
-
-// onCPU runs f on this goroutine's thread moved to cpu alone, and then
-// puts the thread back on the cpus it had.
-func onCPU(cpu int, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var old, one unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return err
-	}
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		return fmt.Errorf("move to cpu %d: %w", cpu, err)
-	}
-	defer unix.SchedSetaffinity(0, &old) //nolint:errcheck // the mask it had a moment ago
-	return f()
 }
 
 func median(ds []time.Duration) time.Duration {
