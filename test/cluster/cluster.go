@@ -26,6 +26,7 @@ import (
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
 	"github.com/hecsys/hec/shared/sysinfo"
@@ -64,6 +65,9 @@ type Options struct {
 	// VMs), as "NAME=value": GOMAXPROCS=1 gives agents sharing a small
 	// machine a core's share each.
 	AgentEnv []string
+	// AgentCPUs, where it has an entry for node i (AgentCPUs[i-1], not
+	// nil), starts node i's agent on those CPUs (not a VM's).
+	AgentCPUs [][]int
 	// TrustedKey, a file holding a hex ed25519 public key, runs every
 	// agent (not the VMs: process 1 is theirs) under its loader, hecd
 	// supervise, trusting that key: the agents keep A/B slots in their
@@ -89,6 +93,8 @@ type Node struct {
 	// TokenFile holds the operator's token its agent requires (the
 	// cluster's: every node has the same).
 	TokenFile string `json:"token_file,omitempty"`
+	// CPUs its agent is started on (Options.AgentCPUs); none: anywhere.
+	CPUs []int `json:"cpus,omitempty"`
 }
 
 // Mgmt is the node agent's management address (reachable inside the
@@ -279,6 +285,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	for i := 1; i <= o.Agents; i++ {
 		n := Node{Index: i, NS: nsName(o.Name, i), Addr: subnetPrefix + strconv.Itoa(i)}
+		if i <= len(o.AgentCPUs) {
+			n.CPUs = o.AgentCPUs[i-1]
+		}
 		v := "v" + strconv.Itoa(i)
 		if i > o.Agents-o.VMs {
 			// A VM: its tap on the bridge; QEMU runs in the switch.
@@ -428,8 +437,8 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // spawn starts argv inside namespace ns, in a session of its own (it
 // outlives the tool), output to logPath, with env added to this process's
-// environment.
-func spawn(ns, logPath string, env []string, argv ...string) (int, error) {
+// environment, on cpus (none: anywhere).
+func spawn(ns, logPath string, env []string, cpus []int, argv ...string) (int, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644) // a restarted agent logs after the last
 	if err != nil {
 		return 0, err
@@ -441,7 +450,7 @@ func spawn(ns, logPath string, env []string, argv ...string) (int, error) {
 		cmd.Env = append(os.Environ(), env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := affinity.Start(cmd, cpus); err != nil {
 		return 0, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
 	}
 	// ip execs the program: this pid is the agent. Reap it should it end
@@ -582,7 +591,7 @@ func startAgent(st *State, n *Node, hecd, members string) error {
 		loader := append([]string{"supervise", "--trusted-key", st.TrustedKey}, st.LoaderArgs...)
 		args = append(append(loader, "--"), args...)
 	}
-	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), st.AgentEnv, append([]string{hecd}, args...)...)
+	pid, err := spawn(n.NS, filepath.Join(dir, "hecd.log"), st.AgentEnv, n.CPUs, append([]string{hecd}, args...)...)
 	n.PID = pid
 	return err
 }
@@ -620,7 +629,7 @@ func startEtcd(st *State, log io.Writer) error {
 		return errors.New("cluster: etcd not found (apt-get install etcd-server)")
 	}
 	client, peerURL := "http://"+switchAddr+":2379", "http://127.0.0.1:2380"
-	pid, err := spawn(st.Switch, filepath.Join(st.Dir, "etcd.log"), nil, "etcd", "--data-dir", filepath.Join(st.Dir, "etcd"),
+	pid, err := spawn(st.Switch, filepath.Join(st.Dir, "etcd.log"), nil, nil, "etcd", "--data-dir", filepath.Join(st.Dir, "etcd"),
 		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL)
 	if err != nil {

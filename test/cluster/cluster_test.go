@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/test/testutil"
 
 	"golang.org/x/sys/unix"
@@ -98,19 +99,33 @@ func TestDownAfterACrash(t *testing.T) {
 	const name = "tcrash"
 	dir := filepath.Join(t.TempDir(), "state")
 	Down(name, dir, nil)
-	st, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir, AgentEnv: []string{"GOMAXPROCS=1"}})
+	all, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := all[len(all)-1:]
+	st, err := Up(context.Background(), Options{Name: name, Agents: 2, Hecd: bin, StateDir: dir, AgentEnv: []string{"GOMAXPROCS=1"},
+		AgentCPUs: [][]int{last}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Down(name, dir, nil) })
 	pids := []int{st.Nodes[0].PID, st.Nodes[1].PID}
-	for _, pid := range pids {
+	for i, pid := range pids {
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
 			t.Errorf("agent %d runs without its AgentEnv", pid)
+		}
+		// Node 1's agent on the CPUs it was given, node 2's anywhere.
+		want := all
+		if i == 0 {
+			want = last
+		}
+		if got, err := affinity.OfProcess(pid); err != nil || !slices.Equal(got, want) {
+			t.Errorf("agent of node %d runs on CPUs %v (%v), want %v", i+1, got, err, want)
 		}
 	}
 	os.RemoveAll(dir) // the state is lost with the tool
