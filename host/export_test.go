@@ -55,3 +55,11 @@ func CountCPUReads() (reads func() int, restore func()) {
 	cpuTime = func() time.Duration { n.Add(1); return old() }
 	return func() int { return int(n.Load()) }, func() { cpuTime = old }
 }
+
+// SleptLong reports whether the last wait of a call like req (its sleep
+// class) on c's shared-memory transport slept a held sleep's length or
+// more, so that the next one's first sleep is not held.
+func SleptLong(c *Client, req Request) bool {
+	t := c.t.(*shmTransport)
+	return t.longSleeps[sleepClass(&Call{Req: req})].Load()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"sync"
@@ -42,9 +43,10 @@ type shmTransport struct {
 	agentBeat ring.BeatWatch // the agent's heartbeat in the pair's block, judged on the looks this host took
 
 	bellRings atomic.Bool // a ring of the agent's was seen to end a sleep: its rings reach this kernel
-	// longSleeps: the last wait that slept slept heldSleep or more, so
-	// the next one's first sleep is not held (heldSleep).
-	longSleeps atomic.Bool
+	// longSleeps: the last wait of a call of this class (sleepClass)
+	// that slept slept heldSleep or more, so the next one's first sleep
+	// is not held (heldSleep).
+	longSleeps [sleepClasses]atomic.Bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -504,8 +506,8 @@ const deepQueue = 8
 const bellSleep = 50 * time.Millisecond
 
 // heldSleep is how long a wait's first sleep on the bell keeps its P
-// (ring.HostQP.SleepForCompletion), while the waits before it slept less
-// than that: a collective or an EC op that ends within it costs one
+// (ring.HostQP.SleepForCompletion), while the last wait of a call like it
+// (sleepClass) slept less than that: a collective or an EC op that ends within it costs one
 // wake-up, not the P's hand-off and Go's monitor polling every 20 µs
 // until it is idle again (on a virtual machine, more of a 1 MiB
 // collective's host CPU than all the rest). Another goroutine, or a timer
@@ -517,6 +519,29 @@ const bellSleep = 50 * time.Millisecond
 // rings do not reach this kernel (an agent in a VM), whose sleeps are
 // short timed looks.
 const heldSleep = time.Millisecond
+
+// sleepClasses is how many classes of calls the waits' hold is decided
+// for apart (sleepClass).
+const sleepClasses = 64
+
+// sleepClass is the class of calls like c, whose waits have slept about
+// as long: the same op, arguments (a collective's kind and type, an EC
+// shape) and bytes within a factor of two, hashed into sleepClasses
+// slots. A barrier between 1 MiB allreduces that take 2 ms then has its
+// first sleep held, and the allreduces not: by the last wait alone each
+// would get the other's.
+func sleepClass(c *Call) int {
+	n := 0
+	for _, b := range c.Req.In {
+		n += len(b)
+	}
+	for _, b := range c.Req.Out {
+		n += len(b)
+	}
+	h := (uint64(c.Req.Op)<<8 | uint64(bits.Len(uint(n)))) * 0x9e3779b97f4a7c15
+	h ^= c.Req.Arg1 * 0xc2b2ae3d27d4eb4f
+	return int(h >> 58) // the top 6 bits: sleepClasses
+}
 
 // testHookCancelWake, set by tests, runs at the end of the wake a
 // sleeping wait gets when its context ends.
@@ -622,6 +647,7 @@ type bellSleeper struct {
 	unhook func() bool   // stops the wake on ctx's end
 	woken  chan struct{} // closed when the wake on ctx's end is over
 	first  time.Time     // when its first sleep began
+	class  int           // sleepClass of c, from the first sleep on
 }
 
 func (s *bellSleeper) sleepAny(d time.Duration) { s.sleep(d, false) }
@@ -658,7 +684,8 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 	var hold time.Duration
 	if s.first.IsZero() {
 		s.first = time.Now()
-		if t.bellRings.Load() && !t.longSleeps.Load() && !ring.AgentHere() {
+		s.class = sleepClass(s.c)
+		if t.bellRings.Load() && !t.longSleeps[s.class].Load() && !ring.AgentHere() {
 			hold = heldSleep
 		}
 	}
@@ -676,7 +703,7 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 // unmap the region under it.
 func (s *bellSleeper) close() {
 	if !s.first.IsZero() {
-		s.t.longSleeps.Store(time.Since(s.first) >= heldSleep)
+		s.t.longSleeps[s.class].Store(time.Since(s.first) >= heldSleep)
 	}
 	if s.unhook != nil && !s.unhook() {
 		<-s.woken

@@ -275,3 +275,41 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 	}
 	t.Logf("%d waits of %d woken by their context's end", woken, tries)
 }
+
+// TestALongWaitIsRememberedForItsClass: a wait that slept a held sleep's
+// length or more keeps the next call like it from holding its P, and only
+// calls like it: a 5 ms op's long sleeps do not mark a 0.3 ms op with
+// other arguments, nor the same op with a buffer.
+func TestALongWaitIsRememberedForItsClass(t *testing.T) {
+	const sleepOp = wire.Op(0x7fe2) // sleeps Arg0 µs
+	shm, _, stop := startAgentWith(func(a *dpu.Agent) {
+		a.Dispatcher().Handle(sleepOp, dpu.Handler{Serve: func(_ context.Context, r *dpu.Request, _ *wire.Desc) {
+			time.Sleep(time.Duration(r.Arg0) * time.Microsecond)
+		}})
+	})
+	t.Cleanup(stop)
+	c, err := host.Dial(context.Background(), "shm://"+shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	long := host.Request{Op: sleepOp, Arg0: 5000, Arg1: 1}
+	short := host.Request{Op: sleepOp, Arg0: 300, Arg1: 2}
+	for ops := 0; !host.BellRings(c); ops++ {
+		if ops == 20 {
+			t.Fatalf("after %d ops of 5 ms no ring of the agent's was seen to end a sleep", ops)
+		}
+		if _, err := c.Do(context.Background(), long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !host.SleptLong(c, long) {
+		t.Fatal("a 5 ms op's wait is not remembered as long")
+	}
+	buf := make([]byte, 64)
+	for _, other := range []host.Request{short, {Op: sleepOp, Arg0: 5000, Arg1: 1, In: [][]byte{buf}}} {
+		if host.SleptLong(c, other) {
+			t.Errorf("%+v: taken for a long sleeper after 5 ms ops of another class", other)
+		}
+	}
+}
