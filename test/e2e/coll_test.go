@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -222,4 +224,101 @@ func TestCollBenchStopped(t *testing.T) {
 			t.Fatalf("%v: left behind: %v", sig, left)
 		}
 	}
+}
+
+// TestCollBenchBindsRanks: with --bind (the default) and the ranks fewer
+// than the cores, rank i's host process and agent run, every thread of
+// them, on the i-th share of the cores, as mpirun binds ranks; with
+// --bind=false, anywhere. In namespaces (root) the agents are the
+// cluster's, started by another path.
+func TestCollBenchBindsRanks(t *testing.T) {
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	all, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 2 {
+		t.Skipf("one CPU (%v): two ranks are not bound", all)
+	}
+	shares := affinity.Shares(all, 2)
+	type run struct {
+		net  string
+		bind bool
+	}
+	runs := []run{{"loopback", true}, {"loopback", false}}
+	if os.Geteuid() == 0 {
+		runs = append(runs, run{"netns", true})
+	}
+	for _, r := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "2", "--rail", "dpu", "--sizes", "8",
+			"--iters", "1000000", "--net", r.net, "--bind="+strconv.FormatBool(r.bind))
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // it takes its cluster down
+		var out testutil.SyncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var procs map[int]string
+		testutil.WaitFor(t, time.Minute, "two ranks and two agents running", func() bool {
+			procs = childrenOf(cmd.Process.Pid)
+			return len(procs) == 4 && strings.Contains(out.String(), "rail")
+		})
+		for pid, args := range procs {
+			rank := -1
+			for i := range 2 {
+				if strings.Contains(args, fmt.Sprintf("--rank\x00%d\x00", i)) || strings.Contains(args, fmt.Sprintf("--node-id\x00%d\x00", i+1)) {
+					rank = i
+				}
+			}
+			want := all
+			if r.bind {
+				want = shares[rank]
+			}
+			got, err := affinity.OfProcess(pid)
+			if err != nil {
+				t.Errorf("%s: %v", r.net, err)
+			} else if rank < 0 {
+				t.Errorf("%s: process %d is neither a rank nor an agent: %q", r.net, pid, args)
+			} else if !slices.Equal(got, want) {
+				t.Errorf("%s, --bind=%v: %s of rank %d runs on CPUs %v, want %v", r.net, r.bind, what(args), rank, got, want)
+			}
+		}
+		cancel()
+		cmd.Wait()
+	}
+}
+
+func what(args string) string {
+	if strings.Contains(args, "coll\x00rank\x00") {
+		return "the host process"
+	}
+	return "the agent"
+}
+
+// childrenOf returns the processes whose parent is pid, with their
+// command lines (NUL-separated).
+func childrenOf(pid int) map[int]string {
+	kids := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, not ')'.
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil {
+			kids[p] = string(b)
+		}
+	}
+	return kids
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/test/cluster"
 )
 
@@ -53,6 +54,7 @@ type benchOptions struct {
 	hostRate, dpuRate string
 	vms               int
 	bundle            string
+	bind              bool // each rank on its share of the cores
 }
 
 func collBenchCmd(a *app) *cobra.Command {
@@ -74,6 +76,10 @@ host rail, so --dpu-rate and --host-rate can limit the two rails apart
 loopback. Each host process and each agent gets a core's share of the
 machine (GOMAXPROCS = cores / N, at least 1; an explicit GOMAXPROCS
 holds), as MPI binds a rank to a core and a DPU's agent has its own.
+With --bind (the default) where the ranks fit the cores, rank i's host
+process and agent run on the i-th N-th of them, as mpirun binds ranks to
+cores; ranks that outnumber the cores, and VMs, are not bound (mpirun
+does not bind them either).
 
 Columns as nccl-tests prints them: size (bytes), count (elements), type,
 redop, time (µs, the slowest rank's mean), algbw and busbw (GB/s), and
@@ -102,6 +108,7 @@ with an error naming it: the command then stops them all and says so.`,
 	f.StringVar(&o.dpuRate, "dpu-rate", "", "limit each agent's link to this tc rate (netns only)")
 	f.IntVar(&o.vms, "vm", 0, "the last N agents are arm64 VMs (netns only; make image first)")
 	f.StringVar(&o.bundle, "bundle", "", "the VMs' image bundle (default .cache/images/qemu)")
+	f.BoolVar(&o.bind, "bind", true, "run each rank's host process and agent on its share of the cores, where the ranks fit them")
 	return uses(cmd, useOutput)
 }
 
@@ -174,15 +181,16 @@ const rootPort = 7470
 // benchCluster makes the cluster a netns bench runs in: a node per rank,
 // agents sized for the bench's buffers, links limited as asked. It
 // returns the cluster, each rank's place and rank 0's rendezvous address;
-// env is added to every agent's environment (their core's share).
-func benchCluster(ctx context.Context, o benchOptions, dir string, region int, env []string) (*cluster.State, []rankPlace, string, error) {
+// env is added to every agent's environment (their core's share), and
+// agent i runs on cores[i] where there is one.
+func benchCluster(ctx context.Context, o benchOptions, dir string, region int, env []string, cores [][]int) (*cluster.State, []rankPlace, string, error) {
 	name := fmt.Sprintf("cb%d", os.Getpid()%1_000_000)
 	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: o.world, VMs: o.vms, Bundle: o.bundle, Hecd: o.hecd,
 		StateDir: filepath.Join(dir, "cluster"), Rates: map[int]string{0: o.dpuRate},
 		HostRail: true, HostRates: map[int]string{0: o.hostRate},
 		AgentArgs: []string{"--region-size", strconv.Itoa(region), "--queue-pairs", "2",
 			"--peer-deadline", o.deadline.String(), "--log-level", "warn"},
-		AgentEnv: env})
+		AgentEnv: env, AgentCPUs: cores})
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("coll bench: %w", err)
 	}
@@ -232,6 +240,7 @@ func freePorts(n int) ([]int, error) {
 type benchProc struct {
 	what   string // "rank 2", "the agent of rank 2"
 	cmd    *exec.Cmd
+	cpus   []int // where it runs (none: anywhere)
 	stderr *tailBuffer
 	done   chan struct{}
 	err    error
@@ -266,19 +275,34 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		}
 	}()
 	share := coreShare(o.world)
-	// start makes a rank's or an agent's process, with its core's share.
-	start := func(what string, argv []string) *benchProc {
+	var cores [][]int // rank i's share of the cores, when bound
+	if o.bind {
+		all, err := affinity.Allowed()
+		if err != nil {
+			return err
+		}
+		cores = affinity.Shares(all, o.world)
+	}
+	coresOf := func(rank int) []int {
+		if cores == nil {
+			return nil
+		}
+		return cores[rank]
+	}
+	// start makes a rank's or an agent's process, with its core's share,
+	// on the cores given (none: anywhere).
+	start := func(what string, cpus []int, argv []string) *benchProc {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		if share != nil {
 			cmd.Env = append(os.Environ(), share...)
 		}
-		p := &benchProc{what: what, cmd: cmd, stderr: &tailBuffer{}, done: make(chan struct{})}
+		p := &benchProc{what: what, cmd: cmd, cpus: cpus, stderr: &tailBuffer{}, done: make(chan struct{})}
 		cmd.Stderr = p.stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		return p
 	}
 	run := func(p *benchProc) error {
-		if err := p.cmd.Start(); err != nil {
+		if err := affinity.Start(p.cmd, p.cpus); err != nil {
 			return fmt.Errorf("%s: %w", p.what, err)
 		}
 		procs = append(procs, p)
@@ -291,7 +315,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	places := make([]rankPlace, o.world)
 	var root, where string
 	if o.net == "netns" {
-		st, p, r, err := benchCluster(ctx, o, dir, region, share)
+		st, p, r, err := benchCluster(ctx, o, dir, region, share, cores)
 		if err != nil {
 			return err
 		}
@@ -329,7 +353,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 				"--peer", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(peers, ","),
 				"--node-id", strconv.Itoa(i + 1), "--cluster-key-file", keyFile, "--peer-deadline", o.deadline.String(),
 				"--log-level", "warn"}
-			p := start(fmt.Sprintf("the agent of rank %d", i), argv)
+			p := start(fmt.Sprintf("the agent of rank %d", i), coresOf(i), argv)
 			if err := run(p); err != nil {
 				return err
 			}
@@ -377,7 +401,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		if pl.listen != "" {
 			argv = append(argv, "--listen", pl.listen)
 		}
-		p := start(fmt.Sprintf("rank %d", r), argv)
+		p := start(fmt.Sprintf("rank %d", r), coresOf(r), argv)
 		if r == 0 {
 			out, err := p.cmd.StdoutPipe()
 			if err != nil {
@@ -401,8 +425,15 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	}
 	// Print rows as rank 0 reports them; watch every process.
 	if !a.jsonOut() {
-		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s, rails %s; %d iterations per size; float sums in %s\n",
-			o.kind, o.dtype, o.redop, o.world, where, strings.Join(o.rails, ", "), o.iters, coll.SumKernel())
+		bound := "not bound to cores"
+		if cores != nil {
+			bound = "ranks bound to CPUs"
+			for _, c := range cores {
+				bound += fmt.Sprint(" ", c)
+			}
+		}
+		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s (%s), rails %s; %d iterations per size; float sums in %s\n",
+			o.kind, o.dtype, o.redop, o.world, where, bound, strings.Join(o.rails, ", "), o.iters, coll.SumKernel())
 		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "host-share")
 	}
 	var rows []rankResult
