@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -403,20 +403,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		}
 		p := start(fmt.Sprintf("rank %d", r), coresOf(r), argv)
 		if r == 0 {
-			out, err := p.cmd.StdoutPipe()
-			if err != nil {
-				return err
-			}
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					var res rankResult
-					if json.Unmarshal(sc.Bytes(), &res) == nil {
-						results <- res
-					}
-				}
-				close(results)
-			}()
+			p.cmd.Stdout = &rowWriter{results: results}
 		}
 		if err := run(p); err != nil {
 			return err
@@ -456,26 +443,25 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		}
 		close(allDone)
 	}()
+	show := func(res rankResult) {
+		rows = append(rows, res)
+		if a.jsonOut() {
+			json.NewEncoder(a.out).Encode(res)
+			return
+		}
+		share := ""
+		if res.Rail == "auto" {
+			share = fmt.Sprintf("%.0f%%", 100*res.HostFrac)
+		}
+		fmt.Fprintf(a.out, benchRow, res.Rail, strconv.Itoa(res.Size), strconv.Itoa(res.Count), res.Type, res.Redop,
+			fmt.Sprintf("%.1f", res.TimeUS), fmt.Sprintf("%.3f", res.AlgBW), fmt.Sprintf("%.3f", res.BusBW),
+			strconv.FormatInt(res.Wrong, 10), fmt.Sprintf("%.3f", res.HostCPU), share)
+	}
 loop:
 	for {
 		select {
-		case res, ok := <-results:
-			if !ok {
-				results = nil
-				continue
-			}
-			rows = append(rows, res)
-			if a.jsonOut() {
-				json.NewEncoder(a.out).Encode(res)
-				continue
-			}
-			share := ""
-			if res.Rail == "auto" {
-				share = fmt.Sprintf("%.0f%%", 100*res.HostFrac)
-			}
-			fmt.Fprintf(a.out, benchRow, res.Rail, strconv.Itoa(res.Size), strconv.Itoa(res.Count), res.Type, res.Redop,
-				fmt.Sprintf("%.1f", res.TimeUS), fmt.Sprintf("%.3f", res.AlgBW), fmt.Sprintf("%.3f", res.BusBW),
-				strconv.FormatInt(res.Wrong, 10), fmt.Sprintf("%.3f", res.HostCPU), share)
+		case res := <-results:
+			show(res)
 		case p := <-failed:
 			if firstFail == nil {
 				// Give the others the deadline to notice on their own and
@@ -488,7 +474,16 @@ loop:
 				grace = time.After(wait)
 			}
 		case <-allDone:
-			break loop
+			// Every rank's Wait has returned, so rank 0's rows are all in
+			// results (rowWriter).
+			for {
+				select {
+				case res := <-results:
+					show(res)
+				default:
+					break loop
+				}
+			}
 		case <-grace:
 			break loop
 		case <-ctx.Done():
@@ -588,6 +583,40 @@ func benchFailure(first *benchProc, ranks []*benchProc, at time.Time, deadline t
 }
 
 // tailBuffer keeps the last lines a process wrote.
+// rowWriter, rank 0's stdout, hands each line that is a row (JSON) to
+// results. As the command's Stdout, not a pipe read beside its Wait
+// (which closes the pipe when the process exits and could drop the last
+// rows unread), the process's Wait returns only after every line it wrote
+// has been handed on.
+type rowWriter struct {
+	line    []byte
+	results chan<- rankResult
+}
+
+// maxRowLine bounds a line rank 0 prints: longer ones are not rows.
+const maxRowLine = 64 << 10
+
+func (w *rowWriter) Write(p []byte) (int, error) {
+	for rest := p; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			if len(w.line)+len(rest) <= maxRowLine {
+				w.line = append(w.line, rest...)
+			} else {
+				w.line = append(w.line[:0], '!') // too long: not a row
+			}
+			break
+		}
+		w.line = append(w.line, rest[:i]...)
+		var res rankResult
+		if json.Unmarshal(w.line, &res) == nil {
+			w.results <- res
+		}
+		w.line, rest = w.line[:0], rest[i+1:]
+	}
+	return len(p), nil
+}
+
 type tailBuffer struct {
 	mu  sync.Mutex
 	buf []byte
