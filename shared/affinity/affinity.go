@@ -58,18 +58,26 @@ func OfProcess(pid int) ([]int, error) {
 	return cpus, nil
 }
 
-// Shares splits cpus into n shares of equal size, share i the i-th run of
-// len(cpus)/n of them (the rest go unused), as mpirun binds n ranks to
-// cores. It returns nil when n is not positive or the CPUs are fewer than
-// n: ranks that outnumber the cores are not bound (mpirun does not bind
-// them either), since a rank held to a core another rank's work is queued
-// on waits where it could have run elsewhere.
+// Shares splits cpus among n ranks as mpirun binds them to cores: where
+// they fit, share i is the i-th run of len(cpus)/n of them (the rest go
+// unused); where the ranks outnumber the CPUs, rank i shares CPU
+// cpus[i%len(cpus)] with the ranks len(cpus) apart (mpirun's --bind-to
+// core:overload-allowed), so that two ranks that take turns on a CPU stay
+// on it rather than being moved about. Nil when n is not positive or
+// there are no CPUs.
 func Shares(cpus []int, n int) [][]int {
-	if n < 1 || len(cpus) < n {
+	if n < 1 || len(cpus) == 0 {
 		return nil
 	}
-	per := len(cpus) / n
 	shares := make([][]int, n)
+	if len(cpus) < n {
+		for i := range shares {
+			c := i % len(cpus)
+			shares[i] = cpus[c : c+1 : c+1]
+		}
+		return shares
+	}
+	per := len(cpus) / n
 	for i := range shares {
 		shares[i] = cpus[i*per : (i+1)*per : (i+1)*per]
 	}

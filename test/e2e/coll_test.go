@@ -226,11 +226,11 @@ func TestCollBenchStopped(t *testing.T) {
 	}
 }
 
-// TestCollBenchBindsRanks: with --bind (the default) and the ranks fewer
-// than the cores, rank i's host process and agent run, every thread of
-// them, on the i-th share of the cores, as mpirun binds ranks; with
-// --bind=false, anywhere. In namespaces (root) the agents are the
-// cluster's, started by another path.
+// TestCollBenchBindsRanks: with --bind (the default), rank i's host
+// process and agent run, every thread of them, on the i-th share of the
+// cores (one core each, round robin, where the ranks outnumber the cores),
+// as mpirun binds ranks; with --bind=false, anywhere. In namespaces (root)
+// the agents are the cluster's, started by another path.
 func TestCollBenchBindsRanks(t *testing.T) {
 	hecctl := testutil.Hecctl(t)
 	testutil.Hecd(t)
@@ -239,20 +239,24 @@ func TestCollBenchBindsRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(all) < 2 {
-		t.Skipf("one CPU (%v): two ranks are not bound", all)
+		t.Skipf("one CPU (%v): every rank would be on it", all)
 	}
-	shares := affinity.Shares(all, 2)
 	type run struct {
-		net  string
-		bind bool
+		net   string
+		world int
+		bind  bool
 	}
-	runs := []run{{"loopback", true}, {"loopback", false}}
+	runs := []run{{"loopback", 2, true}, {"loopback", 2, false}}
+	if len(all) < 4 {
+		runs = append(runs, run{"loopback", len(all) + 1, true}) // more ranks than cores
+	}
 	if os.Geteuid() == 0 {
-		runs = append(runs, run{"netns", true})
+		runs = append(runs, run{"netns", 2, true})
 	}
 	for _, r := range runs {
+		shares := affinity.Shares(all, r.world)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "2", "--rail", "dpu", "--sizes", "8",
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", strconv.Itoa(r.world), "--rail", "dpu", "--sizes", "8",
 			"--iters", "1000000", "--net", r.net, "--bind="+strconv.FormatBool(r.bind))
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // it takes its cluster down
 		var out testutil.SyncBuffer
@@ -261,28 +265,32 @@ func TestCollBenchBindsRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		var procs map[int]string
-		testutil.WaitFor(t, time.Minute, "two ranks and two agents running", func() bool {
+		testutil.WaitFor(t, time.Minute, "the ranks and their agents running", func() bool {
 			procs = childrenOf(cmd.Process.Pid)
-			return len(procs) == 4 && strings.Contains(out.String(), "rail")
+			return len(procs) == 2*r.world && strings.Contains(out.String(), "rail")
 		})
 		for pid, args := range procs {
 			rank := -1
-			for i := range 2 {
+			for i := range r.world {
 				if strings.Contains(args, fmt.Sprintf("--rank\x00%d\x00", i)) || strings.Contains(args, fmt.Sprintf("--node-id\x00%d\x00", i+1)) {
 					rank = i
 				}
+			}
+			got, err := affinity.OfProcess(pid)
+			if err != nil {
+				t.Errorf("%s: %v", r.net, err)
+				continue
+			}
+			if rank < 0 {
+				t.Errorf("%s: process %d is neither a rank nor an agent: %q", r.net, pid, args)
+				continue
 			}
 			want := all
 			if r.bind {
 				want = shares[rank]
 			}
-			got, err := affinity.OfProcess(pid)
-			if err != nil {
-				t.Errorf("%s: %v", r.net, err)
-			} else if rank < 0 {
-				t.Errorf("%s: process %d is neither a rank nor an agent: %q", r.net, pid, args)
-			} else if !slices.Equal(got, want) {
-				t.Errorf("%s, --bind=%v: %s of rank %d runs on CPUs %v, want %v", r.net, r.bind, what(args), rank, got, want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, %d ranks, --bind=%v: %s of rank %d runs on CPUs %v, want %v", r.net, r.world, r.bind, what(args), rank, got, want)
 			}
 		}
 		cancel()

@@ -76,10 +76,10 @@ host rail, so --dpu-rate and --host-rate can limit the two rails apart
 loopback. Each host process and each agent gets a core's share of the
 machine (GOMAXPROCS = cores / N, at least 1; an explicit GOMAXPROCS
 holds), as MPI binds a rank to a core and a DPU's agent has its own.
-With --bind (the default) where the ranks fit the cores, rank i's host
-process and agent run on the i-th N-th of them, as mpirun binds ranks to
-cores; ranks that outnumber the cores, and VMs, are not bound (mpirun
-does not bind them either).
+With --bind (the default) rank i's host process and agent run on the
+i-th N-th of the cores where the ranks fit them, else on core i mod
+cores, as mpirun binds ranks to cores (--bind-to core:overload-allowed,
+which the bench gives Open MPI too); VMs are not bound.
 
 Columns as nccl-tests prints them: size (bytes), count (elements), type,
 redop, time (µs, the slowest rank's mean), algbw and busbw (GB/s), and
@@ -108,7 +108,7 @@ with an error naming it: the command then stops them all and says so.`,
 	f.StringVar(&o.dpuRate, "dpu-rate", "", "limit each agent's link to this tc rate (netns only)")
 	f.IntVar(&o.vms, "vm", 0, "the last N agents are arm64 VMs (netns only; make image first)")
 	f.StringVar(&o.bundle, "bundle", "", "the VMs' image bundle (default .cache/images/qemu)")
-	f.BoolVar(&o.bind, "bind", true, "run each rank's host process and agent on its share of the cores, where the ranks fit them")
+	f.BoolVar(&o.bind, "bind", true, "run each rank's host process and agent on its share of the cores (core i mod cores where the ranks outnumber them)")
 	return uses(cmd, useOutput)
 }
 
