@@ -241,7 +241,10 @@ func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []s
 	// mpirun's launch, say) ends the scenario with an error, not make bench.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	args := []string{"--oversubscribe", "-np", strconv.Itoa(n), "--mca", "pml", "ob1"}
+	// Bound as hecctl coll bench binds our ranks: each to a core where
+	// they fit, else round robin (mpirun's default leaves ranks that
+	// outnumber the cores unbound).
+	args := []string{"--oversubscribe", "--bind-to", "core:overload-allowed", "--map-by", "core", "-np", strconv.Itoa(n), "--mca", "pml", "ob1"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--allow-run-as-root")
 	}
