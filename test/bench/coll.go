@@ -53,13 +53,15 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 	// 1 MiB busbw over TCP rose from about 0.55 to 1.1-1.9 GB/s with
 	// twenty); two hundred at 1 MiB, whose twenty ops are some 10 ms,
 	// where a row moved by half from one repetition to the next (Open
-	// MPI's over TCP 2.30-4.12 GB/s, the DPU rail's 0.86-1.41); five at
-	// 64 MiB, whose ops take up to half a second. The split's
+	// MPI's over TCP 2.30-4.12 GB/s, the DPU rail's 0.86-1.41) and with
+	// two hundred, some 80 ms, still by a fifth (the DPU rail's mean over
+	// two hundred 382-449 µs, over a thousand 338-348 µs, alternated):
+	// a thousand; five at 64 MiB, whose ops take up to half a second. The split's
 	// rate-limited 16 MiB ops take most of a second each: five.
 	groups := []struct {
 		iters int
 		sizes []int
-	}{{200, []int{1 << 20}}, {20, []int{16 << 20}}, {5, []int{64 << 20}}}
+	}{{1000, []int{1 << 20}}, {20, []int{16 << 20}}, {5, []int{64 << 20}}}
 	reps, splitIters := 3, 5
 	if quick {
 		groups, reps, splitIters = groups[:2], 1, 2
