@@ -56,6 +56,16 @@ func CountCPUReads() (reads func() int, restore func()) {
 	return func() int { return int(n.Load()) }, func() { cpuTime = old }
 }
 
+// GoLong is Client.Go for a call its caller knows to be long: its wait
+// sleeps on the completion bell at once, not after spinning and yielding.
+func GoLong(ctx context.Context, c *Client, req Request) (*Call, error) {
+	call, err := c.Go(ctx, req)
+	if err == nil {
+		call.long = true
+	}
+	return call, err
+}
+
 // SleptLong reports whether the last wait of a call like req (its sleep
 // class) on c's shared-memory transport slept a held sleep's length or
 // more, so that the next one's first sleep is not held.

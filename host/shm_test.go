@@ -278,8 +278,11 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 
 // TestALongWaitIsRememberedForItsClass: a wait that slept a held sleep's
 // length or more keeps the next call like it from holding its P, and only
-// calls like it: a 5 ms op's long sleeps do not mark a 0.3 ms op with
-// other arguments, nor the same op with a buffer.
+// calls like it: a 20 ms op's long sleeps do not mark a 0.3 ms op with
+// other arguments, nor the same op with a buffer. The ops are long calls,
+// whose waits sleep at once: an ordinary wait spins and yields first,
+// and on a loaded machine (CI, four CPU burners here) its yields took
+// the whole op, so that it never slept.
 func TestALongWaitIsRememberedForItsClass(t *testing.T) {
 	const sleepOp = wire.Op(0x7fe2) // sleeps Arg0 µs
 	shm, _, stop := startAgentWith(func(a *dpu.Agent) {
@@ -293,23 +296,24 @@ func TestALongWaitIsRememberedForItsClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	long := host.Request{Op: sleepOp, Arg0: 5000, Arg1: 1}
+	long := host.Request{Op: sleepOp, Arg0: 20000, Arg1: 1}
 	short := host.Request{Op: sleepOp, Arg0: 300, Arg1: 2}
-	for ops := 0; !host.BellRings(c); ops++ {
+	for ops := 0; !host.SleptLong(c, long); ops++ {
 		if ops == 20 {
-			t.Fatalf("after %d ops of 5 ms no ring of the agent's was seen to end a sleep", ops)
+			t.Fatalf("after %d ops of 20 ms their waits are not remembered as long", ops)
 		}
-		if _, err := c.Do(context.Background(), long); err != nil {
+		call, err := host.GoLong(context.Background(), c, long)
+		if err == nil {
+			_, err = c.Wait(context.Background(), call)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !host.SleptLong(c, long) {
-		t.Fatal("a 5 ms op's wait is not remembered as long")
-	}
 	buf := make([]byte, 64)
-	for _, other := range []host.Request{short, {Op: sleepOp, Arg0: 5000, Arg1: 1, In: [][]byte{buf}}} {
+	for _, other := range []host.Request{short, {Op: sleepOp, Arg0: 20000, Arg1: 1, In: [][]byte{buf}}} {
 		if host.SleptLong(c, other) {
-			t.Errorf("%+v: taken for a long sleeper after 5 ms ops of another class", other)
+			t.Errorf("%+v: taken for a long sleeper after 20 ms ops of another class", other)
 		}
 	}
 }
