@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/api"
 
 	"golang.org/x/sys/unix"
@@ -116,15 +117,9 @@ func (p Profile) Apply() (Applied, error) {
 	if p.Name == "none" {
 		return a, nil
 	}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return a, fmt.Errorf("dpu profile: affinity: %w", err)
-	}
-	var allowed []int
-	for c := 0; c < 1024; c++ {
-		if set.IsSet(c) {
-			allowed = append(allowed, c)
-		}
+	allowed, err := affinity.Allowed()
+	if err != nil {
+		return a, fmt.Errorf("dpu profile: %w", err)
 	}
 	n := min(p.Cores, max(1, len(allowed)/2))
 	a.CPUs = allowed[len(allowed)-n:]
