@@ -506,11 +506,11 @@ const deepQueue = 8
 const bellSleep = 50 * time.Millisecond
 
 // heldSleep is how long a wait's first sleep on the bell keeps its P
-// (ring.HostQP.SleepForCompletion), while the last wait of a call like it
-// (sleepClass) slept less than that: a collective or an EC op that ends within it costs one
-// wake-up, not the P's hand-off and Go's monitor polling every 20 µs
-// until it is idle again (on a virtual machine, more of a 1 MiB
-// collective's host CPU than all the rest). Another goroutine, or a timer
+// (ring.HostQP.SleepForCompletion), while the last wait of a call like
+// it (sleepClass) slept less than that: a collective or an EC op that
+// ends within it costs one wake-up, not the P's hand-off and Go's monitor
+// polling every 20 µs until it is idle again (on a virtual machine, more
+// of a 1 MiB collective's host CPU than all the rest). Another goroutine, or a timer
 // on that P (a context's deadline), waits at most this long for it; a
 // collection that stops the world gets it at once. Longer sleeps are not
 // held: the monitor, which sees the P busy, would poll through the held

@@ -285,9 +285,6 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}
 	for i := 1; i <= o.Agents; i++ {
 		n := Node{Index: i, NS: nsName(o.Name, i), Addr: subnetPrefix + strconv.Itoa(i)}
-		if i <= len(o.AgentCPUs) {
-			n.CPUs = o.AgentCPUs[i-1]
-		}
 		v := "v" + strconv.Itoa(i)
 		if i > o.Agents-o.VMs {
 			// A VM: its tap on the bridge; QEMU runs in the switch.
@@ -306,6 +303,9 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 			}
 			st.Nodes = append(st.Nodes, n)
 			continue
+		}
+		if i <= len(o.AgentCPUs) {
+			n.CPUs = o.AgentCPUs[i-1]
 		}
 		for _, c := range [][]string{
 			{"netns", "add", n.NS},
