@@ -123,20 +123,8 @@ func (p Profile) Apply() (Applied, error) {
 	}
 	n := min(p.Cores, max(1, len(allowed)/2))
 	a.CPUs = allowed[len(allowed)-n:]
-	var mine unix.CPUSet
-	for _, c := range a.CPUs {
-		mine.Set(c)
-	}
-	// Every thread: new ones inherit the mask of the thread that makes them.
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
+	if err := affinity.PinProcess(a.CPUs); err != nil {
 		return a, fmt.Errorf("dpu profile: %w", err)
-	}
-	for _, t := range tasks {
-		tid, _ := strconv.Atoi(t.Name())
-		if err := unix.SchedSetaffinity(tid, &mine); err != nil && !errors.Is(err, unix.ESRCH) {
-			return a, fmt.Errorf("dpu profile: pin thread %d: %w", tid, err)
-		}
 	}
 	runtime.GOMAXPROCS(n)
 	a.GOMAXPROCS = n

@@ -58,6 +58,41 @@ func OfProcess(pid int) ([]int, error) {
 	return cpus, nil
 }
 
+// PinProcess moves every thread of this process to cpus; the threads it
+// makes from then on inherit the mask of the thread that makes them.
+func PinProcess(cpus []int) error {
+	set, err := setOf(cpus)
+	if err != nil {
+		return err
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("affinity: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: it ended
+			return fmt.Errorf("affinity: move thread %d to CPUs %v: %w", tid, cpus, err)
+		}
+	}
+	return nil
+}
+
+// setOf is cpus as a mask.
+func setOf(cpus []int) (unix.CPUSet, error) {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		if c < 0 || c >= len(set)*64 {
+			return set, fmt.Errorf("affinity: no CPU %d", c)
+		}
+		set.Set(c)
+	}
+	return set, nil
+}
+
 // Shares splits cpus among n ranks as mpirun binds them to cores: where
 // they fit, share i is the i-th run of len(cpus)/n of them (the rest go
 // unused); where the ranks outnumber the CPUs, rank i shares CPU
@@ -93,15 +128,13 @@ func Do(cpus []int, f func() error) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var old, set unix.CPUSet
+	set, err := setOf(cpus)
+	if err != nil {
+		return err
+	}
+	var old unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
 		return fmt.Errorf("affinity: %w", err)
-	}
-	for _, c := range cpus {
-		if c < 0 || c >= len(set)*64 {
-			return fmt.Errorf("affinity: no CPU %d", c)
-		}
-		set.Set(c)
 	}
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		return fmt.Errorf("affinity: move to CPUs %v: %w", cpus, err)

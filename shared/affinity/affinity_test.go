@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -101,5 +102,28 @@ func TestOfProcess(t *testing.T) {
 	}
 	if _, err := OfProcess(-1); err == nil {
 		t.Error("OfProcess(-1): no error")
+	}
+}
+
+func TestPinProcess(t *testing.T) {
+	all, err := Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PinProcess(all[:1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := OfProcess(os.Getpid())
+	if err := PinProcess(all); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || !slices.Equal(got, all[:1]) {
+		t.Errorf("every thread on %v (%v), want %v", got, err, all[:1])
+	}
+	if back, err := OfProcess(os.Getpid()); err != nil || !slices.Equal(back, all) {
+		t.Errorf("after pinning back: %v (%v), want %v", back, err, all)
+	}
+	if err := PinProcess([]int{-1}); err == nil {
+		t.Error("PinProcess([-1]): no error")
 	}
 }

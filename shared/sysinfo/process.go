@@ -12,17 +12,44 @@ import (
 // ProcessState returns process pid's state from /proc/PID/stat: R, S, D,
 // T, Z (ended, not yet reaped by its parent), ….
 func (f FS) ProcessState(pid int) (byte, error) {
-	s, err := f.read("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := f.stat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// "pid (comm) state ...": comm may hold anything, spaces and
+	return st[0][0], nil
+}
+
+// ParentPID returns process pid's parent from /proc/PID/stat.
+func (f FS) ParentPID(pid int) (int, error) {
+	st, err := f.stat(pid)
+	if err != nil {
+		return 0, err
+	}
+	ppid, err := strconv.Atoi(st[1])
+	if err != nil {
+		return 0, fmt.Errorf("sysinfo: /proc/%d/stat: parent %q", pid, st[1])
+	}
+	return ppid, nil
+}
+
+// stat returns the fields of /proc/PID/stat after the command's name,
+// from the state on: at least the state and the parent.
+func (f FS) stat(pid int) ([]string, error) {
+	s, err := f.read("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	// "pid (comm) state ppid ...": comm may hold anything, spaces and
 	// parentheses too; the state follows the last parenthesis.
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 || i+2 >= len(s) || s[i+1] != ' ' {
-		return 0, fmt.Errorf("sysinfo: /proc/%d/stat: no state in %q", pid, s)
+		return nil, fmt.Errorf("sysinfo: /proc/%d/stat: no state in %q", pid, s)
 	}
-	return s[i+2], nil
+	fields := strings.Fields(s[i+2:])
+	if len(fields) < 2 || len(fields[0]) != 1 {
+		return nil, fmt.Errorf("sysinfo: /proc/%d/stat: no state and parent in %q", pid, s)
+	}
+	return fields, nil
 }
 
 // Ended says whether process pid of this machine has ended: it is gone,

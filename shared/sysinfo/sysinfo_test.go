@@ -42,14 +42,16 @@ func TestProcessState(t *testing.T) {
 	for _, tt := range []struct {
 		name, stat string
 		want       byte
+		ppid       int
 		ok         bool
 	}{
-		{"running", "4242 (hecd) R 1 4242 4242 0 -1", 'R', true},
-		{"a zombie", "4242 (vm.test) Z 1 4242", 'Z', true},
-		{"a name with spaces and parentheses", "4242 (a) S (b) c) S 1 2", 'S', true},
-		{"a name that looks like a state", "4242 (x) Z (y) R 1 2", 'R', true},
-		{"cut short", "4242 (hecd)", 0, false},
-		{"no parenthesis", "4242 hecd R", 0, false},
+		{"running", "4242 (hecd) R 1 4242 4242 0 -1", 'R', 1, true},
+		{"a zombie", "4242 (vm.test) Z 17 4242", 'Z', 17, true},
+		{"a name with spaces and parentheses", "4242 (a) S (b) c) S 1 2", 'S', 1, true},
+		{"a name that looks like a state", "4242 (x) Z (y) R 3 2", 'R', 3, true},
+		{"cut short", "4242 (hecd)", 0, 0, false},
+		{"no parenthesis", "4242 hecd R", 0, 0, false},
+		{"no parent", "4242 (hecd) R", 0, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -62,6 +64,9 @@ func TestProcessState(t *testing.T) {
 			st, err := FS{Root: root}.ProcessState(4242)
 			if (err == nil) != tt.ok || st != tt.want {
 				t.Fatalf("ProcessState = %q, %v; want %q (ok %v)", st, err, tt.want, tt.ok)
+			}
+			if ppid, err := (FS{Root: root}).ParentPID(4242); (err == nil) != tt.ok || ppid != tt.ppid {
+				t.Fatalf("ParentPID = %d, %v; want %d (ok %v)", ppid, err, tt.ppid, tt.ok)
 			}
 		})
 	}

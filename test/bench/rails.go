@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/rail"
 )
@@ -25,30 +24,17 @@ import (
 // prediction, the time achieved, each single rail's time and the host
 // CPU-seconds used, all from this run.
 
-// pinAll pins every thread of this process to cpus and returns the mask
-// to restore.
-func pinAll(cpus ...int) (unix.CPUSet, error) {
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return old, err
+// pinAll pins every thread of this process to cpus and returns the CPUs
+// to restore (setAll).
+func pinAll(cpus ...int) ([]int, error) {
+	old, err := affinity.Allowed()
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range cpus {
-		set.Set(c)
-	}
-	return old, setAll(set)
+	return old, affinity.PinProcess(cpus)
 }
 
-func setAll(set unix.CPUSet) error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, _ := strconv.Atoi(t.Name())
-		unix.SchedSetaffinity(tid, &set)
-	}
-	return nil
-}
+func setAll(cpus []int) error { return affinity.PinProcess(cpus) }
 
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/shared/affinity"
+	"github.com/hecsys/hec/shared/sysinfo"
 	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -315,13 +316,7 @@ func childrenOf(pid int) map[int]string {
 		if err != nil {
 			continue
 		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, not ')'.
-		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+		if ppid, err := (sysinfo.FS{}).ParentPID(p); err != nil || ppid != pid {
 			continue
 		}
 		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil {
