@@ -1,7 +1,9 @@
 package object
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -74,4 +76,37 @@ func residentPages(t *testing.T, path string) []bool {
 		out[i] = v&1 != 0
 	}
 	return out
+}
+
+// TestShardDataIsSyncedAsItStreams: a store syncs a shard's data in the
+// background every syncEvery bytes written, so the seal, where every
+// agent of a Put syncs at once, has little left; the object reads back
+// whole, also where a seal came while a sync ran.
+func TestShardDataIsSyncedAsItStreams(t *testing.T) {
+	c := newMemCluster(t, 6)
+	const chunk = 1 << 20
+	co := newCoord(t, c, chunk)
+	ctx := context.Background()
+	// Shards of 2.5 syncEvery: two background syncs each, the second
+	// racing the seal.
+	n := 4 * (5 * syncEvery / 2)
+	data := bytes.Repeat(payload(1<<20+3, 9), n/(1<<20)+1)[:n]
+	for i := range 3 {
+		name := fmt.Sprintf("streamed-%d", i)
+		if _, err := co.Put(ctx, name, data); err != nil {
+			t.Fatal(err)
+		}
+		got, _, _, err := co.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s read back differs", name)
+		}
+	}
+	for _, node := range c.Members() {
+		if n := c.stores[node].dataSyncs.Load(); n < 3 {
+			t.Errorf("node %d synced shard data in the background %d times in three Puts of %d MiB shards, want at least 3", node, n, 5*syncEvery/2>>20)
+		}
+	}
 }

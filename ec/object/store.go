@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -50,6 +51,8 @@ type Store struct {
 	mu      sync.Mutex
 	names   map[string]map[shardKey]*Shard // sealed shards, by name
 	pending map[pendingKey]*pending
+	// dataSyncs counts the background syncs of shards being written.
+	dataSyncs atomic.Int64
 }
 
 type shardKey struct {
@@ -80,6 +83,48 @@ type pending struct {
 	// cache (nil where the file system refuses O_DIRECT); f writes the
 	// rest (a last stripe's shorter piece) and syncs the file.
 	direct *os.File
+	// unsynced counts the bytes written since the last background sync
+	// began, and syncing says one runs (both under mu).
+	unsynced int
+	syncing  bool
+	syncs    *atomic.Int64 // the store's count of them
+}
+
+// syncEvery is how many bytes of a shard are written between background
+// syncs of its data. The seal's fsync then has at most this much left to
+// make durable: with every agent of a Put sealing at once, a whole
+// shard's sync was the largest part of a Put's tail, while the pieces
+// stream in at the link's rate and leave the disk idle between them.
+const syncEvery = 4 << 20
+
+// wrote counts n bytes written and starts a background sync of the data
+// once syncEvery bytes are unsynced and none runs.
+func (p *pending) wrote(n int) {
+	p.mu.Lock()
+	p.unsynced += n
+	start := p.unsynced >= syncEvery && !p.syncing
+	if start {
+		p.unsynced, p.syncing = 0, true
+	}
+	p.mu.Unlock()
+	if start {
+		go p.syncData()
+	}
+}
+
+// syncData makes the shard's data written so far durable, unless it has
+// been sealed or dropped meanwhile. It shares use with the writes, so a
+// seal waits for it.
+func (p *pending) syncData() {
+	p.use.RLock()
+	if !p.gone {
+		syscall.Fdatasync(int(p.f.Fd())) // the seal's fsync reports what failed
+		p.syncs.Add(1)
+	}
+	p.use.RUnlock()
+	p.mu.Lock()
+	p.syncing = false
+	p.mu.Unlock()
 }
 
 // directAlign is what an O_DIRECT write keeps aligned (file offset,
@@ -306,7 +351,7 @@ func (s *Store) prepare(r *Request) error {
 	}
 	n := h.Stripes()
 	p := &pending{sh: Shard{Header: h, Index: r.Index, CRC: make([]uint32, n), DataCRC: make([]uint32, n)},
-		f: f, got: make([]bool, n), last: time.Now()}
+		f: f, got: make([]bool, n), last: time.Now(), syncs: &s.dataSyncs}
 	if d, err := os.OpenFile(f.Name(), os.O_WRONLY|syscall.O_DIRECT, 0); err == nil {
 		p.direct = d
 	}
@@ -359,6 +404,7 @@ func (s *Store) write(r *Request) error {
 	if err := p.writeAt(r.Data, int64(r.Stripe)*int64(h.Chunk)); err != nil {
 		return fmt.Errorf("object store: %w", err)
 	}
+	p.wrote(len(r.Data))
 	p.mu.Lock()
 	if !p.got[r.Stripe] {
 		p.got[r.Stripe] = true
