@@ -87,8 +87,8 @@ func TestShardDataIsSyncedAsItStreams(t *testing.T) {
 	const chunk = 1 << 20
 	co := newCoord(t, c, chunk)
 	ctx := context.Background()
-	// Shards of 2.5 syncEvery: two background syncs each, the second
-	// racing the seal.
+	// Shards of 2.5 syncEvery: two background syncs each, the last of
+	// which may still run when the seal comes (the seal waits for it).
 	n := 4 * (5 * syncEvery / 2)
 	data := bytes.Repeat(payload(1<<20+3, 9), n/(1<<20)+1)[:n]
 	for i := range 3 {

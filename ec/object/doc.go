@@ -17,7 +17,8 @@
 //
 // A shard is a file in the store's directory: its whole pieces are
 // written past the page cache (O_DIRECT) where the file system takes it,
-// a shorter last piece through the page cache; the seal fsyncs the file,
+// a shorter last piece through the page cache; its data is synced in the
+// background every few MiB as the pieces come; the seal fsyncs the file,
 // writes its metadata record and renames it into place.
 //
 // # Placement
