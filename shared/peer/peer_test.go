@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -499,6 +500,79 @@ func TestSenderHelper(t *testing.T) {
 		fmt.Println("sending")
 	}()
 	n.Transfer(ctx, 2, 1<<30, 1<<10, 50*time.Millisecond)
+}
+
+// TestAFrameWakesItsWaiterAtOnce: on a process with one P, a goroutine
+// that a frame makes runnable runs within a few more frames (the reader
+// yields every recvYieldEvery), also while the peer (another process)
+// sends faster than this node takes its frames, so that the connection
+// always has more to read. Frames 200, 500
+// and 800 each wake one, once the stream is in full flow.
+func TestAFrameWakesItsWaiterAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams frames from a helper process")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	recv := startNode(t, 2, testKey, map[uint32]string{1: "127.0.0.1:1"})
+	wakeAt := []int64{200, 500, 800}
+	var frames atomic.Int64
+	woken, ranAt := make([]chan struct{}, len(wakeAt)), make(chan int64, len(wakeAt))
+	for i := range woken {
+		woken[i] = make(chan struct{})
+		go func() { <-woken[i]; ranAt <- frames.Load() - wakeAt[i] }()
+	}
+	recv.Handle(TypeData, func(_ uint32, h Header, _ []byte) {
+		if i := slices.Index(wakeAt, frames.Add(1)); i >= 0 {
+			close(woken[i])
+		}
+		// Taking a frame costs more than sending one: the sender keeps
+		// the connection full.
+		for t0 := time.Now(); time.Since(t0) < 50*time.Microsecond; {
+		}
+	})
+	argv := append(strings.Fields(os.Getenv("HEC_TEST_EXEC")), os.Args[0], "-test.run=^TestStreamHelper$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "HEC_PEER_HELPER="+recv.Addr())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for range wakeAt {
+		select {
+		case n := <-ranAt:
+			// Without a yield after each frame it ran once the runtime
+			// preempted the loop (10 ms: 140-180 frames here) or the
+			// connection ran dry.
+			t.Logf("a woken goroutine ran %d frames after the one that woke it", n)
+			if n > 8 {
+				t.Errorf("a goroutine made runnable by a frame ran only %d frames later", n)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d frames came, %d needed", frames.Load(), wakeAt[len(wakeAt)-1])
+		}
+	}
+}
+
+// TestStreamHelper is the sender process of TestAFrameWakesItsWaiterAtOnce:
+// 64 KiB frames, back to back, for up to ten seconds.
+func TestStreamHelper(t *testing.T) {
+	addr := os.Getenv("HEC_PEER_HELPER")
+	if addr == "" {
+		t.Skip("helper process of TestAFrameWakesItsWaiterAtOnce")
+	}
+	n, err := NewNode(Config{ID: 1, Key: testKey, Peers: map[uint32]string{2: addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go n.Run(ctx)
+	payload := make([]byte, 64<<10)
+	for ctx.Err() == nil {
+		if err := n.Send(ctx, 2, Header{Type: TypeData, Comm: 1}, payload); err != nil {
+			return
+		}
+	}
 }
 
 func startNode(t testing.TB, id uint32, key []byte, peers map[uint32]string) *Node {
