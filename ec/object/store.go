@@ -97,21 +97,6 @@ type pending struct {
 // stream in at the link's rate and leave the disk idle between them.
 const syncEvery = 4 << 20
 
-// wrote counts n bytes written and starts a background sync of the data
-// once syncEvery bytes are unsynced and none runs.
-func (p *pending) wrote(n int) {
-	p.mu.Lock()
-	p.unsynced += n
-	start := p.unsynced >= syncEvery && !p.syncing
-	if start {
-		p.unsynced, p.syncing = 0, true
-	}
-	p.mu.Unlock()
-	if start {
-		go p.syncData()
-	}
-}
-
 // syncData makes the shard's data written so far durable, unless it has
 // been sealed or dropped meanwhile. It shares use with the writes, so a
 // seal waits for it.
@@ -404,14 +389,23 @@ func (s *Store) write(r *Request) error {
 	if err := p.writeAt(r.Data, int64(r.Stripe)*int64(h.Chunk)); err != nil {
 		return fmt.Errorf("object store: %w", err)
 	}
-	p.wrote(len(r.Data))
 	p.mu.Lock()
 	if !p.got[r.Stripe] {
 		p.got[r.Stripe] = true
 		p.n++
 	}
 	p.sh.CRC[r.Stripe], p.sh.DataCRC[r.Stripe] = r.CRC, r.DataCRC
+	// Once syncEvery bytes are unsynced, and none runs, a background
+	// sync of the data.
+	p.unsynced += len(r.Data)
+	startSync := p.unsynced >= syncEvery && !p.syncing
+	if startSync {
+		p.unsynced, p.syncing = 0, true
+	}
 	p.mu.Unlock()
+	if startSync {
+		go p.syncData()
+	}
 	return nil
 }
 

@@ -273,8 +273,8 @@ func (n *Node) serveInbound(nc net.Conn) {
 	p.mu.Lock()
 	p.dead = "" // a new connection is a new incarnation
 	p.mu.Unlock()
-	p.lastHeard.Store(time.Now().UnixNano())
 	yielded := time.Now()
+	p.lastHeard.Store(yielded.UnixNano())
 	for {
 		h, payload, err := c.Recv()
 		if err != nil {
@@ -284,7 +284,8 @@ func (n *Node) serveInbound(nc net.Conn) {
 			}
 			return
 		}
-		p.lastHeard.Store(time.Now().UnixNano())
+		now := time.Now() // one clock read a frame: heard, and the yield below
+		p.lastHeard.Store(now.UnixNano())
 		p.RecvFrames.Add(1)
 		p.RecvBytes.Add(uint64(HeaderSize + len(payload) + TagSize))
 		n.deliver(p, h, payload)
@@ -299,7 +300,7 @@ func (n *Node) serveInbound(nc net.Conn) {
 		// each yield also runs whatever else waits (an agent's poller),
 		// and a 1 MiB allreduce among four agents on two cores, of many
 		// small frames, took a sixth longer so.
-		if now := time.Now(); now.Sub(yielded) >= recvYieldEvery {
+		if now.Sub(yielded) >= recvYieldEvery {
 			runtime.Gosched()
 			yielded = now
 		}
