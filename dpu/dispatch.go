@@ -89,6 +89,14 @@ type Handler struct {
 	// with FlagSGL): handing a small job to a worker costs more (a
 	// thread wake-up, tens of microseconds here) than doing it.
 	InlineMax uint64
+	// InlineAlone raises InlineMax to this many bytes on an agent with one
+	// P (GOMAXPROCS 1, pinned to one core): a worker could not run beside
+	// the poller there, so handing it the job buys no parallelism, only
+	// two goroutine switches (some 1.5 µs a job here, a tenth of a 1 MiB
+	// stripe's coding). Keep it within the work a worker does between two
+	// Yields, so that an inline job holds other pairs up no longer than a
+	// worker's slice would.
+	InlineAlone uint64
 	// Detached handlers wait on others (agents across the network), not
 	// on a core: each runs on a goroutine of its own, not holding a
 	// worker (at most maxDetached at once; more complete StatusBusy).
@@ -386,7 +394,7 @@ const (
 // the next generation (ring.Agent.Rebuild); hosts see the new generation
 // and attach again.
 func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
-	l := &shmLoop{d: d, in: make([]ring.Incoming, 32), beat: beat}
+	l := &shmLoop{d: d, in: make([]ring.Incoming, 32), beat: beat, oneP: runtime.GOMAXPROCS(0) == 1}
 	l.use(a)
 	if d.doorbell {
 		// Hosts share our kernel: sleep in it until rung, housekeeping at
@@ -453,6 +461,7 @@ type shmLoop struct {
 	last        time.Time
 	withWorkers int         // jobs handed to workers and not yet completed
 	busyTimer   *time.Timer // park's
+	oneP        bool        // GOMAXPROCS is 1: Handler.InlineAlone applies
 	checkSize   bool        // housekeeping ran: look at the file's size
 	// The response and request of the descriptor in hand: kept here, not
 	// on the stack, where handing them to a handler would move them to
@@ -504,10 +513,16 @@ completions:
 				q.Complete(resp)
 				continue
 			}
-			if sgl, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
+			if sgl, long, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
 				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", sgl: sgl}
 				d.serve(ctx, e, &l.req, resp)
 				q.Complete(resp)
+				if long {
+					// The host may be waiting for this one to submit
+					// more: let it see it before the next is served.
+					q.Publish()
+					l.touched[i] = false
+				}
 				continue
 			}
 			j := d.jobs.Get().(*job)
@@ -645,34 +660,39 @@ wait:
 var busyWorkersToSleep = max(1, runtime.NumCPU()-1)
 
 // inline says whether a request for h runs on the poller: h is Inline,
-// or the request names at most h.InlineMax bytes. A scatter-gather list
-// is read and decoded for that, once: sgl is what it named, which the
+// or the request names at most h.InlineMax bytes (h.InlineAlone with one
+// P); long says it runs inline for InlineAlone. A scatter-gather list is
+// read and decoded for that, once: sgl is what it named, which the
 // handler then serves (Request.SGL). A list that does not decode goes to
 // a worker, whose handler reads it again and fails.
-func (l *shmLoop) inline(h *Handler, d *wire.Desc, mem ring.Accessor) (sgl []wire.Span, ok bool) {
+func (l *shmLoop) inline(h *Handler, d *wire.Desc, mem ring.Accessor) (sgl []wire.Span, long, ok bool) {
+	most := h.InlineMax
+	if l.oneP {
+		most = max(most, h.InlineAlone)
+	}
 	switch {
 	case h.Inline:
-		return nil, true
-	case h.InlineMax == 0:
-		return nil, false
+		return nil, false, true
+	case most == 0:
+		return nil, false, false
 	case d.Flags&wire.FlagSGL == 0:
 		var n uint64
 		for _, s := range d.SpanList() {
 			n += uint64(s.Len)
 		}
-		return nil, n <= h.InlineMax
+		return nil, n > h.InlineMax && n <= most, n <= most
 	case d.NSpan == 0 || uint64(d.Spans[0].Len) > uint64(len(l.sglRaw)):
-		return nil, false
+		return nil, false, false
 	}
 	spans, st := readSGL(mem, d.Spans[0], l.sglRaw[:], l.sglBuf[:])
 	if st != wire.StatusOK {
-		return nil, false
+		return nil, false, false
 	}
 	var n uint64
 	for _, s := range spans {
 		n += uint64(s.Len)
 	}
-	return spans, n <= h.InlineMax
+	return spans, n > h.InlineMax && n <= most, n <= most
 }
 
 func (d *Dispatcher) putJob(j *job) {

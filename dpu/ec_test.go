@@ -413,17 +413,31 @@ func TestInlineReadsTheSGLOnce(t *testing.T) {
 			}
 			var l shmLoop
 			large0 := desc(put(largeSpans))
-			if _, ok := l.inline(h, &large0, acc); ok {
+			if _, _, ok := l.inline(h, &large0, acc); ok {
 				t.Fatalf("a list naming %d bytes runs inline (InlineMax %d)", 6*large.w, h.InlineMax)
 			}
+			// With one P, up to InlineAlone runs inline, and is long
+			// (published at once); more does not.
+			l.oneP = true
+			for _, c := range []struct {
+				alone          uint64
+				long, isInline bool
+			}{{0, false, false}, {6 * uint64(large.w), true, true}, {6*uint64(large.w) - 1, false, false}} {
+				h := &Handler{InlineMax: h.InlineMax, InlineAlone: c.alone}
+				if _, long, ok := l.inline(h, &large0, acc); ok != c.isInline || long != c.long {
+					t.Fatalf("one P, InlineAlone %d: a list naming %d bytes runs inline %v (long %v), want %v (%v)",
+						c.alone, 6*large.w, ok, long, c.isInline, c.long)
+				}
+			}
+			l.oneP = false
 			bad := desc(wire.Span{Off: listAt, Len: 12})
-			if _, ok := l.inline(h, &bad, acc); ok {
+			if _, _, ok := l.inline(h, &bad, acc); ok {
 				t.Fatal("a list that does not decode runs inline")
 			}
 			d := desc(put(smallSpans))
-			sgl, ok := l.inline(h, &d, acc)
-			if !ok || len(sgl) != k+m {
-				t.Fatalf("a list naming %d bytes: inline %v, %d spans", 6*small.w, ok, len(sgl))
+			sgl, long, ok := l.inline(h, &d, acc)
+			if !ok || long || len(sgl) != k+m {
+				t.Fatalf("a list naming %d bytes: inline %v (long %v), %d spans", 6*small.w, ok, long, len(sgl))
 			}
 			// The host rewrites the list to name the large stripe before
 			// the handler runs.
