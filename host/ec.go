@@ -437,6 +437,11 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		}
 	}
 	res.Took, res.HostCPU = time.Since(t0), meter.total()
+	for _, p := range ps {
+		if p != nil {
+			p.release()
+		}
+	}
 	if err != nil {
 		return res, err
 	}
@@ -554,12 +559,25 @@ type pieces struct {
 // newPieces returns the pieces of one agent share; m is the op's meter,
 // nil to have the pieces' own.
 func newPieces(ctx context.Context, e *EC, m *cpuMeter) *pieces {
-	p := &pieces{e: e, ctx: ctx, meter: m}
+	p := piecesPool.Get().(*pieces)
+	*p = pieces{e: e, ctx: ctx, meter: m}
 	if m == nil {
 		p.meter = &p.own
 	}
 	p.calls, p.after = p.call1[:0], p.after1[:0]
 	return p
+}
+
+// piecesPool keeps pieces (a KiB each, with their room for an op's
+// views and list) from one op to the next: done with one op, run puts
+// its pieces back (release).
+var piecesPool = sync.Pool{New: func() any { return new(pieces) }}
+
+// release gives p back to the pool, its calls waited for; nothing may use
+// it, or its meter, after.
+func (p *pieces) release() {
+	*p = pieces{}
+	piecesPool.Put(p)
 }
 
 // longOp is the data from which an EC op is expected to take a
