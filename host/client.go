@@ -175,6 +175,9 @@ type transport interface {
 	// windowSGL appends to list the scatter-gather list naming bufs (each
 	// one's offset in the window and length), when every one lies there.
 	windowSGL(list []byte, bufs [][]byte) ([]byte, bool)
+	// windowRuns returns in and out each as one span of the window, when
+	// their buffers lie there back to back.
+	windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool)
 	String() string
 }
 

@@ -552,6 +552,7 @@ type pieces struct {
 	call1  [1]*Call
 	after1 [1]func(Result)
 	in1    [1][]byte
+	out1   [1][]byte
 	cols   [32][]byte
 	sgl    [32 * wire.SpanSize]byte
 }
@@ -706,6 +707,13 @@ func (e *EC) pieceWidth(rows int) int {
 // else pieces copied into window buffers.
 func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) error {
 	counts := wire.ECShards(e.k, e.m)
+	if c0 == 0 && c1 == len(data[0]) {
+		if in, out, ok := p.e.c.t.windowRuns(data, parity); ok {
+			// The plain form: data and parity each one span.
+			p.in1[0], p.out1[0] = in, out
+			return p.submit(Request{Op: wire.OpECEncode, Arg0: counts, In: p.in1[:], Out: p.out1[:]}, len(in), nil)
+		}
+	}
 	if list, ok := p.inWindowSGL(appendColumns(p.cols[:0], c0, c1, data, parity)); ok {
 		return p.submitSGL(wire.OpECEncode, counts, list, e.k*(c1-c0))
 	}

@@ -326,3 +326,72 @@ func TestECHostCPUReads(t *testing.T) {
 		})
 	}
 }
+
+// TestECWindowLayouts: shards in the window back to back go as the op's
+// plain form (data and parity one span each), shards anywhere else in it
+// with a scatter-gather list; both give the library's parity, also with
+// the shards' order shuffled, a gap between two of them, or parity ahead
+// of the data.
+func TestECWindowLayouts(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
+	const k, m, w = 4, 2, 4 * ec.Align
+	ref, _ := ec.New(k, m)
+	e, err := c.EC(k, m, host.WithRails(host.RailsDPU))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := c.Alloc((k + m + 1) * w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free(buf)
+	for _, tc := range []struct {
+		name  string
+		at    [k + m]int // where each shard lies in buf, in shard widths
+		plain bool       // data and parity each back to back
+	}{
+		{"back to back", [k + m]int{0, 1, 2, 3, 4, 5}, true},
+		{"shuffled", [k + m]int{3, 0, 5, 1, 4, 2}, false},
+		{"a gap after the data", [k + m]int{0, 1, 2, 3, 5, 6}, true},
+		{"a gap in the data", [k + m]int{0, 1, 2, 4, 5, 6}, false},
+		{"parity first", [k + m]int{2, 3, 4, 5, 0, 1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clear(buf)
+			shards := make([][]byte, k+m)
+			for i, at := range tc.at {
+				shards[i] = buf[at*w : (at+1)*w : (at+1)*w]
+				if i < k {
+					fill(shards[i], uint64(i+1))
+				}
+			}
+			in, out, plain := host.WindowRuns(c, shards[:k], shards[k:])
+			if plain != tc.plain {
+				t.Fatalf("plain form %v, want %v", plain, tc.plain)
+			}
+			if plain && (&in[0] != &shards[0][0] || len(in) != k*w || &out[0] != &shards[k][0] || len(out) != m*w) {
+				t.Fatalf("runs of %d and %d bytes do not cover the shards", len(in), len(out))
+			}
+			want := make([][]byte, k+m)
+			for i := range shards {
+				want[i] = bytes.Clone(shards[i])
+			}
+			if err := ref.Encode(want); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Encode(ctx, shards); err != nil {
+				t.Fatal(err)
+			}
+			for i := range shards {
+				if !bytes.Equal(shards[i], want[i]) {
+					t.Fatalf("shard %d differs from the library's", i)
+				}
+			}
+			// Outside the window: never one span.
+			if _, _, ok := host.WindowRuns(c, [][]byte{make([]byte, w)}, [][]byte{make([]byte, w)}); ok {
+				t.Fatal("buffers outside the window named as window runs")
+			}
+		})
+	}
+}

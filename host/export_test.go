@@ -73,3 +73,9 @@ func SleptLong(c *Client, req Request) bool {
 	t := c.t.(*shmTransport)
 	return t.longSleeps[sleepClass(&Call{Req: req})].Load()
 }
+
+// WindowRuns is the transport's windowRuns: whether an op would name in
+// and out each with one span.
+func WindowRuns(c *Client, in, out [][]byte) (inRun, outRun []byte, ok bool) {
+	return c.t.windowRuns(in, out)
+}

@@ -235,6 +235,39 @@ func (t *shmTransport) inWindow(b []byte) bool {
 	return ok
 }
 
+// windowRuns returns in and out each as one slice of the window, when
+// every buffer lies in the window and each starts where the one before it
+// in its group ends (a stripe's shards in one buffer, as ec lays them
+// out): an op then names each group with one span, where a list would
+// cost the agent one more read of this side's writes.
+func (t *shmTransport) windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if inRun, ok = t.run(in); ok {
+		outRun, ok = t.run(out)
+	}
+	return inRun, outRun, ok
+}
+
+// run is windowRuns of one group. With t.mu held.
+func (t *shmTransport) run(bufs [][]byte) ([]byte, bool) {
+	if len(bufs) == 0 {
+		return nil, false
+	}
+	start, ok := t.offset(bufs[0])
+	if !ok {
+		return nil, false
+	}
+	end := start
+	for _, b := range bufs {
+		if off, ok := t.offset(b); !ok || off != end || len(b) == 0 {
+			return nil, false
+		}
+		end += uint64(len(b))
+	}
+	return t.win[start:end:end], true
+}
+
 func (t *shmTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
