@@ -230,6 +230,7 @@ type HostQP struct {
 	sqTail, cqHead uint64
 	resetReq       uint64
 	beat           uint64
+	fetched        uint64 // Poll's read of the next slot (AgentQP.fetched)
 }
 
 func (q *HostQP) word(off uint64) interface {
@@ -308,6 +309,11 @@ func (q *HostQP) Submit(ds []wire.Desc) int {
 // returns wire.StatusFaulted-like errors from Check only when no completion
 // is ready, so completions the agent wrote before a fault are not lost.
 func (q *HostQP) Poll(dst []wire.Desc) (int, error) {
+	// The next completion's slot along with the tail, as the agent's Take
+	// reads the next submission's.
+	if !raceBuild {
+		q.fetched = loadWord(q.cq[(q.cqHead&q.mask)*descSize:])
+	}
 	tail := q.word(qCQTail).Load()
 	if tail < q.cqHead || tail > q.sqTail {
 		// A new agent formatted the region (its tail restarts at zero), or
