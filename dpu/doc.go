@@ -29,7 +29,9 @@
 // handler sees a Request: the validated copy of the descriptor and a
 // ring.Accessor for the memory its spans name — the queue pair's window
 // over shared memory, or the frame's payload over TCP — so it is written
-// once for both transports. Cheap handlers (Inline) run on the polling
+// once for both transports. Cheap handlers (Inline), and requests that
+// name at most InlineMax bytes (InlineAlone on an agent with one P, where
+// a worker could not run beside the poller), run on the polling
 // goroutine; the others on a pool of workers whose completions the poller
 // writes back; handlers that wait on other agents (Detached) on goroutines
 // of their own, so that they hold no worker.
