@@ -106,10 +106,8 @@ func (t *tcpTransport) window() int    { return maxTCPOp }
 
 func (t *tcpTransport) inWindow([]byte) bool { return false }
 
-func (t *tcpTransport) windowSGL([]byte, [][]byte) ([]byte, bool) { return nil, false }
-func (t *tcpTransport) windowRuns(_, _ [][]byte) ([]byte, []byte, bool) {
-	return nil, nil, false
-}
+func (t *tcpTransport) windowSGL([]byte, [][]byte) ([]byte, bool)       { return nil, false }
+func (t *tcpTransport) windowRuns(_, _ [][]byte) ([]byte, []byte, bool) { return nil, nil, false }
 
 func (t *tcpTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
 func (t *tcpTransport) free([]byte) error           { return nil }

@@ -506,8 +506,8 @@ func TestSenderHelper(t *testing.T) {
 // that a frame makes runnable runs within a few more frames (the reader
 // yields every recvYieldEvery), also while the peer (another process)
 // sends faster than this node takes its frames, so that the connection
-// always has more to read. Frames 200, 500
-// and 800 each wake one, once the stream is in full flow.
+// always has more to read. Frames 200, 500 and 800 each wake one, once
+// the stream is in full flow.
 func TestAFrameWakesItsWaiterAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams frames from a helper process")
@@ -540,7 +540,7 @@ func TestAFrameWakesItsWaiterAtOnce(t *testing.T) {
 	for range wakeAt {
 		select {
 		case n := <-ranAt:
-			// Without a yield after each frame it ran once the runtime
+			// Without the reader's yields it ran once the runtime
 			// preempted the loop (10 ms: 140-180 frames here) or the
 			// connection ran dry.
 			t.Logf("a woken goroutine ran %d frames after the one that woke it", n)

@@ -400,13 +400,13 @@ func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs,
 		var share float64
 		for _, r := range orders[i%len(orders)] {
 			var err error
-			switch x := rails[r]; x {
-			case single[host.RailsHost]:
-				h, _, _, err = batch(x)
-			case single[host.RailsDPU]:
-				d, _, _, err = batch(x)
+			switch r {
+			case 0:
+				h, _, _, err = batch(rails[r])
+			case 1:
+				d, _, _, err = batch(rails[r])
 			default:
-				t, p, share, err = batch(x)
+				t, p, share, err = batch(rails[r])
 			}
 			if err != nil {
 				return err
@@ -436,7 +436,7 @@ func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs,
 		// cost over the host rail alone, two runs of the same work. Their
 		// batches above, 5 ms each, meet different moments of a noisy
 		// machine: on the 2-vCPU one this was written on, the ratio of
-		// two such batches spread over 0.47-3.03 within one run, and its
+		// two such batches spread over 0.47-2.95 within one run, and its
 		// median of 12 missed 1.05 in one shape of six in each of two
 		// runs. Here the two take turns op by op (which goes first
 		// alternating), and each round's medians are compared.
@@ -452,8 +452,8 @@ func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs,
 }
 
 // turns times ops of a and b on shards in turns, one each (which goes
-// first alternating), for rounds rounds of at least 5 ms and four ops of
-// each, after one untimed op of each, and returns each round's ratio of
+// first alternating), for rounds rounds of at least 5 ms and five ops of
+// each, after two untimed ops of each, and returns each round's ratio of
 // b's median time to a's.
 func turns(ctx context.Context, a, b *host.EC, shards [][]byte, rounds int) ([]float64, error) {
 	var ratios []float64
