@@ -114,12 +114,57 @@ type handlerEntry struct {
 	latency prometheus.Observer
 }
 
+// handlerTable finds an op's handler in two loads, by its service's block
+// of 0x100 codes and then by the code within it: every descriptor looks
+// its op up, and a map's hash and buckets cost a 1 MiB EC op on the
+// agent's core some 0.1 µs of cache misses (the coder has just streamed
+// its stripe through that core's L2).
+type handlerTable struct {
+	blocks []*[0x100]*handlerEntry // by op>>8
+	n      int
+}
+
+func (t *handlerTable) get(op wire.Op) *handlerEntry {
+	if b := int(op >> 8); b < len(t.blocks) && t.blocks[b] != nil {
+		return t.blocks[b][op&0xff]
+	}
+	return nil
+}
+
+func (t *handlerTable) set(e *handlerEntry) {
+	b := int(e.op >> 8)
+	for len(t.blocks) <= b {
+		t.blocks = append(t.blocks, nil)
+	}
+	if t.blocks[b] == nil {
+		t.blocks[b] = new([0x100]*handlerEntry)
+	}
+	t.blocks[b][e.op&0xff] = e
+	t.n++
+}
+
+// all returns the entries in op order.
+func (t *handlerTable) all() []*handlerEntry {
+	out := make([]*handlerEntry, 0, t.n)
+	for _, b := range t.blocks {
+		if b == nil {
+			continue
+		}
+		for _, e := range b {
+			if e != nil {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
 // Dispatcher routes descriptors from every transport to the handlers that
 // services registered.
 type Dispatcher struct {
 	log      *slog.Logger
 	limited  *limitedLog
-	handlers map[wire.Op]*handlerEntry
+	handlers handlerTable
 	latency  *prometheus.HistogramVec
 	waits    prometheus.Histogram
 	badOps   atomic.Uint64
@@ -172,9 +217,8 @@ func NewDispatcher(log *slog.Logger, workers int) *Dispatcher {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	d := &Dispatcher{
-		log:      log,
-		limited:  newLimitedLog(log),
-		handlers: map[wire.Op]*handlerEntry{},
+		log:     log,
+		limited: newLimitedLog(log),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hec_op_duration_seconds",
 			Help:    "Time the agent spent serving an op, by op (excludes queueing in the rings).",
@@ -198,10 +242,10 @@ func NewDispatcher(log *slog.Logger, workers int) *Dispatcher {
 // Handle registers h for op. It must be called before the dispatcher runs;
 // registering an op twice panics (a programming error).
 func (d *Dispatcher) Handle(op wire.Op, h Handler) {
-	if _, ok := d.handlers[op]; ok {
+	if d.handlers.get(op) != nil {
 		panic(fmt.Sprintf("dpu: op %s registered twice", op))
 	}
-	d.handlers[op] = &handlerEntry{op: op, h: h, latency: d.latency.WithLabelValues(op.String())}
+	d.handlers.set(&handlerEntry{op: op, h: h, latency: d.latency.WithLabelValues(op.String())})
 }
 
 // statusFor maps a validation error to the status its completion carries.
@@ -221,7 +265,7 @@ func (d *Dispatcher) begin(in *ring.Incoming, resp *wire.Desc) *handlerEntry {
 		d.badOps.Add(1)
 		return nil
 	}
-	e := d.handlers[in.Op]
+	e := d.handlers.get(in.Op)
 	if e == nil {
 		resp.Status = wire.StatusBadOp
 		d.badOps.Add(1)
@@ -785,8 +829,8 @@ func (d *Dispatcher) QueuePairs() []api.QueuePair {
 // OpCounts returns per-op counters, sorted by op name, plus the count of
 // descriptors rejected before reaching a handler (as op "rejected").
 func (d *Dispatcher) OpCounts() []api.OpCount {
-	out := make([]api.OpCount, 0, len(d.handlers)+1)
-	for _, e := range d.handlers {
+	out := make([]api.OpCount, 0, d.handlers.n+1)
+	for _, e := range d.handlers.all() {
 		out = append(out, api.OpCount{Op: e.op.String(), Count: e.ops.Load(), Errors: e.errs.Load()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Op < out[j].Op })

@@ -165,7 +165,7 @@ func TestNestedJobYields(t *testing.T) {
 		startAt  = -1     // len(log) when it started
 	)
 	mk := func(p *ring.AgentQP, tag uint64) *job {
-		return &job{q: p, agent: a, e: d.handlers[op], req: Request{Desc: wire.Desc{Op: op, Tag: tag}}, resp: wire.Desc{Op: op, Tag: tag}}
+		return &job{q: p, agent: a, e: d.handlers.get(op), req: Request{Desc: wire.Desc{Op: op, Tag: tag}}, resp: wire.Desc{Op: op, Tag: tag}}
 	}
 	d.Handle(op, Handler{Serve: func(_ context.Context, r *Request, _ *wire.Desc) {
 		if r.Tag == 3 {
