@@ -123,7 +123,7 @@ type ecService struct {
 	// moving average over the rounds coded (roundWidth).
 	rate atomic.Uint64
 
-	slots            sync.Pool // *[][]byte: rounds' views and columns
+	scratch          sync.Pool // *ecScratch
 	bytes            *prometheus.CounterVec
 	shmBytes         [2]prometheus.Counter // bytes' (encode, shm) and (reconstruct, shm)
 	encoded, rebuilt atomic.Uint64         // for the status
@@ -132,7 +132,7 @@ type ecService struct {
 
 func newECService(cfg ECConfig, dpuProfile string) *ecService {
 	s := &ecService{cfg: cfg, profile: dpuProfile, coders: map[uint64]*ec.Coder{}}
-	s.slots.New = func() any { return new([][]byte) }
+	s.scratch.New = func() any { return new(ecScratch) }
 	return s
 }
 
@@ -205,14 +205,39 @@ type ecShards struct {
 	idx     []int // reconstruct: the shard index of each in, then of each out
 }
 
-// even cuts span s into n spans of equal length; ok is false unless it
-// divides and is not empty.
-func even(s wire.Span, n int) ([]wire.Span, uint32, bool) {
+// ecScratch is what an op needs for its length and no longer: the plain
+// form's spans cut into shards, the spans' views and each round's
+// columns of them. From a pool (ecService.scratch), as every op needs
+// them and a 1 MiB stripe codes in 15 µs.
+type ecScratch struct {
+	spans []wire.Span
+	views [][]byte
+}
+
+// takeSpans returns n more spans of sc's (grown as needed).
+func (sc *ecScratch) takeSpans(n int) []wire.Span {
+	if cap(sc.spans)-len(sc.spans) < n {
+		sc.spans = make([]wire.Span, 0, max(2*cap(sc.spans), len(sc.spans)+n))
+	}
+	out := sc.spans[len(sc.spans) : len(sc.spans)+n : len(sc.spans)+n]
+	sc.spans = sc.spans[:len(sc.spans)+n]
+	return out
+}
+
+func (sc *ecScratch) release(pool *sync.Pool) {
+	clear(sc.views)
+	sc.spans = sc.spans[:0]
+	pool.Put(sc)
+}
+
+// even cuts span s into n spans of equal length, taken from sc; ok is
+// false unless it divides and is not empty.
+func even(sc *ecScratch, s wire.Span, n int) ([]wire.Span, uint32, bool) {
 	if n <= 0 || s.Len == 0 || s.Len%uint32(n) != 0 {
 		return nil, 0, false
 	}
 	w := s.Len / uint32(n)
-	out := make([]wire.Span, n)
+	out := sc.takeSpans(n)
 	for i := range out {
 		out[i] = wire.Span{Off: s.Off + uint32(i)*w, Len: w}
 	}
@@ -242,7 +267,7 @@ func (s *ecService) counts(req *Request) (*ec.Coder, wire.Status) {
 }
 
 // encodeShards reads OpECEncode's spans.
-func encodeShards(req *Request, k, m int) (ecShards, wire.Status) {
+func encodeShards(req *Request, sc *ecScratch, k, m int) (ecShards, wire.Status) {
 	sh := ecShards{k: k, m: m}
 	if req.Flags&wire.FlagSGL != 0 {
 		spans, st := req.SGL()
@@ -259,16 +284,16 @@ func encodeShards(req *Request, k, m int) (ecShards, wire.Status) {
 		return sh, wire.StatusBadArg
 	}
 	var ok bool
-	if sh.in, sh.w, ok = even(req.Spans[0], k); !ok || req.Spans[1].Len != uint32(m)*sh.w || uint64(m)*uint64(sh.w) > 1<<32-1 {
+	if sh.in, sh.w, ok = even(sc, req.Spans[0], k); !ok || req.Spans[1].Len != uint32(m)*sh.w || uint64(m)*uint64(sh.w) > 1<<32-1 {
 		return sh, wire.StatusBadArg
 	}
-	sh.out, _, _ = even(req.Spans[1], m)
+	sh.out, _, _ = even(sc, req.Spans[1], m)
 	return sh, wire.StatusOK
 }
 
 // reconstructShards reads OpECReconstruct's spans and its index bytes (a
 // private copy: the host may rewrite them while the op runs).
-func reconstructShards(req *Request, k, m int) (ecShards, wire.Status) {
+func reconstructShards(req *Request, sc *ecScratch, k, m int) (ecShards, wire.Status) {
 	sh := ecShards{k: k, m: m}
 	var idxSpan wire.Span
 	if req.Flags&wire.FlagSGL != 0 {
@@ -286,10 +311,10 @@ func reconstructShards(req *Request, k, m int) (ecShards, wire.Status) {
 			return sh, wire.StatusBadArg
 		}
 		var ok bool
-		if sh.in, sh.w, ok = even(req.Spans[0], k); !ok || req.Spans[2].Len%sh.w != 0 || req.Spans[2].Len == 0 {
+		if sh.in, sh.w, ok = even(sc, req.Spans[0], k); !ok || req.Spans[2].Len%sh.w != 0 || req.Spans[2].Len == 0 {
 			return sh, wire.StatusBadArg
 		}
-		sh.out, _, _ = even(req.Spans[2], int(req.Spans[2].Len/sh.w))
+		sh.out, _, _ = even(sc, req.Spans[2], int(req.Spans[2].Len/sh.w))
 		idxSpan = req.Spans[1]
 	}
 	r := len(sh.out)
@@ -331,18 +356,15 @@ func views(dst [][]byte, mem ring.Accessor, spans []wire.Span) [][]byte {
 // with each round's columns, the in ones then the out ones (with
 // outEmpty, out columns of length 0 and room for the round: what a
 // rebuild fills), and yielding between rounds.
-func (s *ecService) rounds(req *Request, sh ecShards, outEmpty bool, code func(cols [][]byte) error) wire.Status {
+func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bool, code func(cols [][]byte) error) wire.Status {
 	w := int(sh.w)
 	cw := s.roundWidth(w, sh.k, len(sh.out))
 	nin, nout := len(sh.in), len(sh.out)
-	// The views of the spans, then each round's columns of them: from a
-	// pool, as every op needs them and a 1 MiB stripe codes in 15 µs.
-	sp := s.slots.Get().(*[][]byte)
-	defer func() { clear(*sp); s.slots.Put(sp) }()
-	if cap(*sp) < 2*(nin+nout) {
-		*sp = make([][]byte, 2*(nin+nout))
+	// The views of the spans, then each round's columns of them.
+	if cap(sc.views) < 2*(nin+nout) {
+		sc.views = make([][]byte, 2*(nin+nout))
 	}
-	slots := (*sp)[:2*(nin+nout)]
+	slots := sc.views[:2*(nin+nout)]
 	in, out := views(slots[:nin:nin], req.Mem, sh.in), views(slots[nin:nin+nout:nin+nout], req.Mem, sh.out)
 	staged := in == nil || out == nil
 	var scratch []byte
@@ -425,9 +447,11 @@ func (s *ecService) observe(in, outs int, d time.Duration) {
 func (s *ecService) serveEncode(_ context.Context, req *Request, resp *wire.Desc) {
 	c, st := s.counts(req)
 	if st == wire.StatusOK {
+		sc := s.scratch.Get().(*ecScratch)
+		defer sc.release(&s.scratch)
 		var sh ecShards
-		if sh, st = encodeShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
-			st = s.rounds(req, sh, false, c.Encode)
+		if sh, st = encodeShards(req, sc, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
+			st = s.rounds(req, sc, sh, false, c.Encode)
 			if st == wire.StatusOK {
 				s.done(req, resp, sh, "encode", uint64(sh.k)*uint64(sh.w))
 			}
@@ -439,11 +463,13 @@ func (s *ecService) serveEncode(_ context.Context, req *Request, resp *wire.Desc
 func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire.Desc) {
 	c, st := s.counts(req)
 	if st == wire.StatusOK {
+		sc := s.scratch.Get().(*ecScratch)
+		defer sc.release(&s.scratch)
 		var sh ecShards
-		if sh, st = reconstructShards(req, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
+		if sh, st = reconstructShards(req, sc, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
 			k, n := sh.k, sh.k+sh.m
 			shards := make([][]byte, n)
-			st = s.rounds(req, sh, true, func(cols [][]byte) error {
+			st = s.rounds(req, sc, sh, true, func(cols [][]byte) error {
 				clear(shards)
 				for i, b := range cols {
 					shards[sh.idx[i]] = b
