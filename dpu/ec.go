@@ -117,7 +117,8 @@ type ecService struct {
 	path    ec.SIMD
 
 	mu     sync.Mutex
-	coders map[uint64]*ec.Coder
+	coders map[uint64]*shapeCoder
+	last   atomic.Pointer[shapeCoder] // the coder asked for last: most ops find it here, without the lock
 
 	// rate is the coder's input bytes times outputs per microsecond, a
 	// moving average over the rounds coded (roundWidth).
@@ -131,7 +132,7 @@ type ecService struct {
 }
 
 func newECService(cfg ECConfig, dpuProfile string) *ecService {
-	s := &ecService{cfg: cfg, profile: dpuProfile, coders: map[uint64]*ec.Coder{}}
+	s := &ecService{cfg: cfg, profile: dpuProfile, coders: map[uint64]*shapeCoder{}}
 	s.scratch.New = func() any { return new(ecScratch) }
 	return s
 }
@@ -177,23 +178,34 @@ func (s *ecService) FillStatus(st *api.Status) {
 	st.EC = &api.ECStatus{SIMD: string(s.path), EncodedBytes: s.encoded.Load(), RebuiltBytes: s.rebuilt.Load()}
 }
 
+// shapeCoder is a coder and its shape's key (ecService.coder).
+type shapeCoder struct {
+	key uint64
+	c   *ec.Coder
+}
+
 // coder returns the coder of k+m shards, made on first use.
 func (s *ecService) coder(k, m int) (*ec.Coder, error) {
 	key := uint64(k)<<16 | uint64(m)
+	if l := s.last.Load(); l != nil && l.key == key {
+		return l.c, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.coders[key]; ok {
-		return c, nil
+	sc, ok := s.coders[key]
+	if !ok {
+		c, err := ec.New(k, m, s.opts...)
+		if err != nil {
+			return nil, err
+		}
+		if len(s.coders) >= maxCoders {
+			clear(s.coders)
+		}
+		sc = &shapeCoder{key: key, c: c}
+		s.coders[key] = sc
 	}
-	c, err := ec.New(k, m, s.opts...)
-	if err != nil {
-		return nil, err
-	}
-	if len(s.coders) >= maxCoders {
-		clear(s.coders)
-	}
-	s.coders[key] = c
-	return c, nil
+	s.last.Store(sc)
+	return sc.c, nil
 }
 
 // ecShards are the shard spans of one op: in (read), out (written), each
