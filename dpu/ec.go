@@ -411,7 +411,10 @@ func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bo
 				outs[j] = outs[j][:0]
 			}
 		}
-		t0 := time.Now()
+		t0 := req.start // the first round's, on the poller: from the op's start
+		if c > 0 || t0.IsZero() {
+			t0 = time.Now()
+		}
 		if err := code(cols); err != nil {
 			return wire.StatusBadArg
 		}
