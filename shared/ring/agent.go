@@ -18,9 +18,11 @@ type AgentConfig struct {
 	// LeaseTimeout is how long a holder's heartbeat may stay unchanged before
 	// its pair is fenced. Default 3s.
 	LeaseTimeout time.Duration
-	// CheckPIDs makes the agent fence a pair whose holder's pid is gone or
-	// was reused. Only meaningful when the agent shares the holders' pid
-	// namespace (local emulation); in a VM or on a DPU it must be false.
+	// CheckPIDs makes the agent fence a pair whose holder's pid is gone
+	// (asked at every housekeeping pass) or was reused (its start time,
+	// compared once a second: startCheckEvery). Only meaningful when the
+	// agent shares the holders' pid namespace (local emulation); in a VM
+	// or on a DPU it must be false.
 	CheckPIDs bool
 	// MinGeneration is a floor for the new generation, for agents that keep
 	// it in their state directory; the region's own previous generation + 1
@@ -261,6 +263,9 @@ type AgentQP struct {
 	epoch       uint32 // epoch a free lease carries
 	holderStart uint64
 	holderBeat  BeatWatch // the holder's heartbeat, judged on the agent's own housekeeping passes
+	// startChecked is when the holder's start time was last compared with
+	// its pid's (CheckPIDs); zero: at the next pass.
+	startChecked time.Time
 
 	sqHead, cqTail         uint64 // ours; published
 	seenSQTail, seenCQHead uint64 // host's, last observed
@@ -376,6 +381,7 @@ func (q *AgentQP) bind(w uint64, now time.Time) {
 	}
 	q.lease = w
 	q.holderStart = q.w(qStart)
+	q.startChecked = time.Time{}
 	// A pass seconds late (the agent did not run) counts for half the
 	// lease timeout at most: the holder, on this machine, most likely did
 	// not run either.
@@ -404,19 +410,30 @@ func (q *AgentQP) checkHolder(now time.Time) {
 		return
 	}
 	if q.holderStart == 0 {
-		q.holderStart = q.w(qStart)
+		if q.holderStart = q.w(qStart); q.holderStart != 0 {
+			q.startChecked = time.Time{}
+		}
 	}
 	if !q.a.cfg.CheckPIDs {
 		return
 	}
-	switch holderLiveness(leasePID(q.lease), q.holderStart) {
+	pid := leasePID(q.lease)
+	if !q.startChecked.IsZero() && now.Sub(q.startChecked) < startCheckEvery {
+		// Between the full checks, only whether the pid still exists.
+		if pidGone(pid) {
+			q.fence(fmt.Sprintf("holder pid %d is gone", pid))
+		}
+		return
+	}
+	q.startChecked = now
+	switch holderLiveness(pid, q.holderStart) {
 	case holderGone:
-		q.fence(fmt.Sprintf("holder pid %d is gone", leasePID(q.lease)))
+		q.fence(fmt.Sprintf("holder pid %d is gone", pid))
 	case holderSuspect:
 		// The pid was probably reused: a holder that still beats keeps
 		// its pair, one silent for suspectTimeout loses it.
 		if stale > suspectTimeout {
-			q.fence(fmt.Sprintf("holder pid %d has another start time and no heartbeat for %v", leasePID(q.lease), stale.Round(time.Millisecond)))
+			q.fence(fmt.Sprintf("holder pid %d has another start time and no heartbeat for %v", pid, stale.Round(time.Millisecond)))
 		}
 	}
 }

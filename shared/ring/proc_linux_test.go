@@ -1,12 +1,15 @@
 package ring
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // statStart is the plain reading of field 22 of /proc/PID/stat.
@@ -62,3 +65,58 @@ func TestProcStart(t *testing.T) {
 		t.Fatalf("procStart allocates %.0f times per call", n)
 	}
 }
+
+func TestPIDGone(t *testing.T) {
+	tests := []struct {
+		name string
+		pid  uint32
+		want bool
+	}{
+		{"self", uint32(os.Getpid()), false},
+		{"process 1 (not ours to signal when not root)", 1, false},
+		{"no such pid", 1<<22 + 12345, true},
+		{"pid 0 (no holder: the full check judges it)", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pidGone(tt.pid); got != tt.want {
+				t.Fatalf("pidGone(%d) = %v, want %v", tt.pid, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestHolderStartReadOncePerPeriod: housekeeping reads the holder's
+// /proc/PID/stat once per startCheckEvery, not every pass (a hundred a
+// second in the agent), and the pair of a live holder stays active.
+func TestHolderStartReadOncePerPeriod(t *testing.T) {
+	// Reads are counted, and answer "cannot tell": under qemu-user
+	// /proc's start times are the emulator's, which would make a live
+	// holder a suspect (TestHolderLiveness).
+	var reads atomic.Int32
+	readStart = func(int) (uint64, error) { reads.Add(1); return 0, errors.New("counted, not read") }
+	t.Cleanup(func() { readStart = procStart }) // after the server's end (cleanups run last first)
+	r, a := newFileRegion(t, smallGeo, AgentConfig{CheckPIDs: true, LeaseTimeout: time.Hour})
+	s := &server{a: a}
+	startServer(t, s)
+	_, q := mustLease(t, r)
+	s.mu.Lock()
+	reads.Store(0)
+	base := time.Now()
+	passes := int(2500 * time.Millisecond / housekeepPass)
+	for i := 1; i <= passes; i++ {
+		a.Housekeep(base.Add(time.Duration(i) * housekeepPass))
+	}
+	s.mu.Unlock()
+	// One read at each second passed since the last full check, which
+	// was at most one real pass before base.
+	if n := reads.Load(); n < 2 || n > 3 {
+		t.Fatalf("%d reads of /proc/PID/stat in %d passes over 2.5 s, want 2 or 3", n, passes)
+	}
+	if err := q.Check(); err != nil {
+		t.Fatalf("a live holder's pair: %v", err)
+	}
+}
+
+// housekeepPass is the agent's housekeeping period (dpu's housekeepEvery).
+const housekeepPass = 10 * time.Millisecond
