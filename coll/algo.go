@@ -21,6 +21,9 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op
 			copyIfOther(recv, send)
 			return nil
 		}
+		if err := c.calibrate(ctx); err != nil {
+			return err
+		}
 		src := send // out of place: the first reductions read send
 		if overlap(send, recv) {
 			copyIfOther(recv, send)
@@ -239,6 +242,9 @@ func (c *Comm) Broadcast(ctx context.Context, buf []byte, dt DType, root int) er
 		if c.size == 1 {
 			return nil
 		}
+		if err := c.calibrate(ctx); err != nil {
+			return err
+		}
 		if c.Choose(len(buf)) == Tree {
 			return c.bcastTree(ctx, buf, root)
 		}
@@ -299,6 +305,9 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, r
 		return fmt.Errorf("coll: reduce of %d bytes into %d", len(send), len(recv))
 	}
 	return c.run(ctx, "reduce", func() error {
+		if err := c.calibrate(ctx); err != nil {
+			return err
+		}
 		work := c.scratchOf(len(send))
 		if c.size == 1 || c.Choose(len(send)) == Tree {
 			copy(work, send)

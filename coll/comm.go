@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,9 +55,10 @@ type Config struct {
 	// overlap.
 	Chunk int
 	// Alpha is one message's latency and Rate one link's bandwidth in
-	// bytes per second: the model that picks the algorithm (defaults
-	// 50 µs and 1 GB/s; the host library sets them from the rails'
-	// calibration).
+	// bytes per second: the model that picks the algorithm. Unset, the
+	// communicator measures them at its first collective that chooses
+	// one (model.go), starting from 50 µs and 1 GB/s; given (both), they
+	// are used as they are.
 	Alpha time.Duration
 	Rate  float64
 	// Algorithm forces an algorithm (default Auto).
@@ -84,12 +84,13 @@ type Comm struct {
 	rank int
 	size int
 
-	mu      sync.Mutex // one collective at a time
-	seq     uint32
-	broken  error
-	scratch []byte
-	sinks   []Sink // the receives under way (one collective at a time)
-	got     atomic.Uint64
+	mu         sync.Mutex // one collective at a time
+	seq        uint32
+	calibrated bool // the model is measured, given, or not needed
+	broken     error
+	scratch    []byte
+	sinks      []Sink // the receives under way (one collective at a time)
+	got        atomic.Uint64
 
 	sctx sendCtx // the running collective's sends
 
@@ -113,6 +114,7 @@ func New(t Transport, cfg Config) (*Comm, error) {
 	if cfg.Chunk == 0 {
 		cfg.Chunk = 8
 	}
+	given := cfg.Alpha > 0 && cfg.Rate > 0
 	if cfg.Alpha <= 0 {
 		cfg.Alpha = 50 * time.Microsecond
 	}
@@ -123,6 +125,7 @@ func New(t Transport, cfg Config) (*Comm, error) {
 		cfg.SendTimeout = 5 * time.Second
 	}
 	c := &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size()}
+	c.calibrated = given || cfg.Algorithm != Auto || c.size == 1
 	if a, ok := t.(abortSignal); ok {
 		c.sctx.abort = a.abortSignal()
 	}
@@ -367,30 +370,3 @@ func segment(count, n, i, es int) (off, length int) {
 }
 
 func mod(a, n int) int { return ((a % n) + n) % n }
-
-// ringTime and treeTime are the model's times for an allreduce of n bytes.
-func (c *Comm) ringTime(n int) float64 {
-	p := float64(c.size)
-	steps := 2 * (p - 1)
-	chunks := max(1, float64(n)/p/float64(c.cfg.Chunk))
-	return (steps+chunks-1)*c.cfg.Alpha.Seconds() + 2*(p-1)/p*float64(n)/c.cfg.Rate
-}
-
-func (c *Comm) treeTime(n int) float64 {
-	steps := float64(bits.Len(uint(c.size - 1)))
-	if c.size&(c.size-1) != 0 {
-		steps += 2
-	}
-	return steps * (c.cfg.Alpha.Seconds() + float64(n)/c.cfg.Rate)
-}
-
-// Choose returns the algorithm an allreduce of n bytes uses.
-func (c *Comm) Choose(n int) Algorithm {
-	if c.cfg.Algorithm != Auto {
-		return c.cfg.Algorithm
-	}
-	if c.treeTime(n) < c.ringTime(n) {
-		return Tree
-	}
-	return Ring
-}

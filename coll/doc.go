@@ -7,8 +7,11 @@
 // A buffer of n bytes among p ranks moves by the ring (bandwidth-optimal:
 // AllReduce sends 2(p−1)/p·n over each link, in 2(p−1) steps) or by
 // recursive doubling and binomial trees (latency-optimal: log2 p steps of
-// the whole buffer). Config's α–β model of the links picks one per call;
-// Config.Algorithm forces one. Buffers move in chunks (Config.Chunk) and
+// the whole buffer). An α–β model of the links picks one per call: the
+// communicator measures α and the rate at its first collective that
+// chooses (both algorithms in turn, the slowest rank's times, so every
+// rank fits the same model), unless Config gives them; Config.Algorithm
+// forces one. Buffers move in chunks (Config.Chunk) and
 // each chunk goes on as soon as it is reduced, so sending, receiving and
 // reducing overlap. ReduceScatter and AllGather are the ring's halves,
 // AllToAll a pairwise exchange, Barrier a dissemination barrier.
