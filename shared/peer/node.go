@@ -70,6 +70,7 @@ type Node struct {
 	waiters  map[uint64]chan []byte // pings and acks in flight, by comm
 	aborted  map[uint64]string
 	closed   bool
+	closing  atomic.Bool        // closed, for those that hold a peer's lock (not mu)
 	stop     context.CancelFunc // ends Run's goroutines
 	wg       sync.WaitGroup
 
@@ -223,6 +224,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.closed = true
+	n.closing.Store(true)
 	if n.stop != nil {
 		n.stop()
 	}
@@ -362,9 +364,13 @@ func (n *Node) peer(id uint32) *Peer {
 	return n.peers[id]
 }
 
-// conn returns the connection this node sends to p on, dialing it once.
+// conn returns the connection this node sends to p on, dialing it once;
+// ErrClosed once the node is closed.
 func (n *Node) conn(ctx context.Context, p *Peer) (*Conn, error) {
 	for {
+		if n.closing.Load() {
+			return nil, ErrClosed
+		}
 		p.mu.Lock()
 		if p.out != nil {
 			c := p.out
@@ -378,6 +384,12 @@ func (n *Node) conn(ctx context.Context, p *Peer) (*Conn, error) {
 			p.mu.Lock()
 			close(p.dialing)
 			p.dialing = nil
+			if err == nil && n.closing.Load() {
+				// Close may have passed this peer while the dial was
+				// under way: it would never close this connection.
+				c.Close()
+				c, err = nil, ErrClosed
+			}
 			if err == nil {
 				p.out = c
 			}
@@ -414,9 +426,20 @@ func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
 		return nil, fmt.Errorf("peer: %s answered as node %d, not %d", p.Addr, c.Remote(), p.ID)
 	}
 	c.SetStall(n.cfg.Deadline) // a peer that reads nothing for the deadline is gone
+	if h := testHookDialed; h != nil {
+		h()
+	}
 	// Drain what the peer sends back on our connection (nothing, today):
-	// reading also notices it closing.
+	// reading also notices it closing. Not once Close has begun: its
+	// wait for the node's goroutines may be under way.
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		c.Close()
+		return nil, ErrClosed
+	}
 	n.wg.Add(1)
+	n.mu.Unlock()
 	go func() {
 		defer n.wg.Done()
 		for {
@@ -433,6 +456,9 @@ func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
 	}()
 	return c, nil
 }
+
+// testHookDialed, when set, runs in dial once a connection is made.
+var testHookDialed func()
 
 // Send sends one frame to peer to, dialing its connection on first use.
 // It blocks while the peer does not keep up (back-pressure), up to ctx's

@@ -793,3 +793,59 @@ func TestSendToStalledReader(t *testing.T) {
 		t.Fatal("1000 frames of 1 MiB sent to a reader that reads nothing")
 	})
 }
+
+// TestCloseDuringADial: a node closed while one of its dials is under way
+// (a heartbeat to a peer that only talks to it, a send) returns from
+// Close, and the connection that dial made does not outlive it; a send
+// after Close dials nothing. Seen in CI: a dial finished after Close had
+// closed the node's connections, and its reader kept Close waiting for
+// good.
+func TestCloseDuringADial(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		name := "close during the dial"
+		if after {
+			name = "send after close"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := startNode(t, 2, testKey, nil)
+			a, err := NewNode(Config{ID: 1, Listen: "127.0.0.1:0", Key: testKey, Deadline: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runDone := make(chan struct{})
+			go func() { a.Run(context.Background()); close(runDone) }()
+			testutil.WaitFor(t, 10*time.Second, "a listening", func() bool { return a.Addr() != "" })
+			link(a, b)
+			closed := make(chan struct{})
+			if after {
+				a.Close()
+				close(closed)
+			} else {
+				testHookDialed = func() {
+					go func() { a.Close(); close(closed) }()
+					// Close has begun once the node says so; give it the
+					// time to pass the connections it closes.
+					testutil.WaitFor(t, 10*time.Second, "a closing", func() bool {
+						a.mu.Lock()
+						defer a.mu.Unlock()
+						return a.closed
+					})
+					time.Sleep(20 * time.Millisecond)
+				}
+				t.Cleanup(func() { testHookDialed = nil })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.Send(ctx, 2, Header{Type: TypeHeartbeat}, nil); err == nil {
+				t.Error("a send on a closed node succeeded")
+			}
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			<-runDone
+			testutil.WaitFor(t, 10*time.Second, "b's inbound connection from a closed", func() bool { return b.acc.Conns() == 0 })
+		})
+	}
+}
