@@ -17,9 +17,10 @@ import (
 // turn after one untimed of each, and fits α and the rate to the slowest
 // rank's median times. Every rank fits the same numbers, so every rank
 // chooses alike. On the two-vCPU machine this was written on, four ranks
-// with an agent each measured α at about 0.2 ms, four times the default:
-// recursive doubling then took a 1 MiB allreduce in 1.7-2.0 ms where the
-// ring, which the defaults chose, took 2.1-2.4 ms.
+// with an agent each measured α at 0.16 ms, three times the default:
+// recursive doubling, which the measured model picks for a 1 MiB
+// allreduce, took 1.8-2.0 ms where the ring, which the defaults picked,
+// took 2.0-2.4 ms (six alternations).
 const (
 	calibBytes = 256 << 10
 	calibRuns  = 5

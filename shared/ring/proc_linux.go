@@ -81,13 +81,13 @@ const (
 )
 
 // startCheckEvery is how often housekeeping compares a holder's start
-// time with its pid's (holderLiveness), which reads /proc/PID/stat: 10 µs
-// on an idle virtual machine of two vCPUs, and up to 150 µs on the same
-// machine loaded with a collective's four agents, where a check every
-// pass (100 a second) took 3 % of each agent's CPU, on the one P the
-// collective ran on. In between, pidGone asks only whether the pid still
-// exists, which is what fences a dead holder's pair; a pid reused within
-// the second is found by the next full check.
+// time with its pid's (holderLiveness), which reads /proc/PID/stat:
+// 10-15 µs on a lightly loaded virtual machine of two vCPUs, and some
+// 150 µs on the same machine loaded with a collective's four agents,
+// where a check every pass (100 a second) took 3 % of each agent's CPU,
+// on the one P the collective ran on. In between, pidGone asks only
+// whether the pid still exists, which is what fences a dead holder's
+// pair; a pid reused within the second is found by the next full check.
 const startCheckEvery = time.Second
 
 // pidGone reports whether no process has pid: kill with signal 0, a
