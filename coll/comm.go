@@ -326,7 +326,7 @@ func (c *Comm) run(ctx context.Context, name string, f func() error) error {
 	if c.broken != nil {
 		return fmt.Errorf("coll: %s: communicator unusable since an earlier failure (rebuild it): %w", name, c.broken)
 	}
-	c.seq = (c.seq + 1) & (1<<SeqBits - 1)
+	c.nextSeq()
 	err := f()
 	var re *RankError
 	if ferr := c.sendFailed(); err == nil || (ferr != nil && errors.As(ferr, &re) && !errors.As(err, &re)) {
@@ -341,6 +341,9 @@ func (c *Comm) run(ctx context.Context, name string, f func() error) error {
 	c.broken = err
 	return fmt.Errorf("coll: %s on rank %d of %d: %w", name, c.rank, c.size, err)
 }
+
+// nextSeq numbers the next collective (with c.mu held).
+func (c *Comm) nextSeq() { c.seq = (c.seq + 1) & (1<<SeqBits - 1) }
 
 func (c *Comm) check(dt DType, op Op, bufs ...[]byte) error {
 	if !dt.Valid() {

@@ -85,14 +85,13 @@ func (c *Comm) calibrate(ctx context.Context) error {
 	}
 	c.calibrated = true
 	buf := make([]byte, calibBytes)
-	next := func() { c.seq = (c.seq + 1) & (1<<SeqBits - 1) }
 	var ring, tree []float64
 	for i := -1; i < calibRuns; i++ {
 		for _, alg := range [2]Algorithm{Ring, Tree} {
 			if i%2 != 0 {
 				alg = Ring + Tree - alg // the other first, every other round
 			}
-			next()
+			c.nextSeq()
 			t0 := time.Now()
 			var err error
 			if alg == Tree {
@@ -118,11 +117,11 @@ func (c *Comm) calibrate(ctx context.Context) error {
 	agreed := make([]byte, 16)
 	binary.LittleEndian.PutUint64(agreed, math.Float64bits(median(ring)))
 	binary.LittleEndian.PutUint64(agreed[8:], math.Float64bits(median(tree)))
-	next()
+	c.nextSeq()
 	if err := c.allReduceRD(ctx, agreed, nil, Float64, Max); err != nil {
 		return err
 	}
-	next()
+	c.nextSeq()
 	tr := math.Float64frombits(binary.LittleEndian.Uint64(agreed))
 	tt := math.Float64frombits(binary.LittleEndian.Uint64(agreed[8:]))
 	if alpha, rate, ok := c.fit(calibBytes, tr, tt); ok {
