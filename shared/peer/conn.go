@@ -284,7 +284,8 @@ func (c *Conn) write(ctx context.Context) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		dl := time.Now().Add(sendPoll)
+		set := time.Now()
+		dl := set.Add(sendPoll)
 		if !deadline.IsZero() && deadline.Before(dl) {
 			dl = deadline
 		}
@@ -300,6 +301,11 @@ func (c *Conn) write(ctx context.Context) (int64, error) {
 		now := time.Now()
 		if m > 0 {
 			moved = now
+		} else if late := now.Sub(dl); dl.After(set) && late > sendPoll {
+			// This process did not run for a while (stopped, starved,
+			// its machine paused): the peer's reader may not have run
+			// since either, so the time lost is not its stall.
+			moved = moved.Add(late)
 		}
 		if !deadline.IsZero() && !now.Before(deadline) {
 			return n, err

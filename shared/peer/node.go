@@ -81,6 +81,9 @@ type Node struct {
 	// Refused counts connections and transfers refused for exceeding a
 	// bound (inbound connections, transfers under way per peer).
 	Refused atomic.Uint64
+	// Paused counts the liveness passes that found this node had not run
+	// for a while (its process stopped or starved, the machine paused).
+	Paused atomic.Uint64
 
 	nextComm atomic.Uint64
 	sinks    sinks
@@ -528,6 +531,21 @@ func (n *Node) Dead(id uint32) string {
 	return p.dead
 }
 
+// creditPause moves the last-heard time on by lost, no further than now,
+// unless a frame was heard meanwhile (the reader's time is newer).
+func (p *Peer) creditPause(now time.Time, lost time.Duration) {
+	last := p.lastHeard.Load()
+	moved := min(last+int64(lost), now.UnixNano())
+	if h := testHookCredit; h != nil {
+		h()
+	}
+	p.lastHeard.CompareAndSwap(last, moved)
+}
+
+// testHookCredit, when set, runs in creditPause between its load and its
+// swap, where a reader may store a frame's time.
+var testHookCredit func()
+
 func (n *Node) declareDead(p *Peer, why string) {
 	p.mu.Lock()
 	if p.dead != "" {
@@ -546,9 +564,16 @@ func (n *Node) declareDead(p *Peer, why string) {
 
 // watch sends heartbeats on idle connections and declares dead the
 // peers that owe work and have gone silent.
+//
+// Silence is counted only while this node runs: a pass that comes late
+// (the process was stopped or starved, the machine paused) moves every
+// peer's last-heard time on by the time lost, so what the peers sent
+// meanwhile, still unread in the sockets, is not taken for silence.
 func (n *Node) watch(ctx context.Context) {
-	tick := time.NewTicker(n.cfg.Deadline / 8)
+	every := n.cfg.Deadline / 8
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	prev := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -556,12 +581,21 @@ func (n *Node) watch(ctx context.Context) {
 		case <-tick.C:
 		}
 		now := time.Now()
+		lost := now.Sub(prev) - every
+		prev = now
 		n.mu.Lock()
 		peers := make([]*Peer, 0, len(n.peers))
 		for _, p := range n.peers {
 			peers = append(peers, p)
 		}
 		n.mu.Unlock()
+		if lost > every {
+			n.Paused.Add(1)
+			n.cfg.Log.Warn("peer: this node did not run for a while; silence meanwhile is not held against peers", "lost", lost.Round(time.Millisecond))
+			for _, p := range peers {
+				p.creditPause(now, lost)
+			}
+		}
 		for _, p := range peers {
 			p.mu.Lock()
 			connected, dead := p.out != nil, p.dead != ""

@@ -849,3 +849,78 @@ func TestCloseDuringADial(t *testing.T) {
 		})
 	}
 }
+
+// TestCreditPause: a liveness pass that finds this node did not run for a
+// while moves a peer's last-heard time on by the time lost, never past
+// now, and leaves alone a time the reader stored meanwhile.
+func TestCreditPause(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name       string
+		heard      time.Time
+		lost       time.Duration
+		storedByRx time.Time // a frame's time, stored between Load and the swap
+		want       time.Time
+	}{
+		{"silence during the pause is not counted", now.Add(-3200 * time.Millisecond), 3 * time.Second, time.Time{}, now.Add(-200 * time.Millisecond)},
+		{"silence before the pause still is", now.Add(-5 * time.Second), 3 * time.Second, time.Time{}, now.Add(-2 * time.Second)},
+		{"never past now", now.Add(-time.Second), 3 * time.Second, time.Time{}, now},
+		{"a frame heard meanwhile stays", now.Add(-3 * time.Second), 3 * time.Second, now.Add(-time.Millisecond), now.Add(-time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Peer
+			p.lastHeard.Store(tc.heard.UnixNano())
+			if !tc.storedByRx.IsZero() {
+				testHookCredit = func() { p.lastHeard.Store(tc.storedByRx.UnixNano()) }
+				defer func() { testHookCredit = nil }()
+			}
+			p.creditPause(now, tc.lost)
+			if got := time.Unix(0, p.lastHeard.Load()); !got.Equal(tc.want) {
+				t.Fatalf("last heard %v before now, want %v", now.Sub(got), now.Sub(tc.want))
+			}
+		})
+	}
+}
+
+// TestProcessPaused stops this whole process — both nodes, the sender
+// and its peer's reader — for a few deadlines while a send is blocked on
+// full buffers and work is pending on the peer, as when the machine is
+// paused: neither the blocked send nor the liveness check may take the
+// time lost for the peer's silence. (Both did: the send failed with
+// ErrStalled, or the check declared the peer dead, when it ran before the
+// reader had taken what the peer sent; seen first as a collective that
+// blamed a live rank after a CI machine's stall.)
+func TestProcessPaused(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to stop and continue this process")
+	}
+	frame := make([]byte, 1<<20)
+	for round := range 3 {
+		nodes := cluster(t, 2, deadline)
+		nodes[1].Handle(TypeData, func(uint32, Header, []byte) { time.Sleep(deadline / 3) })
+		done := nodes[0].Expect(2)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pause := exec.Command("sh", "-c", fmt.Sprintf("sleep 0.5; kill -STOP %d; sleep %.1f; kill -CONT %d", os.Getpid(), (4*deadline).Seconds(), os.Getpid()))
+		if err := pause.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		for i := 0; time.Since(t0) < 2*time.Second+4*deadline; i++ {
+			if err := nodes[0].Send(ctx, 2, Header{Type: TypeData, Comm: 1}, frame); err != nil {
+				t.Fatalf("round %d: frame %d, %v after the start (paused from 0.5 s for %v): %v", round, i, time.Since(t0).Round(time.Millisecond), 4*deadline, err)
+			}
+		}
+		if why := nodes[0].Dead(2); why != "" {
+			t.Fatalf("round %d: the peer declared dead: %s", round, why)
+		}
+		if err := pause.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if nodes[0].Paused.Load() == 0 {
+			t.Fatalf("round %d: the pause went unnoticed", round)
+		}
+		done()
+		cancel()
+	}
+}
