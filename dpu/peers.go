@@ -187,8 +187,8 @@ func (s *peerService) FillStatus(st *api.Status) {
 
 // peerCollector exports every peer's liveness and traffic.
 type peerCollector struct {
-	n                          *peer.Node
-	up, bytes, frames, refused *prometheus.Desc
+	n                                  *peer.Node
+	up, bytes, frames, refused, paused *prometheus.Desc
 }
 
 func newPeerCollector(n *peer.Node) *peerCollector {
@@ -197,11 +197,12 @@ func newPeerCollector(n *peer.Node) *peerCollector {
 		bytes:   prometheus.NewDesc("hec_peer_bytes_total", "Bytes of peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
 		frames:  prometheus.NewDesc("hec_peer_frames_total", "Peer frames, by peer and direction.", []string{"peer", "dir"}, nil),
 		refused: prometheus.NewDesc("hec_peer_refused_total", "Peer connections and frames refused, by reason (auth: wrong key, forged or replayed frame; frame: malformed; old_epoch: dropped; bound: over a limit on connections or transfers).", []string{"reason"}, nil),
+		paused:  prometheus.NewDesc("hec_peer_local_pauses_total", "Times the liveness check found this agent had not run for a while (stopped, starved, its machine paused); the silence meanwhile was not held against peers.", nil, nil),
 	}
 }
 
 func (c *peerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.bytes, c.frames, c.refused} {
+	for _, d := range []*prometheus.Desc{c.up, c.bytes, c.frames, c.refused, c.paused} {
 		ch <- d
 	}
 }
@@ -223,6 +224,7 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.BadFrames.Load()), "frame")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.OldEpoch.Load()), "old_epoch")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.n.Refused.Load()), "bound")
+	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.CounterValue, float64(c.n.Paused.Load()))
 }
 
 // servePeers adds the peer endpoints to mux: GET /v1/peers, and POST
