@@ -86,6 +86,10 @@ type Call struct {
 	// outSpans are the Out buffers' spans in the transport's address space
 	// (the window, or the request payload plus its reserve).
 	outSpans [wire.MaxSpans]wire.Span
+	// outA is the room of the result's Out, and self the list of one call
+	// Go submits: an op allocates its Call and nothing else for them.
+	outA [wire.MaxSpans][]byte
+	self [1]*Call
 }
 
 // placeOutputs copies what the agent wrote (the completion's spans, whose
@@ -104,6 +108,9 @@ func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span)
 			}
 			dst := c.Req.Out[j][sp.Off-o.Off : sp.End()-uint64(o.Off)]
 			copy(dst, src)
+			if res.Out == nil {
+				res.Out = c.outA[:0]
+			}
 			res.Out = append(res.Out, dst)
 			break
 		}
@@ -266,31 +273,22 @@ func (c *Client) Free(b []byte) error { return c.t.free(b) }
 
 // Go submits one op and returns at once.
 func (c *Client) Go(ctx context.Context, req Request) (*Call, error) {
-	calls, err := c.GoBatch(ctx, []Request{req})
-	if err != nil {
+	if err := c.checkBatch(req); err != nil {
 		return nil, err
 	}
-	return calls[0], nil
+	call := newCall(req)
+	call.self[0] = call
+	if err := c.t.submit(ctx, call.self[:]); err != nil {
+		return nil, err
+	}
+	return call, nil
 }
 
 // GoBatch submits several ops with one doorbell where the ring has room for
 // all of them.
 func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	win := c.t.window()
-	for _, r := range reqs {
-		if len(r.In)+len(r.Out) > wire.MaxSpans {
-			return nil, fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In)+len(r.Out), wire.MaxSpans, wire.StatusBadArg)
-		}
-		for _, bufs := range [2][][]byte{r.In, r.Out} {
-			for _, b := range bufs {
-				if len(b) > win {
-					return nil, fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), win, wire.StatusTooLarge)
-				}
-			}
-		}
+	if err := c.checkBatch(reqs...); err != nil {
+		return nil, err
 	}
 	calls := make([]*Call, len(reqs))
 	for i, r := range reqs {
@@ -300,6 +298,28 @@ func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
 		return nil, err
 	}
 	return calls, nil
+}
+
+// checkBatch refuses ops that a descriptor, or the window, cannot carry,
+// and every op once the client is closed.
+func (c *Client) checkBatch(reqs ...Request) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	win := c.t.window()
+	for _, r := range reqs {
+		if len(r.In)+len(r.Out) > wire.MaxSpans {
+			return fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In)+len(r.Out), wire.MaxSpans, wire.StatusBadArg)
+		}
+		for _, bufs := range [2][][]byte{r.In, r.Out} {
+			for _, b := range bufs {
+				if len(b) > win {
+					return fmt.Errorf("host: %s buffer of %d bytes exceeds one op (%d): %w", r.Op, len(b), win, wire.StatusTooLarge)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Wait waits for the call to complete. A status other than StatusOK comes
