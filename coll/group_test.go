@@ -412,14 +412,16 @@ func stopRanks(cmds []*exec.Cmd) {
 // TestWholeGroupPaused stops every rank at once for a few deadlines and
 // lets them all go on, as when the machine they share is paused (a VM's
 // host deschedules it, a laptop sleeps): no rank was silent while the
-// others ran, so none may be declared dead. (A rank whose liveness check
-// ran before its reader had taken the frames that came in during the
-// pause used to blame the rank it waited on; one CI run on two loaded
-// vCPUs blamed a live rank after "nothing heard for 7.957s".)
+// others ran, so none may be declared dead. (A rank's liveness check
+// used to count the pause as the silence of the rank it waited on: "rank
+// 3 (node 4) failed: nothing heard for 3.003s" in 3 runs of 3, as one CI
+// run on two loaded vCPUs blamed a live rank after "nothing heard for
+// 7.957s".)
 func TestWholeGroupPaused(t *testing.T) {
 	for round := range 4 {
 		// Pauses in allreduces of 1 MiB, and of 64 MiB, more than the
-		// sockets hold, so that sends are blocked when the pause comes.
+		// sockets hold, so that sends wait on full sockets when the pause
+		// comes (a send then failed as stalled, before peer's fix).
 		bytes := 1 << 20
 		if round%2 == 1 {
 			bytes = 64 << 20

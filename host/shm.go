@@ -425,7 +425,7 @@ func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
 	nIn := len(c.Req.In)
 	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
 	c.staged = c.staged[:0]
-	// In and Out in one list, on the stack (GoBatch checked that they are
+	// In and Out in one list, on the stack (checkBatch saw that they are
 	// at most a descriptor's spans).
 	var bufsA [wire.MaxSpans][]byte
 	for i, b := range append(append(bufsA[:0], c.Req.In...), c.Req.Out...) {
