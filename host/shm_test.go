@@ -215,12 +215,15 @@ func TestAStallOfTheWholeMachineIsNotAnAgentDeath(t *testing.T) {
 // Close right after cannot unmap the region under it (the race detector
 // once caught Close's unmapping racing that read, in an e2e test).
 //
-// The op takes 5 ms on the agent whatever its cores: its wait spins,
-// yields for a millisecond and then sleeps on the bell, where the
-// context's end finds it. The test used 2.5 MiB EC encodes before, which
-// on a core with GFNI took some 60 µs: their waits were awake when the
-// context ended, and as few as one try in 200 tested anything (none,
-// some runs here).
+// The op takes 5 ms on the agent whatever its cores, and is a long call,
+// whose wait sleeps on the bell at once, where the context's end finds
+// it. The test used 2.5 MiB EC encodes before, which on a core with GFNI
+// took some 60 µs: their waits were awake when the context ended, and as
+// few as one try in 200 tested anything (none, some runs here). Then
+// ordinary calls, whose waits spin and yield for a millisecond before
+// they sleep: on a loaded machine their yields took the whole op, so
+// that no wait slept (CI once; every run of three here, on the code
+// before and after, with four CPU burners).
 func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 	const slowOp = wire.Op(0x7fe1)
 	shm, _, stop := startAgentWith(func(a *dpu.Agent) {
@@ -234,11 +237,18 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	do := func(ctx context.Context) error {
+		call, err := host.GoLong(ctx, c, host.Request{Op: slowOp})
+		if err == nil {
+			_, err = c.Wait(ctx, call)
+		}
+		return err
+	}
 	for ops := 0; !host.BellRings(c); ops++ {
 		if ops == 20 {
 			t.Fatalf("after %d ops of 5 ms no ring of the agent's was seen to end a sleep", ops)
 		}
-		if _, err := c.Do(context.Background(), host.Request{Op: slowOp}); err != nil {
+		if err := do(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +266,7 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 		over.Store(false)
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(2*time.Millisecond+time.Duration(try)*200*time.Microsecond, cancel)
-		_, err := c.Do(ctx, host.Request{Op: slowOp})
+		err := do(ctx)
 		if started.Load() {
 			woken++
 			if !over.Load() {
@@ -266,7 +276,7 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 		cancel()
 		// The agent may still be serving the cancelled call's op: let it
 		// finish before the next.
-		if _, err := c.Do(context.Background(), host.Request{Op: slowOp}); err != nil {
+		if err := do(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
