@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-	"slices"
 	"time"
+
+	"github.com/hecsys/hec/shared/rail"
 )
 
 // The α–β model that picks an algorithm (Choose) starts from
@@ -115,8 +116,8 @@ func (c *Comm) calibrate(ctx context.Context) error {
 	// The slowest rank's: what every collective waits for, and the same
 	// numbers on every rank.
 	agreed := make([]byte, 16)
-	binary.LittleEndian.PutUint64(agreed, math.Float64bits(median(ring)))
-	binary.LittleEndian.PutUint64(agreed[8:], math.Float64bits(median(tree)))
+	binary.LittleEndian.PutUint64(agreed, math.Float64bits(rail.Median(ring)))
+	binary.LittleEndian.PutUint64(agreed[8:], math.Float64bits(rail.Median(tree)))
 	c.nextSeq()
 	if err := c.allReduceRD(ctx, agreed, nil, Float64, Max); err != nil {
 		return err
@@ -150,10 +151,4 @@ func (c *Comm) fit(n int, ring, tree float64) (alpha time.Duration, rate float64
 		return 0, 0, false
 	}
 	return max(time.Duration(math.Round(al*float64(time.Second))), time.Nanosecond), 1 / inv, true
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

@@ -198,14 +198,14 @@ func (e *Estimator) Observe(n int64, d time.Duration) {
 	}
 	e.recent = append(e.recent, float64(n)/net.Seconds())
 	e.sorted = append(e.sorted[:0], e.recent...)
-	e.rail.Rate = median(e.sorted)
+	e.rail.Rate = Median(e.sorted)
 	e.n++
 	e.rail.Confidence = 1 - 1/float64(e.n+1)
 }
 
-// median is the middle of s (the mean of the middle two for an even
+// Median is the middle of s (the mean of the middle two for an even
 // count); it sorts s.
-func median(s []float64) float64 {
+func Median(s []float64) float64 {
 	slices.Sort(s)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
