@@ -118,19 +118,29 @@ func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span)
 }
 
 func newCall(req Request) *Call {
-	c := &Call{Req: req}
-	c.staged = c.stagedA[:0]
+	c := new(Call)
+	c.init(req)
 	return c
 }
 
+// init readies c, new or done with, for req.
+func (c *Call) init(req Request) {
+	*c = Call{Req: req}
+	c.staged = c.stagedA[:0]
+}
+
+// complete ends c. Once its done is seen the call is its caller's alone,
+// who may use it for another op (pieces keep a call): complete touches
+// nothing of it after.
 func (c *Call) complete(res Result, err error) {
 	if c.done.Load() {
 		return
 	}
+	ch := c.ch
 	c.res, c.err = res, err
 	c.done.Store(true)
-	if c.ch != nil {
-		close(c.ch)
+	if ch != nil {
+		close(ch)
 	}
 }
 
@@ -277,11 +287,28 @@ func (c *Client) Go(ctx context.Context, req Request) (*Call, error) {
 		return nil, err
 	}
 	call := newCall(req)
-	call.self[0] = call
-	if err := c.t.submit(ctx, call.self[:]); err != nil {
+	if err := c.submitInto(ctx, call); err != nil {
 		return nil, err
 	}
 	return call, nil
+}
+
+// goInto is Go with a call of the caller's, new or done with: it
+// allocates nothing. The caller may use call again once it is done, and
+// not after an error here: a submit that failed part way may have left
+// it with the transport, which fails it later.
+func (c *Client) goInto(ctx context.Context, req Request, call *Call) error {
+	if err := c.checkBatch(req); err != nil {
+		return err
+	}
+	call.init(req)
+	return c.submitInto(ctx, call)
+}
+
+// submitInto submits call (initialised) as a batch of one.
+func (c *Client) submitInto(ctx context.Context, call *Call) error {
+	call.self[0] = call
+	return c.t.submit(ctx, call.self[:])
 }
 
 // GoBatch submits several ops with one doorbell where the ring has room for

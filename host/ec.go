@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -78,10 +81,12 @@ type EC struct {
 	// splitCost is a split's achieved time over its model's prediction,
 	// a moving average over the splits so far (1 before any).
 	splitCost float64
-	// dpuRate is the agent's data bytes per second for each op code, a
-	// moving average over the ops so far: how long the next op should
-	// take, for its waiter (pieces.submit).
-	dpuRate  map[wire.Op]float64
+	// dpuRate is the agent's data bytes per second for each op
+	// (rateSlot), a float64's bits, a moving average over the ops so
+	// far: how long the next op should take, for its waiter
+	// (pieces.submit, without the lock).
+	dpuRate  [2]atomic.Uint64
+	lastPlan atomic.Pointer[rail.Plan] // onePlan's
 	stats    ECStats
 	progress func(done, total int64)
 }
@@ -89,6 +94,7 @@ type EC struct {
 // ECResult is what one EC op did and cost.
 type ECResult struct {
 	// Plan is the split of the op's columns, in data bytes (k × columns).
+	// Its Shares may be those of other results too: read only.
 	Plan rail.Plan
 	// Bytes is the data coded: k × the shard length.
 	Bytes int64
@@ -149,7 +155,7 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, hostWide: o.concurrency > 1, splitCost: 1, dpuRate: map[wire.Op]float64{},
+	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, hostWide: o.concurrency > 1, splitCost: 1,
 		stats: ECStats{RailBytes: map[string]int64{}}, progress: o.progress}
 	if o.model != nil {
 		e.setModel(o.model)
@@ -267,10 +273,11 @@ func (m *cpuMeter) park() {
 // LeaveSpin is park (ring.Waiter's Leave).
 func (m *cpuMeter) LeaveSpin() { m.park() }
 
-// total is the op's CPU time so far.
-func (m *cpuMeter) total() time.Duration {
+// totalAt is the op's CPU time so far, spent the wall time since its
+// start (read by the caller, who needs it too).
+func (m *cpuMeter) totalAt(spent time.Duration) time.Duration {
 	if !m.parked {
-		return time.Since(m.start)
+		return spent
 	}
 	return m.spun + cpuTime() - m.base
 }
@@ -317,7 +324,7 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 	plan, cost := rail.Plan{}, 1.0
 	switch e.rails {
 	case RailsHost, RailsDPU:
-		plan = rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
+		plan = e.onePlan(size)
 	default:
 		rails := e.Model()
 		if rails == nil {
@@ -342,6 +349,18 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 	return plan, out, cost, nil
 }
 
+// onePlan is the plan of an op of size data bytes on the one rail e codes
+// on: the last one made, when it was for that size, so that a stream of
+// ops of one size allocates no plans (the results share it: read only).
+func (e *EC) onePlan(size int64) rail.Plan {
+	if p := e.lastPlan.Load(); p != nil && p.Size == size {
+		return *p
+	}
+	p := &rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
+	e.lastPlan.Store(p)
+	return *p
+}
+
 // hostPiece is the data the host rail codes between two looks at the
 // agent's completions.
 const hostPiece = 256 << 10
@@ -353,7 +372,9 @@ const hostPiece = 256 << 10
 func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
 	dpu func(p *pieces, c0, c1 int) error) (ECResult, error) {
 	res := ECResult{Plan: plan, Bytes: plan.Size}
-	t0 := time.Now()
+	// Two reads of the clock in an op of one share, here and at the end
+	// (its submission, pieces.submit, takes t0 for its time).
+	t0 := mono.Now()
 	// Each share's time and (the agent's) pieces, submitted: on the stack
 	// for as many shares as there are rails (host, DPU, a GPU's to come).
 	var tookA [3]time.Duration
@@ -377,6 +398,7 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 			} else {
 				ps[i] = newPieces(ctx, e, first.meter)
 			}
+			ps[i].t0 = t0
 		}
 	}
 	local := cpuMeter{start: t0}
@@ -425,6 +447,7 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		took[i] = time.Since(t0)
 	}
 	err := hostErr
+	var end time.Duration // when the last wait was over
 	for i, p := range ps {
 		if !sent[i] {
 			continue
@@ -432,11 +455,15 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		if werr := p.wait(); werr != nil && err == nil {
 			err = werr
 		}
+		end = time.Since(t0)
 		if took[i] == 0 {
-			took[i] = time.Since(t0)
+			took[i] = end
 		}
 	}
-	res.Took, res.HostCPU = time.Since(t0), meter.total()
+	if end == 0 { // the host's shares alone
+		end = time.Since(t0)
+	}
+	res.Took, res.HostCPU = end, meter.totalAt(end)
 	for _, p := range ps {
 		if p != nil {
 			p.release()
@@ -461,10 +488,10 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 		e.stats.RailBytes[s.rail] += n
 		if s.rail == RailDPU && took[i] > 0 {
 			r := float64(n) / took[i].Seconds()
-			if old := e.dpuRate[op]; old > 0 {
+			if old := e.rate(op); old > 0 {
 				r = 0.8*old + 0.2*r
 			}
-			e.dpuRate[op] = r
+			e.dpuRate[rateSlot(op)].Store(math.Float64bits(r)) // under e.mu: no update lost
 		}
 		if est := e.est[s.rail]; est != nil && e.rails == RailsAuto {
 			est.Observe(n, took[i])
@@ -544,11 +571,14 @@ type pieces struct {
 	after []func(Result) // run on each call's completion, in order
 	bufs  [][]byte       // window buffers to free
 	next  int            // calls before next are finished
+	t0    time.Time      // when the op began (EC.run), if known
 	end   time.Time      // when the last call submitted should end
 
 	// Room for the calls of an op in place (one call), its shards' views
 	// and its scatter-gather list: no allocations for codes of up to 32
 	// shards.
+	call0  Call // the first call, done with when the pieces are released
+	lent   bool // call0's submission failed: the transport may hold it
 	call1  [1]*Call
 	after1 [1]func(Result)
 	in1    [1][]byte
@@ -575,8 +605,12 @@ func newPieces(ctx context.Context, e *EC, m *cpuMeter) *pieces {
 var piecesPool = sync.Pool{New: func() any { return new(pieces) }}
 
 // release gives p back to the pool, its calls waited for; nothing may use
-// it, or its meter, after.
+// it, or its meter, after. Pieces whose own call the transport may still
+// hold are left to the collector.
 func (p *pieces) release() {
+	if p.lent {
+		return
+	}
 	*p = pieces{}
 	piecesPool.Put(p)
 }
@@ -593,20 +627,46 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 			return err
 		}
 	}
-	call, err := p.e.c.Go(p.ctx, req)
-	if err != nil {
-		return err
+	var call *Call
+	if len(p.calls) == 0 {
+		// The first (an op in place has no other) is the pieces' own:
+		// an op's call is a third of a KiB of memory the core has not
+		// touched for a while, if allocated.
+		call = &p.call0
+		if err := p.e.c.goInto(p.ctx, req, call); err != nil {
+			p.lent = true
+			return err
+		}
+	} else {
+		var err error
+		if call, err = p.e.c.Go(p.ctx, req); err != nil {
+			return err
+		}
 	}
 	call.long = bytes >= longOp
 	call.meter = p.meter
-	p.e.mu.Lock()
-	rate := p.e.dpuRate[req.Op]
-	p.e.mu.Unlock()
-	if rate > 0 {
-		p.end, call.wakeAt, call.spinTo, call.long = expectEnd(time.Now(), p.end, bytes, rate)
+	if rate := p.e.rate(req.Op); rate > 0 {
+		now := p.t0 // the first call's submission, near enough
+		if len(p.calls) > 0 || now.IsZero() {
+			now = mono.Now()
+		}
+		p.end, call.wakeAt, call.spinTo, call.long = expectEnd(now, p.end, bytes, rate)
 	}
 	p.calls, p.after = append(p.calls, call), append(p.after, after)
 	return nil
+}
+
+// rateSlot is op's slot of EC.dpuRate: encode or reconstruct.
+func rateSlot(op wire.Op) int {
+	if op == wire.OpECEncode {
+		return 0
+	}
+	return 1
+}
+
+// rate is the agent's data bytes per second for op so far (0 before any).
+func (e *EC) rate(op wire.Op) float64 {
+	return math.Float64frombits(e.dpuRate[rateSlot(op)].Load())
 }
 
 // expectEnd is when a call of bytes submitted at now, after calls that

@@ -211,12 +211,13 @@ func TestECFilesThroughTheAgent(t *testing.T) {
 // coding 1 MiB stripes, three stores zeroing a fresh share took 72 % of
 // the time of the function that made it.
 func TestECInPlaceEncodeAllocations(t *testing.T) {
-	// 3 here (host and agent: both run in this process): the Call, the
-	// plan's share and the coder's matrix (in klauspost/reedsolomon); 3–7
-	// in eight runs, where ops whose wait slept add their sleepers'. It
-	// was 6 before the Call held its own list and the result's room and
-	// the descriptor's buffers were listed on the stack; 8–9 under -race;
-	// 7–9 with a list (before the plain form); 15–17 before the host
+	// 1 here (host and agent: both run in this process): the coder's
+	// matrix (in klauspost/reedsolomon); 1–6 in five runs, where ops whose
+	// wait slept add their sleepers'. It was 3 before the pieces kept the
+	// call and the EC its one-rail plan (the host alone allocates nothing:
+	// TestECHostSideAllocatesNothing), 6 before the Call held its own
+	// list and the result's room and the descriptor's buffers were
+	// listed on the stack; 8–9 under -race; 7–9 with a list (before the plain form); 15–17 before the host
 	// kept an op's views, list and shares in room it has, and 36 before
 	// the change that set the first bound. Under -race, where sync.Pool
 	// drops items at random, 7–10 were seen with a list (15–22 before).
