@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -39,6 +40,9 @@ type Request struct {
 	// when it ran it inline: the handler serves these spans, not a list
 	// read again, which the host may have rewritten to name more since.
 	sgl []wire.Span
+	// Kept is the handler's, from its Serve to its Account: what it
+	// keeps of the op to account for it (nil for handlers without).
+	Kept any
 }
 
 // SGL returns the spans of the request's scatter-gather list (FlagSGL:
@@ -109,6 +113,12 @@ type Handler struct {
 	// Serve fills resp (already carrying Op, Tag and StatusOK) for req. It
 	// must not keep req.Mem or views of it after returning.
 	Serve func(ctx context.Context, req *Request, resp *wire.Desc)
+	// Account, when set, is the rest of the handler's work on an op that
+	// the host need not wait for (metrics, a rate): it runs once Serve's
+	// completion is written, and published where the poller served a
+	// long op (at end), or once a worker's Serve returned. It gets what
+	// Serve left in req.Kept and must not read req.Mem.
+	Account func(req *Request, resp *wire.Desc, end time.Time)
 }
 
 type handlerEntry struct {
@@ -280,18 +290,31 @@ func (d *Dispatcher) begin(in *ring.Incoming, resp *wire.Desc) *handlerEntry {
 }
 
 func (d *Dispatcher) serve(ctx context.Context, e *handlerEntry, req *Request, resp *wire.Desc) {
-	t0 := time.Now()
-	req.start = t0
-	e.h.Serve(ctx, req, resp)
-	d.finish(e, resp, t0)
+	d.finish(e, req, resp, d.run(ctx, e, req, resp))
 }
 
-func (d *Dispatcher) finish(e *handlerEntry, resp *wire.Desc, t0 time.Time) {
-	e.latency.Observe(time.Since(t0).Seconds())
+// run serves req, without the bookkeeping (finish), and returns when it
+// began.
+func (d *Dispatcher) run(ctx context.Context, e *handlerEntry, req *Request, resp *wire.Desc) time.Time {
+	t0 := mono.Now()
+	req.start = t0
+	e.h.Serve(ctx, req, resp)
+	return t0
+}
+
+// finish accounts for an op that began at t0: the dispatcher's metrics,
+// then the handler's (Handler.Account).
+func (d *Dispatcher) finish(e *handlerEntry, req *Request, resp *wire.Desc, t0 time.Time) {
+	end := mono.Now()
+	e.latency.Observe(end.Sub(t0).Seconds())
 	e.ops.Add(1)
 	if resp.Status != wire.StatusOK {
 		e.errs.Add(1)
 	}
+	if e.h.Account != nil {
+		e.h.Account(req, resp, end)
+	}
+	req.Kept = nil
 }
 
 // ServeFrame serves one request that arrived over a stream transport; the
@@ -347,7 +370,7 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 			j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 			d.lost.Store(true)
 		}
-		d.finish(j.e, &j.resp, j.t0)
+		d.finish(j.e, &j.req, &j.resp, j.t0)
 		d.done <- j
 		if r := d.ring; r != nil {
 			region.CatchFault(r) //nolint:errcheck // a lost region is the poller's to find
@@ -407,7 +430,7 @@ func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func(*job)) {
 		d.lost.Store(true)
 	}
 	j.req.yield, j.req.job = nil, nil
-	d.finish(j.e, &j.resp, j.t0)
+	d.finish(j.e, &j.req, &j.resp, j.t0)
 	d.waits.Observe(j.waited.Seconds())
 	d.work.done(j.q.Index(), j.slices)
 	d.done <- j // the poller's from here on
@@ -565,7 +588,7 @@ completions:
 			}
 			if sgl, long, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
 				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", sgl: sgl}
-				d.serve(ctx, e, &l.req, resp)
+				t0 := d.run(ctx, e, &l.req, resp)
 				q.Complete(resp)
 				if long {
 					// The host may be waiting for this one to submit
@@ -573,10 +596,16 @@ completions:
 					q.Publish()
 					l.touched[i] = false
 				}
+				// The op's metrics after its completion: a host that
+				// waits for it need not wait for them too (some 0.1 µs
+				// after a 1 MiB stripe, whose coding has evicted them
+				// from the core's caches, and as much again for the EC
+				// handler's own).
+				d.finish(e, &l.req, resp, t0)
 				continue
 			}
 			j := d.jobs.Get().(*job)
-			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: *resp, t0: time.Now()}
+			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: *resp, t0: mono.Now()}
 			if e.h.Detached {
 				if !d.detach(ctx, j) {
 					d.putJob(j)

@@ -14,6 +14,7 @@ import (
 	"github.com/hecsys/hec/dpu/profile"
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -158,8 +159,8 @@ func (s *ecService) Open(_ context.Context, env *Env) error {
 	s.shmBytes = [2]prometheus.Counter{s.bytes.WithLabelValues("encode", "shm"), s.bytes.WithLabelValues("reconstruct", "shm")}
 	// Ops of up to a round (ecInlineAlone) run on the poller of a
 	// one-core agent: a worker between rounds yields anyway.
-	env.Dispatcher.Handle(wire.OpECEncode, Handler{InlineMax: 16 << 10, InlineAlone: ecInlineAlone, Serve: s.serveEncode})
-	env.Dispatcher.Handle(wire.OpECReconstruct, Handler{InlineMax: 16 << 10, InlineAlone: ecInlineAlone, Serve: s.serveReconstruct})
+	env.Dispatcher.Handle(wire.OpECEncode, Handler{InlineMax: 16 << 10, InlineAlone: ecInlineAlone, Serve: s.serveEncode, Account: s.account})
+	env.Dispatcher.Handle(wire.OpECReconstruct, Handler{InlineMax: 16 << 10, InlineAlone: ecInlineAlone, Serve: s.serveReconstruct, Account: s.account})
 	return s.openObjects(env)
 }
 
@@ -219,11 +220,19 @@ type ecShards struct {
 
 // ecScratch is what an op needs for its length and no longer: the plain
 // form's spans cut into shards, the spans' views and each round's
-// columns of them. From a pool (ecService.scratch), as every op needs
-// them and a 1 MiB stripe codes in 15 µs.
+// columns of them, then what Account needs of it. From a pool
+// (ecService.scratch), as every op needs them and a 1 MiB stripe codes
+// in 15 µs; Serve takes it (Request.Kept) and Account puts it back.
 type ecScratch struct {
 	spans []wire.Span
 	views [][]byte
+
+	encode bool   // else a reconstruct
+	n      uint64 // the bytes coded: read (encode) or rebuilt
+	// The last round's start, input bytes and outputs: timed by Account,
+	// after the op's completion is out, where the clock is read anyway.
+	last             time.Time
+	lastIn, lastOuts int
 }
 
 // takeSpans returns n more spans of sc's (grown as needed).
@@ -238,7 +247,7 @@ func (sc *ecScratch) takeSpans(n int) []wire.Span {
 
 func (sc *ecScratch) release(pool *sync.Pool) {
 	clear(sc.views)
-	sc.spans = sc.spans[:0]
+	*sc = ecScratch{spans: sc.spans[:0], views: sc.views}
 	pool.Put(sc)
 }
 
@@ -413,12 +422,16 @@ func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bo
 		}
 		t0 := req.start // the first round's, on the poller: from the op's start
 		if c > 0 || t0.IsZero() {
-			t0 = time.Now()
+			t0 = mono.Now()
 		}
 		if err := code(cols); err != nil {
 			return wire.StatusBadArg
 		}
-		s.observe(len(ins)*n, len(outs), time.Since(t0))
+		if c+n < w {
+			s.observe(len(ins)*n, len(outs), time.Since(t0))
+		} else { // the last: Account times it
+			sc.last, sc.lastIn, sc.lastOuts = t0, len(ins)*n, len(outs)
+		}
 		if staged {
 			for j, o := range outs {
 				if err := req.Mem.WriteAt(o[:n], uint64(sh.out[j].Off)+uint64(c)); err != nil {
@@ -463,12 +476,13 @@ func (s *ecService) serveEncode(_ context.Context, req *Request, resp *wire.Desc
 	c, st := s.counts(req)
 	if st == wire.StatusOK {
 		sc := s.scratch.Get().(*ecScratch)
-		defer sc.release(&s.scratch)
+		req.Kept = sc
 		var sh ecShards
 		if sh, st = encodeShards(req, sc, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
 			st = s.rounds(req, sc, sh, false, c.Encode)
 			if st == wire.StatusOK {
-				s.done(req, resp, sh, "encode", uint64(sh.k)*uint64(sh.w))
+				s.done(req, resp, sh)
+				sc.encode, sc.n = true, uint64(sh.k)*uint64(sh.w)
 			}
 		}
 	}
@@ -479,7 +493,7 @@ func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire
 	c, st := s.counts(req)
 	if st == wire.StatusOK {
 		sc := s.scratch.Get().(*ecScratch)
-		defer sc.release(&s.scratch)
+		req.Kept = sc
 		var sh ecShards
 		if sh, st = reconstructShards(req, sc, c.DataShards(), c.ParityShards()); st == wire.StatusOK {
 			k, n := sh.k, sh.k+sh.m
@@ -492,7 +506,8 @@ func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire
 				return c.ReconstructSome(shards, sh.idx[k:])
 			})
 			if st == wire.StatusOK {
-				s.done(req, resp, sh, "reconstruct", uint64(len(sh.out))*uint64(sh.w))
+				s.done(req, resp, sh)
+				sc.n = uint64(len(sh.out)) * uint64(sh.w)
 			}
 		}
 	}
@@ -501,23 +516,40 @@ func (s *ecService) serveReconstruct(_ context.Context, req *Request, resp *wire
 
 // done completes an op: Arg0 = w; the plain form names the bytes written
 // (a stream transport sends them back).
-func (s *ecService) done(req *Request, resp *wire.Desc, sh ecShards, op string, n uint64) {
+func (s *ecService) done(req *Request, resp *wire.Desc, sh ecShards) {
 	resp.Arg0 = uint64(sh.w)
 	if req.Flags&wire.FlagSGL == 0 {
 		resp.NSpan = 1
 		resp.Spans[0] = req.Spans[req.NSpan-1]
 	}
-	switch {
-	case req.Transport == "shm" && op == "encode":
-		s.shmBytes[0].Add(float64(n))
-	case req.Transport == "shm":
-		s.shmBytes[1].Add(float64(n))
-	default:
-		s.bytes.WithLabelValues(op, req.Transport).Add(float64(n))
+}
+
+// account is the handlers' Account: an op's bytes and its last round's
+// rate, once the host has its completion; its scratch back to the pool.
+func (s *ecService) account(req *Request, resp *wire.Desc, end time.Time) {
+	sc, ok := req.Kept.(*ecScratch)
+	if !ok {
+		return
 	}
-	if op == "encode" {
-		s.encoded.Add(n)
-	} else {
-		s.rebuilt.Add(n)
+	if resp.Status == wire.StatusOK {
+		switch {
+		case req.Transport == "shm" && sc.encode:
+			s.shmBytes[0].Add(float64(sc.n))
+		case req.Transport == "shm":
+			s.shmBytes[1].Add(float64(sc.n))
+		case sc.encode:
+			s.bytes.WithLabelValues("encode", req.Transport).Add(float64(sc.n))
+		default:
+			s.bytes.WithLabelValues("reconstruct", req.Transport).Add(float64(sc.n))
+		}
+		if sc.encode {
+			s.encoded.Add(sc.n)
+		} else {
+			s.rebuilt.Add(sc.n)
+		}
+		if sc.lastIn > 0 {
+			s.observe(sc.lastIn, sc.lastOuts, end.Sub(sc.last))
+		}
 	}
+	sc.release(&s.scratch)
 }

@@ -113,7 +113,7 @@ func TestECOpsMatchTheLibrary(t *testing.T) {
 							req.NSpan, req.Flags, req.Spans[0] = 1, wire.FlagSGL, l.sglAt(spans, nil)
 						}
 						var resp wire.Desc
-						s.serveEncode(ctx, &req, &resp)
+						s.serveAndAccount(ctx, s.serveEncode, &req, &resp)
 						if resp.Status != wire.StatusOK || resp.Arg0 != uint64(w) {
 							t.Fatalf("encode: %s, arg0 %d", resp.Status, resp.Arg0)
 						}
@@ -151,7 +151,7 @@ func TestECOpsMatchTheLibrary(t *testing.T) {
 							}
 							req.NSpan = 3
 							req.Spans[0], req.Spans[1], req.Spans[2] = wire.Span{Off: base, Len: uint32(len(p))}, wire.Span{Off: idxOff, Len: uint32(len(idx))}, wire.Span{Off: outOff, Len: 2 * w}
-							s.serveReconstruct(ctx, &req, &resp)
+							s.serveAndAccount(ctx, s.serveReconstruct, &req, &resp)
 							if resp.Status != wire.StatusOK || resp.Spans[0] != req.Spans[2] {
 								t.Fatalf("reconstruct: %s %+v", resp.Status, resp.Spans[0])
 							}
@@ -170,7 +170,7 @@ func TestECOpsMatchTheLibrary(t *testing.T) {
 						copy(l.mem[idxOff:], idx)
 						spans = append(spans, wire.Span{Off: idxOff, Len: uint32(len(idx))})
 						req.NSpan, req.Flags, req.Spans[0] = 1, wire.FlagSGL, l.sglAt(spans, nil)
-						s.serveReconstruct(ctx, &req, &resp)
+						s.serveAndAccount(ctx, s.serveReconstruct, &req, &resp)
 						if resp.Status != wire.StatusOK {
 							t.Fatalf("reconstruct: %s", resp.Status)
 						}
@@ -241,9 +241,9 @@ func TestECOpsRefuseBadDescriptors(t *testing.T) {
 			copy(req.Spans[:], tc.spans)
 			var resp wire.Desc
 			if tc.op == wire.OpECEncode {
-				s.serveEncode(context.Background(), &req, &resp)
+				s.serveAndAccount(context.Background(), s.serveEncode, &req, &resp)
 			} else {
-				s.serveReconstruct(context.Background(), &req, &resp)
+				s.serveAndAccount(context.Background(), s.serveReconstruct, &req, &resp)
 			}
 			if resp.Status == wire.StatusOK {
 				t.Fatal("completed OK")
@@ -272,9 +272,9 @@ func FuzzECOps(f *testing.F) {
 			req := Request{Desc: d, Mem: acc, Transport: "shm"}
 			var resp wire.Desc
 			if d.Op == wire.OpECEncode {
-				s.serveEncode(context.Background(), &req, &resp)
+				s.serveAndAccount(context.Background(), s.serveEncode, &req, &resp)
 			} else {
-				s.serveReconstruct(context.Background(), &req, &resp)
+				s.serveAndAccount(context.Background(), s.serveReconstruct, &req, &resp)
 			}
 		}
 	})
@@ -298,7 +298,7 @@ func BenchmarkECEncodeOp(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
 				var resp wire.Desc
-				s.serveEncode(context.Background(), &req, &resp)
+				s.serveAndAccount(context.Background(), s.serveEncode, &req, &resp)
 			}
 		})
 	}
@@ -453,7 +453,7 @@ func TestInlineReadsTheSGLOnce(t *testing.T) {
 			largeBefore := bytes.Clone(mem[base:])
 			req := Request{Desc: d, Mem: acc, Transport: "shm", sgl: sgl}
 			var resp wire.Desc
-			s.serveEncode(context.Background(), &req, &resp)
+			s.serveAndAccount(context.Background(), s.serveEncode, &req, &resp)
 			if resp.Status != wire.StatusOK || resp.Arg0 != uint64(small.w) {
 				t.Fatalf("encode: %s, arg0 %d, want OK and %d", resp.Status, resp.Arg0, small.w)
 			}
@@ -467,4 +467,11 @@ func TestInlineReadsTheSGLOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveAndAccount serves req with serve, then accounts for it, as the
+// dispatcher does.
+func (s *ecService) serveAndAccount(ctx context.Context, serve func(context.Context, *Request, *wire.Desc), req *Request, resp *wire.Desc) {
+	serve(ctx, req, resp)
+	s.account(req, resp, time.Now())
 }
