@@ -362,6 +362,18 @@ func reconstructShards(req *Request, sc *ecScratch, k, m int) (ecShards, wire.St
 // nil when any is not mapped.
 func views(dst [][]byte, mem ring.Accessor, spans []wire.Span) [][]byte {
 	out := dst[:len(spans)]
+	if w, ok := mem.(*ring.MappedWindow); ok {
+		// The shared window: View inlined, not a call through the
+		// interface per shard.
+		for i, sp := range spans {
+			b, ok := w.View(sp)
+			if !ok {
+				return nil
+			}
+			out[i] = b
+		}
+		return out
+	}
 	for i, sp := range spans {
 		b, ok := mem.View(sp)
 		if !ok {
