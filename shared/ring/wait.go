@@ -173,3 +173,8 @@ func (w *Waiter) Reset() {
 
 // Idle reports whether the waiter has reached its sleeping phase.
 func (w *Waiter) Idle() bool { return w.phase == 2 }
+
+// Spinning reports whether the waiter is still spinning: each Wait is
+// then tens of nanoseconds, and a poller that also reads the clock on
+// each pass may read it less often.
+func (w *Waiter) Spinning() bool { return w.phase == 0 }
