@@ -557,7 +557,7 @@ func (q *AgentQP) Complete(d *wire.Desc) {
 // rings the holder's completion bell if it sleeps on it.
 func (q *AgentQP) Publish() {
 	if q.pending && q.state == QPActive {
-		q.set(qCQTail, q.cqTail)
+		publish(q.a.r.word(q.block+qCQTail), q.cqTail)
 		if q.w(qSleeping) != 0 {
 			bell := q.a.r.word(q.block + qBell)
 			bell.Add(1)

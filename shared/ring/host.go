@@ -299,7 +299,7 @@ func (q *HostQP) Submit(ds []wire.Desc) int {
 	}
 	if n > 0 {
 		q.sqTail += uint64(n)
-		q.word(qSQTail).Store(q.sqTail)
+		publish(q.h.r.word(q.block+qSQTail), q.sqTail)
 		q.ringDoorbell()
 	}
 	return n
