@@ -114,10 +114,11 @@ type Handler struct {
 	// must not keep req.Mem or views of it after returning.
 	Serve func(ctx context.Context, req *Request, resp *wire.Desc)
 	// Account, when set, is the rest of the handler's work on an op that
-	// the host need not wait for (metrics, a rate): it runs once Serve's
-	// completion is written, and published where the poller served a
-	// long op (at end), or once a worker's Serve returned. It gets what
-	// Serve left in req.Kept and must not read req.Mem.
+	// the host need not wait for (metrics, a rate). The poller runs it
+	// once the op's completion is written (and published, for a long
+	// op), a worker or a stream transport once Serve has returned; end is
+	// the time then. It gets what Serve left in req.Kept and must not
+	// read req.Mem.
 	Account func(req *Request, resp *wire.Desc, end time.Time)
 }
 

@@ -656,7 +656,8 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 	return nil
 }
 
-// rateSlot is op's slot of EC.dpuRate: encode or reconstruct.
+// rateSlot is op's slot of EC.dpuRate: encode or reconstruct, the only
+// ops pieces submit.
 func rateSlot(op wire.Op) int {
 	if op == wire.OpECEncode {
 		return 0

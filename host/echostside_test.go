@@ -8,9 +8,9 @@ import (
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// doneTransport completes every call as it is submitted, its buffers in
-// a window of its own: what an op costs the host, without the ring or an
-// agent.
+// doneTransport completes every call as it is submitted and takes every
+// buffer for one in its window (it reads none): what an op costs the
+// host outside its transport, with neither a ring nor an agent.
 type doneTransport struct{ win []byte }
 
 func (t *doneTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
