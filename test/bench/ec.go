@@ -488,14 +488,18 @@ func ecSplit(ctx context.Context, rep *Report, c *host.Client, k, m, size, runs,
 }
 
 // turns times ops of a and b on shards in turns, one each (which goes
-// first alternating), for rounds rounds of at least 5 ms and five ops of
+// first alternating), for rounds rounds of at least 5 ms and 15 ops of
 // each, after two untimed ops of each, and returns each round's ratio of
-// b's median time to a's.
+// b's median time to a's. With five ops of each, at 16 MiB a round of
+// about 5 ms, the ratio of two runs of the same work (auto coding on the
+// host alone, against the host rail) ranged 0.76-1.25 within a run, and
+// its median of 12 missed 1.05 in some runs at 16 MiB, with the code
+// before and after a change.
 func turns(ctx context.Context, a, b *host.EC, shards [][]byte, rounds int) ([]float64, error) {
 	var ratios []float64
 	for range rounds {
 		var ta, tb []time.Duration
-		for i, t0 := 0, time.Now(); i < 2 || len(ta) < 5 || time.Since(t0) < 5*time.Millisecond; i++ {
+		for i, t0 := 0, time.Now(); i < 2 || len(ta) < 15 || time.Since(t0) < 5*time.Millisecond; i++ {
 			first, second := a, b
 			if i%2 == 1 {
 				first, second = b, a
