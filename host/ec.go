@@ -421,7 +421,7 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 					p.wait() //nolint:errcheck // already failing
 				}
 			}
-			return res, err
+			return res, err // none released: ps[i]'s own call may still be with the transport
 		}
 		sent[i] = true
 	}
@@ -578,7 +578,6 @@ type pieces struct {
 	// and its scatter-gather list: no allocations for codes of up to 32
 	// shards.
 	call0  Call // the first call, done with when the pieces are released
-	lent   bool // call0's submission failed: the transport may hold it
 	call1  [1]*Call
 	after1 [1]func(Result)
 	in1    [1][]byte
@@ -605,12 +604,10 @@ func newPieces(ctx context.Context, e *EC, m *cpuMeter) *pieces {
 var piecesPool = sync.Pool{New: func() any { return new(pieces) }}
 
 // release gives p back to the pool, its calls waited for; nothing may use
-// it, or its meter, after. Pieces whose own call the transport may still
-// hold are left to the collector.
+// it, or its meter, after. Pieces a submission of which failed are not
+// released but left to the collector (EC.run returns at once): the
+// transport may still hold their own call (Client.goInto).
 func (p *pieces) release() {
-	if p.lent {
-		return
-	}
 	*p = pieces{}
 	piecesPool.Put(p)
 }
@@ -634,7 +631,6 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 		// touched for a while, if allocated.
 		call = &p.call0
 		if err := p.e.c.goInto(p.ctx, req, call); err != nil {
-			p.lent = true
 			return err
 		}
 	} else {
