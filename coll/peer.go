@@ -345,7 +345,20 @@ func (t *PeerTransport) Abort(reason string) {
 	wg.Wait()
 }
 
-// Close leaves the communicator: its frames are no longer taken.
+// Pending reports whether another rank's messages wait here to be taken:
+// that rank is in a collective this one has not reached.
+func (t *PeerTransport) Pending() bool {
+	for _, b := range t.boxes {
+		if b.waiting() {
+			return true
+		}
+	}
+	return false
+}
+
+// Close leaves the communicator: its frames are no longer taken, and a
+// wait on it (which nothing can satisfy now) fails at once. The other
+// ranks are not told: Abort first for that.
 func (t *PeerTransport) Close() {
 	t.mu.Lock()
 	if t.closed {
@@ -354,6 +367,7 @@ func (t *PeerTransport) Close() {
 	}
 	t.closed = true
 	t.mu.Unlock()
+	t.aborted("the communicator was closed on this rank")
 	t.e.mu.Lock()
 	if t.e.comms[commKey{t.comm, t.epoch}] == t {
 		delete(t.e.comms, commKey{t.comm, t.epoch})

@@ -275,6 +275,13 @@ func (m *mailbox) popLocked() (Msg, bool) {
 	return msg, true
 }
 
+// waiting reports whether messages wait to be taken.
+func (m *mailbox) waiting() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.head < len(m.q)
+}
+
 func (m *mailbox) drain() {
 	for {
 		msg, ok := m.pop()
