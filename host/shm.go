@@ -50,6 +50,9 @@ type shmTransport struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// sleeps is held (shared) by a waiter sleeping on the region's
+	// completion bell, and for good by Close before it unmaps the region.
+	sleeps sync.RWMutex
 }
 
 func dialShm(ctx context.Context, path string, o options) (*shmTransport, error) {
@@ -729,7 +732,15 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 			hold = heldSleep
 		}
 	}
+	// A sleep reads the region's words, which Close unmaps: it holds the
+	// transport's sleep lock, which Close takes before it unmaps, and
+	// does not start once Close has begun (it fails the calls in flight
+	// and wakes their sleepers first).
+	if !t.sleeps.TryRLock() {
+		return
+	}
 	s.r.CatchFault(func() { how = s.qp.SleepForCompletion(d, hold, s.waiting) }) //nolint:errcheck // see above
+	t.sleeps.RUnlock()
 	switch how {
 	case ring.WakeRung:
 		t.bellRings.Store(true)
@@ -799,6 +810,7 @@ func (t *shmTransport) close() error {
 	close(t.stop)
 	t.mu.Unlock()
 	t.wg.Wait()
+	t.sleeps.Lock() // for good: the sleepers woken above are out
 	for _, r := range t.old {
 		r.Close()
 	}
