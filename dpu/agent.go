@@ -390,6 +390,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopServices()
 	a.stopServices(opened)
 	opened = 0
+	// Detached handlers write the region and ring it when done: not
+	// after it is unmapped.
+	if !a.disp.waitDetached(10 * time.Second) {
+		a.log.Warn("stopping with detached requests still running", "requests", a.disp.detached.Load())
+	}
 	a.log.Info("stopped")
 	return nil
 }

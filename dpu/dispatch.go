@@ -186,6 +186,9 @@ type Dispatcher struct {
 	badOps   atomic.Uint64
 	workers  int
 	detached atomic.Int64 // detached handlers running
+	// detachedWG counts them too, for the agent to wait for before it
+	// unmaps the region they write and ring.
+	detachedWG sync.WaitGroup
 
 	work *workQueue
 	done chan *job
@@ -364,7 +367,9 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 		d.detached.Add(-1)
 		return false
 	}
+	d.detachedWG.Add(1)
 	go func() {
+		defer d.detachedWG.Done()
 		defer d.detached.Add(-1)
 		region := j.agent.Region()
 		if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
@@ -382,6 +387,20 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 		}
 	}()
 	return true
+}
+
+// waitDetached waits up to d for the detached handlers still running
+// (their services were stopped, which ends them); false if some are not
+// done by then.
+func (d *Dispatcher) waitDetached(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { d.detachedWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // yielder returns Request.Yield for a worker's jobs: yield with itself.
