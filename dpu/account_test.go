@@ -88,7 +88,7 @@ func TestAccountAfterTheCompletion(t *testing.T) {
 			},
 		})
 		var resp wire.Desc
-		d.ServeFrame(context.Background(), &wire.Desc{Op: op, Tag: 9}, nil, &resp)
+		d.ServeFrame(context.Background(), 0, &wire.Desc{Op: op, Tag: 9}, nil, &resp)
 		if resp.Status != wire.StatusOK || accounted.Load() != 1 {
 			t.Fatalf("status %v, accounted %d times", resp.Status, accounted.Load())
 		}

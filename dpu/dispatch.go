@@ -28,6 +28,9 @@ type Request struct {
 	Mem ring.Accessor
 	// Transport is "shm" or "tcp".
 	Transport string
+	// Session is the host session it came from (its queue pair's lease,
+	// its connection).
+	Session Session
 
 	yield func(*job) // what Yield does (nil: nothing), for job
 	job   *job
@@ -207,6 +210,8 @@ type Dispatcher struct {
 	onRebuild func(gen uint32)
 	rebuilds  atomic.Uint64
 
+	sessions sessions
+
 	mu            sync.Mutex
 	snaps         []api.QueuePair
 	spareSnaps    []api.QueuePair // the slice housekeeping fills next
@@ -323,13 +328,13 @@ func (d *Dispatcher) finish(e *handlerEntry, req *Request, resp *wire.Desc, t0 t
 
 // ServeFrame serves one request that arrived over a stream transport; the
 // payload is its memory.
-func (d *Dispatcher) ServeFrame(ctx context.Context, req *wire.Desc, payload []byte, resp *wire.Desc) {
+func (d *Dispatcher) ServeFrame(ctx context.Context, sess Session, req *wire.Desc, payload []byte, resp *wire.Desc) {
 	in := ring.Incoming{Desc: *req, Err: req.Validate(uint64(len(payload)))}
 	e := d.begin(&in, resp)
 	if e == nil {
 		return
 	}
-	r := Request{Desc: *req, Mem: ring.NewMappedWindow(payload), Transport: "tcp"}
+	r := Request{Desc: *req, Mem: ring.NewMappedWindow(payload), Transport: "tcp", Session: sess}
 	d.serve(ctx, e, &r, resp)
 }
 
@@ -548,6 +553,7 @@ type shmLoop struct {
 	a           *ring.Agent
 	qps         []*ring.AgentQP
 	touched     []bool
+	sessions    pairSessions
 	in          []ring.Incoming
 	w           ring.Waiter
 	beat        *atomic.Int64
@@ -570,6 +576,7 @@ type shmLoop struct {
 func (l *shmLoop) use(a *ring.Agent) {
 	l.a, l.qps = a, a.QueuePairs()
 	l.touched = make([]bool, len(l.qps))
+	l.sessions.use(&l.d.sessions, a)
 	l.d.shm.Store(a)
 }
 
@@ -607,7 +614,7 @@ completions:
 				continue
 			}
 			if sgl, long, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
-				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", sgl: sgl}
+				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", Session: l.sessions.of[i], sgl: sgl}
 				t0 := d.run(ctx, e, &l.req, resp)
 				q.Complete(resp)
 				if long {
@@ -625,7 +632,7 @@ completions:
 				continue
 			}
 			j := d.jobs.Get().(*job)
-			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm"}, resp: *resp, t0: mono.Now()}
+			*j = job{q: q, agent: l.a, e: e, req: Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", Session: l.sessions.of[i]}, resp: *resp, t0: mono.Now()}
 			if e.h.Detached {
 				if !d.detach(ctx, j) {
 					d.putJob(j)
@@ -660,7 +667,7 @@ completions:
 	// average to be seen.
 	if !busy && (iter%8 == 0 || !l.w.Spinning()) || iter%64 == 0 {
 		if now := time.Now(); now.Sub(l.last) >= housekeepEvery {
-			d.housekeep(l.a, now)
+			l.sessions.changed(&d.sessions, d.housekeep(l.a, now))
 			l.beat.Store(now.UnixNano())
 			l.last = now
 			l.checkSize = true
@@ -831,8 +838,9 @@ func (l *shmLoop) drain() {
 	}
 }
 
-func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
-	for _, q := range a.Housekeep(now) {
+func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) (changed []*ring.AgentQP) {
+	changed = a.Housekeep(now)
+	for _, q := range changed {
 		st, why := q.State()
 		pid, _ := q.Holder()
 		d.limited.Log(slog.LevelInfo, "queue pair", "index", q.Index(), "state", st.String(), "pid", pid, "reason", why)
@@ -852,6 +860,7 @@ func (d *Dispatcher) housekeep(a *ring.Agent, now time.Time) {
 	d.snaps, d.spareSnaps = snaps, d.snaps
 	d.headerRepairs = a.HeaderRepairs()
 	d.mu.Unlock()
+	return changed
 }
 
 // LoneWaitMax returns the longest a request waited for a worker while it

@@ -35,6 +35,8 @@ func serveTCP(ctx context.Context, a *Agent, c net.Conn) {
 		c.SetDeadline(time.Time{})
 	}
 	fr := wire.NewFrameReader(c, a.cfg.Agent.MaxFrame)
+	sess := a.disp.sessions.begin()
+	defer a.disp.sessions.end(sess)
 	for {
 		req, payload, err := fr.Next()
 		if err != nil {
@@ -44,7 +46,7 @@ func serveTCP(ctx context.Context, a *Agent, c net.Conn) {
 			return
 		}
 		var resp wire.Desc
-		a.disp.ServeFrame(ctx, &req, payload, &resp)
+		a.disp.ServeFrame(ctx, sess, &req, payload, &resp)
 		// Output spans (if a handler set any) keep the offsets of the
 		// request's memory; their bytes follow one another in the payload.
 		var out [wire.MaxSpans][]byte

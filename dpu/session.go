@@ -1,0 +1,94 @@
+package dpu
+
+import (
+	"sync"
+
+	"github.com/hecsys/hec/shared/ring"
+)
+
+// Session names the host session a request came from: one lease of a
+// queue pair (shm) or one connection (tcp). A service that keeps state
+// for a host — a communicator it joined — binds it to the session and
+// drops it when the session ends, so that a host that died or closed
+// leaves nothing behind that its successor would trip on. Zero is no
+// session (a request served outside a transport, in tests).
+type Session uint64
+
+// sessions numbers sessions and tells the services that asked when one
+// ends.
+type sessions struct {
+	mu    sync.Mutex
+	last  Session
+	hooks []func(Session)
+}
+
+// begin returns a new session.
+func (s *sessions) begin() Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last++
+	return s.last
+}
+
+// end tells every hook that session x ended. Hooks run on the caller's
+// goroutine (the poller's, for shm): they must not block.
+func (s *sessions) end(x Session) {
+	if x == 0 {
+		return
+	}
+	s.mu.Lock()
+	hooks := s.hooks
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h(x)
+	}
+}
+
+// OnSessionEnd has f called, without blocking, whenever a host session
+// ends: its queue pair was fenced (released, its holder died or went
+// silent) or the region was formatted again, or its connection closed.
+func (d *Dispatcher) OnSessionEnd(f func(Session)) {
+	d.sessions.mu.Lock()
+	d.sessions.hooks = append(d.sessions.hooks, f)
+	d.sessions.mu.Unlock()
+}
+
+// pairSessions follows the sessions of a region's queue pairs: a pair that
+// becomes active begins one, a pair fenced ends it. Only the poller uses
+// it.
+type pairSessions struct {
+	of []Session // by pair index
+}
+
+// use starts following the pairs of a (a region new or formatted again):
+// the sessions of the pairs before end.
+func (p *pairSessions) use(s *sessions, a *ring.Agent) {
+	for _, x := range p.of {
+		s.end(x)
+	}
+	p.of = make([]Session, len(a.QueuePairs()))
+	for i, q := range a.QueuePairs() {
+		if st, _ := q.State(); st == ring.QPActive || st == ring.QPFaulted {
+			p.of[i] = s.begin()
+		}
+	}
+}
+
+// changed notes the pairs whose state housekeeping changed.
+func (p *pairSessions) changed(s *sessions, qs []*ring.AgentQP) {
+	for _, q := range qs {
+		i := q.Index()
+		if i >= len(p.of) {
+			continue
+		}
+		switch st, _ := q.State(); st {
+		case ring.QPActive, ring.QPFaulted:
+			if p.of[i] == 0 { // a new lease (a faulted pair reset goes on)
+				p.of[i] = s.begin()
+			}
+		default:
+			s.end(p.of[i])
+			p.of[i] = 0
+		}
+	}
+}
