@@ -41,16 +41,133 @@ type collService struct {
 	runs     *prometheus.CounterVec
 	bytes    prometheus.Counter
 	failures prometheus.Counter
+	dropped  prometheus.Counter
 	joined   atomic.Int64
 }
 
 // collComm is one communicator and the agent-private buffers its
-// collectives run on (one at a time).
+// collectives run on (one at a time, in their hosts' order: turns).
 type collComm struct {
 	mu         sync.Mutex
 	t          *coll.PeerTransport
 	c          *coll.Comm
 	send, recv []byte
+	owner      Session // the host session that joined it
+	turns      collTurns
+}
+
+// maxCollAhead bounds how far ahead of the collective to run next a
+// host's sequence number may be: more is a host out of step (or one that
+// wrapped around), refused at once rather than waited for.
+const maxCollAhead = 1 << 16
+
+// errCommClosed ends the collectives waiting on a communicator that was
+// left, joined again or lost its host.
+var errCommClosed = errors.New("the communicator was left, joined again, or its host went away")
+
+// collTurns runs a communicator's collectives in the order their host
+// numbered them (wire.CollArgs's sequence number): descriptors of several
+// collectives in flight may reach their handlers in any order, and each
+// rank's agent must run them in the one order every rank issued them, or
+// their messages would pair across collectives.
+type collTurns struct {
+	mu      sync.Mutex
+	next    uint32 // the sequence number whose turn it is
+	busy    bool   // next's run holds the turn
+	waiting map[uint32]chan struct{}
+	closed  bool
+}
+
+// await returns once seq has the turn (release hands it on), or an error
+// when seq is not a number this communicator can run, stall passes
+// first, ctx ends or the communicator closes.
+func (t *collTurns) await(ctx context.Context, seq uint32, stall time.Duration) error {
+	t.mu.Lock()
+	ahead := (seq - t.next) & wire.CollSeqMask
+	_, dup := t.waiting[seq]
+	switch {
+	case t.closed:
+		t.mu.Unlock()
+		return errCommClosed
+	case ahead >= maxCollAhead:
+		t.mu.Unlock()
+		return fmt.Errorf("collective #%d is out of order: #%d is the next to run (does the host number its collectives from 1 after the join?)", seq, t.next)
+	case dup || (ahead == 0 && t.busy):
+		t.mu.Unlock()
+		return fmt.Errorf("collective #%d submitted twice", seq)
+	case ahead == 0:
+		t.busy = true
+		t.mu.Unlock()
+		return nil
+	}
+	if t.waiting == nil {
+		t.waiting = map[uint32]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	t.waiting[seq] = ch
+	next := t.next
+	t.mu.Unlock()
+	timer := time.NewTimer(stall)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = fmt.Errorf("collective #%d waited %v for #%d, which its host never submitted", seq, stall, next)
+	}
+	if err == nil {
+		t.mu.Lock()
+		if t.closed {
+			err = errCommClosed
+		}
+		t.mu.Unlock()
+		if err != nil {
+			t.release()
+		}
+		return err
+	}
+	t.mu.Lock()
+	granted := t.waiting[seq] != ch
+	delete(t.waiting, seq)
+	t.mu.Unlock()
+	if granted { // the turn came as it gave up: pass it on
+		t.release()
+	}
+	return err
+}
+
+// release ends the turn of the collective running and hands it to the
+// next one's waiting run, if any.
+func (t *collTurns) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next = (t.next + 1) & wire.CollSeqMask
+	if ch, ok := t.waiting[t.next]; ok {
+		delete(t.waiting, t.next)
+		close(ch) // busy stays: the turn is that run's
+		return
+	}
+	t.busy = false
+}
+
+// active reports whether a collective runs or waits for its turn.
+func (t *collTurns) active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.busy || len(t.waiting) > 0
+}
+
+// close fails every collective waiting for its turn, and those to come.
+func (t *collTurns) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for seq, ch := range t.waiting {
+		delete(t.waiting, seq)
+		close(ch)
+	}
 }
 
 // buffers returns the send and recv buffers of a run over spans of mem.
@@ -95,8 +212,11 @@ func (s *collService) Open(_ context.Context, env *Env) error {
 		Help: "Bytes of host buffers this agent's collectives took in."})
 	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "hec_coll_failures_total",
 		Help: "Collectives that failed (a rank died or stalled, the ranks disagreed)."})
-	env.Metrics.MustRegister(s.runs, s.bytes, s.failures)
+	s.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "hec_coll_dropped_total",
+		Help: "Communicators dropped because the host session that joined them ended without leaving (it died, released its queue pair or closed its connection)."})
+	env.Metrics.MustRegister(s.runs, s.bytes, s.failures, s.dropped)
 	d := env.Dispatcher
+	d.OnSessionEnd(s.sessionEnded)
 	d.Handle(wire.OpCollJoin, Handler{Inline: true, Serve: s.serveJoin})
 	d.Handle(wire.OpCollRun, Handler{Detached: true, Serve: s.serveRun})
 	d.Handle(wire.OpCollLeave, Handler{Inline: true, Serve: s.serveLeave})
@@ -111,7 +231,7 @@ func (s *collService) Stop() {
 	s.comms = map[uint64]*collComm{}
 	s.mu.Unlock()
 	for _, c := range comms {
-		c.close()
+		c.close("")
 	}
 }
 
@@ -122,11 +242,20 @@ func (s *collService) Status() api.Service {
 	return api.Service{Name: "coll", Served: true, Note: fmt.Sprintf("%d communicators", s.joined.Load())}
 }
 
-func (c *collComm) close() {
+// close drops the communicator: the collectives waiting for their turn
+// fail, the one running ends (its transport closes), and the peer layer
+// forgets it, so that the same id and epoch can be joined again. With a
+// reason the other ranks' agents are told too (Abort), and fail theirs
+// at once, naming it.
+func (c *collComm) close(reason string) {
+	c.turns.close()
+	if reason != "" {
+		c.t.Abort(reason)
+	}
+	c.t.Close()
 	c.mu.Lock() // after the collective running on it, if any
 	defer c.mu.Unlock()
 	c.c.Close()
-	c.t.Close()
 }
 
 var errNoPeerLayer = errors.New("collectives need the peer layer: start hecd with --peer and --peers")
@@ -155,6 +284,21 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		failWith(req, resp, wire.StatusBadArg, fmt.Errorf("algorithm %d, chunk %d", spec.Algorithm, spec.Chunk))
 		return
 	}
+	// A host that joins a communicator this agent has (a job restarted
+	// with the same id, whose old process left it behind) replaces it:
+	// the old one is dropped first, so that the peer layer takes the id
+	// and epoch again.
+	s.mu.Lock()
+	if old := s.comms[spec.Comm]; old != nil {
+		delete(s.comms, spec.Comm)
+		s.joined.Store(int64(len(s.comms)))
+		s.mu.Unlock()
+		old.turns.close()
+		old.t.Close() // unregisters it now; what runs on it ends
+		go old.close("")
+	} else {
+		s.mu.Unlock()
+	}
 	t, err := s.ep.Join(spec.Comm, spec.Epoch, spec.Nodes)
 	if err != nil {
 		failWith(req, resp, wire.StatusBadArg, err)
@@ -167,7 +311,7 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		return
 	}
 	s.mu.Lock()
-	old := s.comms[spec.Comm]
+	old := s.comms[spec.Comm] // joined meanwhile by another host
 	if old == nil && len(s.comms) >= maxColls {
 		s.mu.Unlock()
 		c.Close()
@@ -175,13 +319,43 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		failWith(req, resp, wire.StatusBusy, fmt.Errorf("%d communicators joined: leave one first", maxColls))
 		return
 	}
-	s.comms[spec.Comm] = &collComm{t: t, c: c}
+	s.comms[spec.Comm] = &collComm{t: t, c: c, owner: req.Session, turns: collTurns{next: 1}}
 	s.joined.Store(int64(len(s.comms)))
 	s.mu.Unlock()
 	if old != nil {
-		go old.close() // it may be running: not on the poller
+		go old.close("") // it may be running: not on the poller
 	}
 	resp.Arg0 = uint64(t.Rank())
+}
+
+// sessionEnded drops the communicators the ended session joined: its
+// host died, released its queue pair or closed its connection without
+// leaving them. It runs on the poller: the closing goes on elsewhere.
+func (s *collService) sessionEnded(x Session) {
+	s.mu.Lock()
+	var gone []*collComm
+	for id, c := range s.comms {
+		if c.owner == x {
+			gone = append(gone, c)
+			delete(s.comms, id)
+		}
+	}
+	s.joined.Store(int64(len(s.comms)))
+	s.mu.Unlock()
+	for _, c := range gone {
+		s.dropped.Inc()
+		// The other ranks are told only where collectives are in flight
+		// (here, or in the other ranks' messages waiting here): they wait
+		// on this rank now. An idle communicator is dropped quietly, for
+		// the abort would name only its (comm, epoch), which the job
+		// restarted with the same id may have joined again by the time it
+		// arrives.
+		why := ""
+		if c.turns.active() || c.t.Pending() {
+			why = fmt.Sprintf("rank %d's host went away (it died or closed its connection without leaving)", c.c.Rank())
+		}
+		go c.close(why)
+	}
 }
 
 func (s *collService) serveLeave(_ context.Context, req *Request, resp *wire.Desc) {
@@ -194,7 +368,11 @@ func (s *collService) serveLeave(_ context.Context, req *Request, resp *wire.Des
 		resp.Status = wire.StatusNotFound
 		return
 	}
-	go c.close()
+	why := ""
+	if req.Arg1&wire.CollLeaveAbort != 0 {
+		why = fmt.Sprintf("rank %d's host gave the communicator up (a collective it could not submit or abandoned)", c.c.Rank())
+	}
+	go c.close(why)
 }
 
 // watchStall cancels ctx when c receives nothing for stall; the returned
@@ -224,6 +402,18 @@ func watchStall(ctx context.Context, c *coll.Comm, stall time.Duration, cancel c
 	return func() { close(done) }
 }
 
+// turnOf waits for collective seq's turn on c; an error is the run's.
+func (s *collService) turnOf(ctx context.Context, c *collComm, seq uint32) error {
+	err := c.turns.await(ctx, seq, s.stall)
+	if err != nil && !errors.Is(err, errCommClosed) && ctx.Err() == nil {
+		// A collective its host never submitted, or numbered wrong: the
+		// ranks are out of step for good. Drop the communicator, so that
+		// every rank's next collective fails now, not after the stall.
+		c.t.Abort(fmt.Sprintf("agent of rank %d: %v", c.c.Rank(), err))
+	}
+	return err
+}
+
 func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Desc) {
 	s.mu.Lock()
 	c := s.comms[req.Arg0]
@@ -232,9 +422,15 @@ func (s *collService) serveRun(ctx context.Context, req *Request, resp *wire.Des
 		failWith(req, resp, wire.StatusNotFound, fmt.Errorf("no communicator %#x on this agent: join it first", req.Arg0))
 		return
 	}
-	k, dt, op, root, ok := wire.CollArgsOf(req.Arg1)
+	k, dt, op, root, seq := wire.CollArgsOf(req.Arg1)
 	kind, dtype, redop := coll.Kind(k), coll.DType(dt), coll.Op(op)
-	if !ok || !kind.Valid() || !dtype.Valid() || (kind.Reduces() && !redop.Valid()) || req.NSpan < 2 {
+	if err := s.turnOf(ctx, c, seq); err != nil {
+		failWith(req, resp, wire.StatusBadArg, err)
+		return
+	}
+	defer c.turns.release()
+	if !kind.Valid() || !dtype.Valid() || (kind.Reduces() && !redop.Valid()) || req.NSpan < 2 {
+		// Its turn is spent all the same: the ranks' collectives stay in step.
 		failWith(req, resp, wire.StatusBadArg, fmt.Errorf("collective %v of %v with %v", kind, dtype, redop))
 		return
 	}

@@ -90,7 +90,7 @@ func TestCollOps(t *testing.T) {
 			w.add(f32s(float32(i), 1, 2, 3, 4), 0) // send
 			w.add(nil, 20)                         // recv
 			w.add(nil, 256)                        // reason
-			resp, out := serveOp(t, s.serveRun, w.req(wire.OpCollRun, 42, wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0)))
+			resp, out := serveOp(t, s.serveRun, w.req(wire.OpCollRun, 42, wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0, 1)))
 			if resp.Status != wire.StatusOK {
 				t.Errorf("agent %d: %v: %s", i+1, resp.Status, out)
 			}
@@ -107,7 +107,7 @@ func TestCollOps(t *testing.T) {
 	// Where send and recv lie in the window: apart (the run works on the
 	// window's bytes, send left as it was), one span (in place), partly
 	// overlapping (the run works on copies).
-	for _, tc := range []struct {
+	for seq, tc := range []struct {
 		name    string
 		recvOff uint32
 	}{
@@ -123,7 +123,7 @@ func TestCollOps(t *testing.T) {
 				w := window{mem: make([]byte, 40+256)}
 				copy(w.mem, send)
 				w.spans = []wire.Span{{Off: 0, Len: 20}, {Off: tc.recvOff, Len: 20}, {Off: 40, Len: 256}}
-				resp, out := serveOp(t, s.serveRun, w.req(wire.OpCollRun, 42, wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0)))
+				resp, out := serveOp(t, s.serveRun, w.req(wire.OpCollRun, 42, wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0, uint32(seq+2))))
 				if resp.Status != wire.StatusOK || string(out) != string(f32s(3, 3, 6, 9, 12)) {
 					t.Errorf("%s, agent %d: %v, wrote %x", tc.name, i+1, resp.Status, out)
 				}
@@ -144,11 +144,12 @@ func TestCollOps(t *testing.T) {
 		status wire.Status
 		reason string
 	}{
-		{"unknown communicator", 7, wire.CollArgs(1, 1, 1, 0), f32s(1), wire.StatusNotFound, "no communicator"},
-		{"unknown collective", 42, wire.CollArgs(99, 1, 1, 0), f32s(1), wire.StatusBadArg, "kind(99)"},
-		{"unknown type", 42, wire.CollArgs(1, 99, 1, 0), f32s(1), wire.StatusBadArg, "dtype(99)"},
-		{"stray bits", 42, 1 << 50, f32s(1), wire.StatusBadArg, ""},
-		{"odd bytes", 42, wire.CollArgs(1, 1, 1, 0), []byte{1, 2, 3}, wire.StatusBadArg, "whole number"},
+		// Agent 1 ran collectives #1 to #4: each of these takes the next turn.
+		{"unknown communicator", 7, wire.CollArgs(1, 1, 1, 0, 5), f32s(1), wire.StatusNotFound, "no communicator"},
+		{"unknown collective", 42, wire.CollArgs(99, 1, 1, 0, 5), f32s(1), wire.StatusBadArg, "kind(99)"},
+		{"unknown type", 42, wire.CollArgs(1, 99, 1, 0, 6), f32s(1), wire.StatusBadArg, "dtype(99)"},
+		{"a number behind", 42, wire.CollArgs(1, 1, 1, 0, 6), f32s(1), wire.StatusBadArg, "out of order"},
+		{"odd bytes", 42, wire.CollArgs(1, 1, 1, 0, 7), []byte{1, 2, 3}, wire.StatusBadArg, "whole number"},
 	} {
 		var w window
 		w.add(tc.send, 0)
@@ -180,7 +181,7 @@ func TestCollOps(t *testing.T) {
 	r.add(nil, 8)
 	r.add(nil, 256)
 	t0 := time.Now()
-	resp, out := serveOp(t, s.serveRun, r.req(wire.OpCollRun, 43, wire.CollArgs(1, 1, 1, 0)))
+	resp, out := serveOp(t, s.serveRun, r.req(wire.OpCollRun, 43, wire.CollArgs(1, 1, 1, 0, 1)))
 	if resp.Status == wire.StatusOK || !strings.Contains(string(out), "nothing received") || time.Since(t0) > 10*time.Second {
 		t.Fatalf("a collective nobody else calls: %v %q after %v", resp.Status, out, time.Since(t0))
 	}

@@ -581,8 +581,12 @@ func sleepClass(c *Call) int {
 	for _, b := range c.Req.Out {
 		n += len(b)
 	}
+	arg := c.Req.Arg1
+	if c.Req.Op == wire.OpCollRun {
+		arg &^= wire.CollSeqMask << 40 // a collective's number is not its class
+	}
 	h := (uint64(c.Req.Op)<<8 | uint64(bits.Len(uint(n)))) * 0x9e3779b97f4a7c15
-	h ^= c.Req.Arg1 * 0xc2b2ae3d27d4eb4f
+	h ^= arg * 0xc2b2ae3d27d4eb4f
 	return int(h >> 58) // the top 6 bits: sleepClasses
 }
 

@@ -13,15 +13,16 @@ import (
 func TestSleepClass(t *testing.T) {
 	buf := make([]byte, 3<<19)
 	mib := buf[:1<<20]
-	allreduce := wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0)
-	barrier := wire.CollArgs(uint8(coll.KindBarrier), uint8(coll.Float32), uint8(coll.Sum), 0)
+	allreduce := wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0, 1)
+	allreduce2 := wire.CollArgs(uint8(coll.KindAllReduce), uint8(coll.Float32), uint8(coll.Sum), 0, 2)
+	barrier := wire.CollArgs(uint8(coll.KindBarrier), uint8(coll.Float32), uint8(coll.Sum), 0, 3)
 	for _, tc := range []struct {
 		name string
 		a, b Request
 		same bool
 	}{
 		{"1 MiB and 1.5 MiB allreduces", Request{Op: wire.OpCollRun, Arg1: allreduce, In: [][]byte{mib}, Out: [][]byte{mib}},
-			Request{Op: wire.OpCollRun, Arg1: allreduce, In: [][]byte{buf}, Out: [][]byte{buf}}, true},
+			Request{Op: wire.OpCollRun, Arg1: allreduce2, In: [][]byte{buf}, Out: [][]byte{buf}}, true},
 		{"a barrier and a 1 MiB allreduce", Request{Op: wire.OpCollRun, Arg1: barrier},
 			Request{Op: wire.OpCollRun, Arg1: allreduce, In: [][]byte{mib}, Out: [][]byte{mib}}, false},
 		{"1 MiB and 16 KiB allreduces", Request{Op: wire.OpCollRun, Arg1: allreduce, In: [][]byte{mib}, Out: [][]byte{mib}},

@@ -7,9 +7,9 @@ import (
 )
 
 func TestCollSpec(t *testing.T) {
-	s := CollSpec{Comm: 7, Epoch: 2, Algorithm: 1, Chunk: 4096, Nodes: []uint32{3, 1, 2}}
+	s := CollSpec{Comm: 7, Epoch: 2, Algorithm: 1, Chunk: 4096, Piece: MaxCollPiece, Nodes: []uint32{3, 1, 2}}
 	got, err := ParseCollSpec(s.Marshal())
-	if err != nil || got.Comm != 7 || got.Epoch != 2 || got.Algorithm != 1 || got.Chunk != 4096 || !slices.Equal(got.Nodes, s.Nodes) {
+	if err != nil || got.Comm != 7 || got.Epoch != 2 || got.Algorithm != 1 || got.Chunk != 4096 || got.Piece != MaxCollPiece || !slices.Equal(got.Nodes, s.Nodes) {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	for name, b := range map[string][]byte{
@@ -18,17 +18,24 @@ func TestCollSpec(t *testing.T) {
 		"trailing":  append(s.Marshal(), 0),
 		"no ranks":  (&CollSpec{}).Marshal(),
 		"node 0":    (&CollSpec{Nodes: []uint32{1, 0}}).Marshal(),
+		"huge piece": func() []byte {
+			b := (&CollSpec{Nodes: []uint32{1}}).Marshal()
+			b[19] = 0xff
+			return b
+		}(),
 	} {
 		if _, err := ParseCollSpec(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	k, d, o, r, ok := CollArgsOf(CollArgs(1, 2, 3, 513))
-	if k != 1 || d != 2 || o != 3 || r != 513 || !ok {
-		t.Fatal("CollArgs round trip")
+	for _, seq := range []uint32{0, 1, CollSeqMask} {
+		k, d, o, r, q := CollArgsOf(CollArgs(1, 2, 3, 513, seq))
+		if k != 1 || d != 2 || o != 3 || r != 513 || q != seq {
+			t.Fatalf("CollArgs round trip of sequence number %d: %d %d %d %d %d", seq, k, d, o, r, q)
+		}
 	}
-	if _, _, _, _, ok := CollArgsOf(1 << 41); ok {
-		t.Fatal("CollArgsOf took stray bits")
+	if _, _, _, _, q := CollArgsOf(CollArgs(1, 1, 1, 0, CollSeqMask+2)); q != 1 {
+		t.Fatalf("a sequence number past CollSeqBits wraps to %d, want 1", q)
 	}
 }
 
