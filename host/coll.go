@@ -554,6 +554,12 @@ func (d *DPUComm) breakOff(err error) {
 	}
 }
 
+// Abort gives the communicator up: collectives in flight fail soon on
+// every rank (the agents are told), later ones at once.
+func (d *DPUComm) Abort(why error) {
+	d.breakOff(fmt.Errorf("%w: given up: %w", ErrCommBroken, why))
+}
+
 // collLeaveTimeout bounds the leave a broken communicator sends its agent.
 const collLeaveTimeout = 5 * time.Second
 

@@ -229,10 +229,20 @@ type comm struct {
 	d  *host.DPUComm
 }
 
-// op is a hec_op: an asynchronous call and, once done, its result.
+// op is a hec_op: an asynchronous call and, once done, its result (err,
+// or the collective's).
 type op struct {
-	done chan struct{}
+	done <-chan struct{}
 	err  error
+	coll *host.CollOp
+}
+
+// result is the op's error once done.
+func (o *op) result() error {
+	if o.coll != nil {
+		return o.coll.Err()
+	}
+	return o.err
 }
 
 // answer turns err into the code returned to C and records its message as
@@ -282,9 +292,10 @@ func start(out **C.hec_op, f func() error) error {
 	if out == nil {
 		return fail(C.HEC_EINVAL, "the op pointer is NULL")
 	}
-	o := &op{done: make(chan struct{})}
+	done := make(chan struct{})
+	o := &op{done: done}
 	go func() {
-		defer close(o.done)
+		defer close(done)
 		defer func() {
 			if r := recover(); r != nil {
 				o.err = fail(C.HEC_EINTERNAL, "panic: %v", r)

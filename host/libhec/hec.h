@@ -135,6 +135,12 @@ int hec_checksum_async(hec_client *c, const void *buf, size_t len, uint32_t *crc
 int hec_kv_put_async(hec_client *c, const void *key, size_t klen, const void *val, size_t vlen, int64_t ttl_ms, hec_op **op);
 int hec_kv_get_async(hec_client *c, const void *key, size_t klen, void *buf, size_t cap, size_t *len, hec_op **op);
 int hec_coll_allreduce_async(hec_coll *g, const void *send, void *recv, size_t count, int dtype, int redop, hec_op **op);
+/* Collectives started asynchronously are numbered in the order of the
+ * calls that start them, and every rank's agent runs them in that order:
+ * start the same collectives in the same order on every rank, from one
+ * thread or in an order the threads agree on, as with NCCL. */
+int hec_coll_run_async(hec_coll *g, int kind, const void *send, size_t send_len, void *recv, size_t recv_len, int dtype,
+                       int op, int root, hec_op **out);
 int hec_test(hec_op *op);
 int hec_wait(hec_op *op, int timeout_ms);
 #endif /* HEC_NO_PROTOTYPES */

@@ -9,6 +9,7 @@ const char *hec__version(const char *v, size_t n);
 import "C"
 
 import (
+	"context"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -549,68 +550,118 @@ func hec_coll_leave(h *C.hec_coll) C.int {
 	})
 }
 
-// collCall checks a collective's arguments and returns the call.
-func collCall(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t, recv unsafe.Pointer, recvLen C.size_t,
-	dtype, redop, root C.int) (func() error, error) {
+// collStart checks a collective's arguments and starts it, in the
+// calling thread: collectives are numbered in the order of these calls,
+// which is the order every rank's agent runs them in.
+func collStart(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t, recv unsafe.Pointer, recvLen C.size_t,
+	dtype, redop, root C.int) (*comm, *host.CollOp, error) {
 	g, err := lookup[*comm](unsafe.Pointer(h))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	k, dt, op := coll.Kind(kind), coll.DType(dtype), coll.Op(redop)
 	switch {
 	case !k.Valid():
-		return nil, fail(C.HEC_EINVAL, "collective %d", kind)
+		return nil, nil, fail(C.HEC_EINVAL, "collective %d", kind)
 	case !dt.Valid():
-		return nil, fail(C.HEC_EINVAL, "element type %d", dtype)
+		return nil, nil, fail(C.HEC_EINVAL, "element type %d", dtype)
 	case k.Reduces() && !op.Valid():
-		return nil, fail(C.HEC_EINVAL, "reduction %d", redop)
+		return nil, nil, fail(C.HEC_EINVAL, "reduction %d", redop)
 	case root < 0 || int(root) >= g.d.Size():
-		return nil, fail(C.HEC_EINVAL, "root %d of %d ranks", root, g.d.Size())
+		return nil, nil, fail(C.HEC_EINVAL, "root %d of %d ranks", root, g.d.Size())
 	}
 	s, err := g.cl.buffer(send, sendLen, "the send buffer")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, err := g.cl.buffer(recv, recvLen, "the receive buffer")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return func() error {
-		ctx, cancel := g.cl.ctx()
-		defer cancel()
-		return g.d.Run(ctx, k, s, r, dt, op, int(root))
-	}, nil
+	o, err := g.d.Start(context.Background(), k, s, r, dt, op, int(root))
+	if err != nil {
+		return nil, nil, fail(C.HEC_EINVAL, "%v", err)
+	}
+	return g, o, nil
 }
 
-// allreduce is hec_coll_allreduce's arguments as a collCall.
-func allreduce(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t, dtype, redop C.int) (func() error, error) {
+// collWait waits for a collective for up to the client's timeout. One
+// that runs past it is given up (the communicator breaks off, which ends
+// it on every rank soon) and still waited for: the caller's buffers are
+// not written after this returns.
+func collWait(g *comm, o *host.CollOp) error {
+	ctx, cancel := g.cl.ctx()
+	defer cancel()
+	if err := o.Wait(ctx); err != nil && ctx.Err() != nil {
+		g.d.Abort(err)
+		<-o.Done()
+		return err
+	}
+	return o.Err()
+}
+
+// collNow starts a collective and waits for it.
+func collNow(g *comm, o *host.CollOp, err error) error {
+	if err != nil {
+		return err
+	}
+	return collWait(g, o)
+}
+
+// collLater starts a collective as a hec_op.
+func collLater(out **C.hec_op, g *comm, o *host.CollOp, err error) error {
+	if err != nil {
+		return err
+	}
+	*out = (*C.hec_op)(handle(reg.add(&op{done: o.Done(), coll: o})))
+	return nil
+}
+
+// allreduce is hec_coll_allreduce's arguments as a collStart.
+func allreduce(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t, dtype, redop C.int) (*comm, *host.CollOp, error) {
 	dt := coll.DType(dtype)
 	if !dt.Valid() {
-		return nil, fail(C.HEC_EINVAL, "element type %d", dtype)
+		return nil, nil, fail(C.HEC_EINVAL, "element type %d", dtype)
 	}
 	if uint64(count) > 1<<40 {
-		return nil, fail(C.HEC_ERANGE, "%d elements", count)
+		return nil, nil, fail(C.HEC_ERANGE, "%d elements", count)
 	}
 	n := count * C.size_t(dt.Size())
-	return collCall(h, C.HEC_ALLREDUCE, send, n, recv, n, dtype, redop, 0)
+	return collStart(h, C.HEC_ALLREDUCE, send, n, recv, n, dtype, redop, 0)
 }
 
 //export hec_coll_allreduce
 func hec_coll_allreduce(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t, dtype, redop C.int) C.int {
-	return guard(func() error { return now(allreduce(h, send, recv, count, dtype, redop)) })
+	return guard(func() error { return collNow(allreduce(h, send, recv, count, dtype, redop)) })
 }
 
 //export hec_coll_allreduce_async
 func hec_coll_allreduce_async(h *C.hec_coll, send, recv unsafe.Pointer, count C.size_t, dtype, redop C.int, out **C.hec_op) C.int {
 	return guard(func() error {
-		return later(out)(allreduce(h, send, recv, count, dtype, redop))
+		if out == nil {
+			return fail(C.HEC_EINVAL, "the op pointer is NULL")
+		}
+		g, o, err := allreduce(h, send, recv, count, dtype, redop)
+		return collLater(out, g, o, err)
 	})
 }
 
 //export hec_coll_run
 func hec_coll_run(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t, recv unsafe.Pointer, recvLen C.size_t,
 	dtype, redop, root C.int) C.int {
-	return guard(func() error { return now(collCall(h, kind, send, sendLen, recv, recvLen, dtype, redop, root)) })
+	return guard(func() error { return collNow(collStart(h, kind, send, sendLen, recv, recvLen, dtype, redop, root)) })
+}
+
+//export hec_coll_run_async
+func hec_coll_run_async(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t, recv unsafe.Pointer, recvLen C.size_t,
+	dtype, redop, root C.int, out **C.hec_op) C.int {
+	return guard(func() error {
+		if out == nil {
+			return fail(C.HEC_EINVAL, "the op pointer is NULL")
+		}
+		g, o, err := collStart(h, kind, send, sendLen, recv, recvLen, dtype, redop, root)
+		return collLater(out, g, o, err)
+	})
 }
 
 //export hec_test
@@ -623,7 +674,7 @@ func hec_test(h *C.hec_op) C.int {
 		select {
 		case <-o.done:
 			reg.remove(uintptr(unsafe.Pointer(h)))
-			return o.err
+			return o.result()
 		default:
 			return errAgain
 		}
@@ -642,7 +693,7 @@ func hec_wait(h *C.hec_op, timeoutMS C.int) C.int {
 		if timeoutMS < 0 {
 			<-o.done // the call is bounded by its client's timeout
 			reg.remove(uintptr(unsafe.Pointer(h)))
-			return o.err
+			return o.result()
 		}
 		d := time.Duration(timeoutMS) * time.Millisecond
 		t := time.NewTimer(d)
@@ -650,7 +701,7 @@ func hec_wait(h *C.hec_op, timeoutMS C.int) C.int {
 		select {
 		case <-o.done:
 			reg.remove(uintptr(unsafe.Pointer(h)))
-			return o.err
+			return o.result()
 		case <-t.C:
 			return fail(C.HEC_ETIMEDOUT, "the op has not finished within %v", d)
 		}

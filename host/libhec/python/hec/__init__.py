@@ -33,6 +33,7 @@ __all__ = [
     "Closed", "TooSmall", "WindowFull", "Corrupt", "InvalidArgument", "library",
     "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT32", "INT64", "UINT8",
     "SUM", "PROD", "MIN", "MAX", "AVG", "RAILS_AUTO", "RAILS_HOST", "RAILS_DPU",
+    "ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "BROADCAST", "REDUCE", "ALLTOALL", "BARRIER",
 ]
 
 # Codes and enums of include/hec.h.
@@ -157,6 +158,7 @@ def _load(path):
         "hec_checksum_async": (I, [P, P, S, ctypes.POINTER(U32), PP]),
         "hec_kv_put_async": (I, [P, P, S, P, S, I64, PP]),
         "hec_coll_allreduce_async": (I, [P, P, P, S, I, I, PP]),
+        "hec_coll_run_async": (I, [P, I, P, S, P, S, I, I, I, PP]),
         "hec_test": (I, [P]),
         "hec_wait": (I, [P, I]),
     }
@@ -300,6 +302,47 @@ class Comm:
         h = ctypes.c_void_p()
         _check(library().hec_coll_allreduce_async(self._h, sp, rp, count, dtype, op, ctypes.byref(h)))
         return Op(h, keep)
+
+    def _args(self, send, recv):
+        sp, sn, k1 = _ptr(send)
+        rp, rn, k2 = _ptr(recv, writable=True)
+        return sp, sn, rp, rn, (k1, k2)
+
+    def run(self, kind, send, recv, dtype=FLOAT32, op=SUM, root=0):
+        """Any collective (ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST,
+        REDUCE, ALLTOALL, BARRIER) on bytes-like send and recv, as
+        hec_coll_run takes them: any length of whole elements, in place
+        (send is recv) or not. Blocks without holding the GIL."""
+        sp, sn, rp, rn, keep = self._args(send, recv)
+        _check(library().hec_coll_run(self._h, kind, sp, sn, rp, rn, dtype, op, root))
+
+    def run_async(self, kind, send, recv, dtype=FLOAT32, op=SUM, root=0):
+        """run, returning an Op at once. Collectives are numbered in the
+        order of these calls (and run in that order by every rank's agent):
+        start them in the same order on every rank. The buffers must stay
+        untouched until the Op is done."""
+        sp, sn, rp, rn, keep = self._args(send, recv)
+        h = ctypes.c_void_p()
+        _check(library().hec_coll_run_async(self._h, kind, sp, sn, rp, rn, dtype, op, root, ctypes.byref(h)))
+        return Op(h, keep)
+
+    def broadcast(self, buf, root=0, dtype=UINT8):
+        self.run(BROADCAST, buf, buf, dtype, SUM, root)
+
+    def allgather(self, send, recv, dtype=UINT8):
+        self.run(ALLGATHER, send, recv, dtype)
+
+    def reduce_scatter(self, send, recv, dtype=FLOAT32, op=SUM):
+        self.run(REDUCESCATTER, send, recv, dtype, op)
+
+    def reduce(self, send, recv, root=0, dtype=FLOAT32, op=SUM):
+        self.run(REDUCE, send, recv, dtype, op, root)
+
+    def alltoall(self, send, recv, dtype=UINT8):
+        self.run(ALLTOALL, send, recv, dtype)
+
+    def barrier(self):
+        self.run(BARRIER, None, None)
 
     def leave(self):
         if self._h is not None:

@@ -147,6 +147,55 @@ class ClientTest(unittest.TestCase):
             for c in clients[1:]:
                 c.close()
 
+    def test_collectives_in_flight(self):
+        """DDP's pattern: buckets of odd sizes (not from alloc) in flight at
+        once on one communicator, then every other collective, async."""
+        clients = [self.c] + [hec.Client(t) for t in TARGETS[1:3]]
+        try:
+            comms = [c.coll_join(0xB0C, [1, 2, 3]) for c in clients]
+            sizes = [4198400 // 4, 1, 1000003, 65536, 33628200 // 16, 7, 250000, 3]
+            sends = [[array.array("f", [float((i + r + j) % 5) for i in range(n)]) for j, n in enumerate(sizes)]
+                     for r in range(3)]
+            recvs = [[array.array("f", bytes(4 * n)) for n in sizes] for _ in range(3)]
+            ops = [[g.allreduce_async(s, r) for s, r in zip(sends[k], recvs[k])] for k, g in enumerate(comms)]
+            for k in range(3):
+                for op in ops[k]:
+                    op.wait(60)
+            for j, n in enumerate(sizes):
+                want = [float(sum((i + r + j) % 5 for r in range(3))) for i in range(min(n, 1000))]
+                for k in range(3):
+                    self.assertEqual(list(recvs[k][j][:1000]), want, "bucket %d (%d floats), rank %d" % (j, n, k))
+            # Every other kind, started async in one order on every rank.
+            n = 3001
+            gath = [bytearray(3 * n) for _ in range(3)]
+            bcast = [bytearray(pattern(n, 9)) if k == 1 else bytearray(n) for k in range(3)]
+            a2a_in = [bytes([k * 16 + b for b in range(3) for _ in range(n)]) for k in range(3)]
+            a2a_out = [bytearray(3 * n) for _ in range(3)]
+            rs_in = [array.array("i", [k + i for i in range(3 * n)]) for k in range(3)]
+            rs_out = [array.array("i", bytes(4 * n)) for _ in range(3)]
+            ops = []
+            for k, g in enumerate(comms):
+                ops.append([
+                    g.run_async(hec.ALLGATHER, pattern(n, k), gath[k], hec.UINT8),
+                    g.run_async(hec.BROADCAST, bcast[k], bcast[k], hec.UINT8, root=1),
+                    g.run_async(hec.ALLTOALL, a2a_in[k], a2a_out[k], hec.UINT8),
+                    g.run_async(hec.REDUCESCATTER, rs_in[k], rs_out[k], hec.INT32, hec.SUM),
+                    g.run_async(hec.BARRIER, None, None),
+                ])
+            for k in range(3):
+                for op in ops[k]:
+                    op.wait(60)
+            for k in range(3):
+                self.assertEqual(bytes(gath[k]), pattern(n, 0) + pattern(n, 1) + pattern(n, 2))
+                self.assertEqual(bytes(bcast[k]), pattern(n, 9))
+                self.assertEqual(bytes(a2a_out[k]), bytes([j * 16 + k for j in range(3) for _ in range(n)]))
+                self.assertEqual(list(rs_out[k][:5]), [3 * (k * n + i) + 3 for i in range(5)])
+            for g in comms:
+                g.leave()
+        finally:
+            for c in clients[1:]:
+                c.close()
+
     def test_threads(self):
         errors = []
 
