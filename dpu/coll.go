@@ -265,6 +265,10 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		failWith(req, resp, wire.StatusUnsupported, errNoPeerLayer)
 		return
 	}
+	if req.Arg1&wire.CollJoinNodeOnly != 0 {
+		resp.Arg0 = uint64(s.ep.Node().ID())
+		return
+	}
 	if req.NSpan < 1 || req.Spans[0].Len > 28+4*wire.MaxCollRanks {
 		resp.Status = wire.StatusBadArg
 		return

@@ -78,6 +78,17 @@ func (c *Client) JoinColl(ctx context.Context, spec wire.CollSpec) (*DPUComm, er
 	return d, nil
 }
 
+// CollNode returns the peer-layer node id of this host's agent: what a
+// rank contributes to the spec of a communicator (CollSpec.Nodes).
+func (c *Client) CollNode(ctx context.Context) (uint32, error) {
+	room := make([]byte, 512)
+	r, err := c.Do(ctx, Request{Op: wire.OpCollJoin, Arg1: wire.CollJoinNodeOnly, In: [][]byte{nil}, Out: [][]byte{room}})
+	if err != nil {
+		return 0, collErr("node", r, err)
+	}
+	return uint32(r.Arg0), nil
+}
+
 // Rank is this host's rank; Size the number of ranks.
 func (d *DPUComm) Rank() int { return d.rank }
 func (d *DPUComm) Size() int { return d.size }

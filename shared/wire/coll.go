@@ -86,6 +86,12 @@ const CollSeqBits = 24
 // CollSeqMask keeps a sequence number's CollSeqBits.
 const CollSeqMask = 1<<CollSeqBits - 1
 
+// CollJoinNodeOnly in OpCollJoin's Arg1 joins nothing: the agent answers
+// its peer-layer node id in Arg0, which a host needs to build the spec
+// every rank joins with (frameworks swap these ids through their own
+// store: torch.distributed's).
+const CollJoinNodeOnly = 1
+
 // CollLeaveAbort in OpCollLeave's Arg1 has the agent tell the other ranks'
 // agents that this rank gave the communicator up (a collective it could
 // not submit, one abandoned): their collectives fail at once, naming it,
