@@ -58,6 +58,7 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@test/need tshark tshark || echo "SKIP: the inspect --pcap test will skip (no tshark)"
 	@test/need gcc gcc || echo "SKIP: libhec's C tests will skip (no gcc)"
 	@test/need python3 python3 || echo "SKIP: libhec's Python tests will skip (no python3)"
+	@test/need /usr/lib/python3/dist-packages/torch/__init__.py python3-torch || echo "SKIP: hec.torch's tests will skip (no python3-torch)"
 
 .PHONY: test-arm64
 test-arm64: ## shared/ and ec/ tests as arm64 binaries under qemu-user (installs qemu-user-static)

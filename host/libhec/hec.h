@@ -116,6 +116,8 @@ int hec_object_delete(hec_client *c, int k, int m, const char *name);
  * rank order (this client's agent among them). */
 int hec_coll_join(hec_client *c, uint64_t comm, uint64_t epoch, const uint32_t *nodes, int n, hec_coll **out);
 /* This rank and the number of ranks; a negative code for a bad handle. */
+/* The peer-layer node id of c's agent: what this rank puts in nodes. */
+int hec_coll_node(hec_client *c, uint32_t *id);
 int hec_coll_rank(hec_coll *g);
 int hec_coll_size(hec_coll *g);
 int hec_coll_allreduce(hec_coll *g, const void *send, void *recv, size_t count, int dtype, int op);

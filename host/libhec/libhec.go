@@ -518,6 +518,27 @@ func hec_coll_join(h *C.hec_client, commID, epoch C.uint64_t, nodes *C.uint32_t,
 	})
 }
 
+//export hec_coll_node
+func hec_coll_node(h *C.hec_client, id *C.uint32_t) C.int {
+	return guard(func() error {
+		cl, err := lookup[*client](unsafe.Pointer(h))
+		if err != nil {
+			return err
+		}
+		if id == nil {
+			return fail(C.HEC_EINVAL, "hec_coll_node: the id pointer is NULL")
+		}
+		ctx, cancel := cl.ctx()
+		defer cancel()
+		n, err := cl.c.CollNode(ctx)
+		if err != nil {
+			return err
+		}
+		*id = C.uint32_t(n)
+		return nil
+	})
+}
+
 //export hec_coll_rank
 func hec_coll_rank(h *C.hec_coll) C.int {
 	g, err := lookup[*comm](unsafe.Pointer(h))

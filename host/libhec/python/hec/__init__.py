@@ -149,6 +149,7 @@ def _load(path):
         "hec_object_get": (I, [P, I, I, ctypes.c_char_p, P, S, ctypes.POINTER(S)]),
         "hec_object_delete": (I, [P, I, I, ctypes.c_char_p]),
         "hec_coll_join": (I, [P, U64, U64, ctypes.POINTER(U32), I, PP]),
+        "hec_coll_node": (I, [P, ctypes.POINTER(U32)]),
         "hec_coll_rank": (I, [P]),
         "hec_coll_size": (I, [P]),
         "hec_coll_allreduce": (I, [P, P, P, S, I, I]),
@@ -249,24 +250,36 @@ class Op:
 
     def __init__(self, handle, keep, result=None):
         self._h, self._keep, self._result, self.done = handle, keep, result, False
+        self._lock, self._err = threading.Lock(), None  # threads may wait at once
+
+    def _end(self, rc):
+        self.done = True
+        self._keep = None
+        try:
+            _check(rc)
+        except HecError as e:
+            self._err = e
 
     def test(self):
-        if self.done:
-            return True
-        rc = library().hec_test(self._h)
-        if rc == EAGAIN:
-            return False
-        self.done = True
-        _check(rc)
+        with self._lock:
+            if not self.done:
+                rc = library().hec_test(self._h)
+                if rc == EAGAIN:
+                    return False
+                self._end(rc)
+        if self._err is not None:
+            raise self._err
         return True
 
     def wait(self, timeout=None):
-        if not self.done:
-            rc = library().hec_wait(self._h, -1 if timeout is None else int(timeout * 1000))
-            if rc == ETIMEDOUT:
-                _check(rc)
-            self.done = True
-            _check(rc)
+        with self._lock:  # the handle is spent by the first wait that ends
+            if not self.done:
+                rc = library().hec_wait(self._h, -1 if timeout is None else int(timeout * 1000))
+                if rc == ETIMEDOUT:
+                    _check(rc)
+                self._end(rc)
+        if self._err is not None:
+            raise self._err
         return self.result
 
     @property
@@ -325,6 +338,14 @@ class Comm:
         h = ctypes.c_void_p()
         _check(library().hec_coll_run_async(self._h, kind, sp, sn, rp, rn, dtype, op, root, ctypes.byref(h)))
         return Op(h, keep)
+
+    def run_raw_async(self, kind, send, send_len, recv, recv_len, dtype=FLOAT32, op=SUM, root=0):
+        """run_async on raw addresses (a tensor's data_ptr()): the caller
+        keeps the memory alive and untouched until the Op is done."""
+        h = ctypes.c_void_p()
+        _check(library().hec_coll_run_async(self._h, kind, send or None, send_len, recv or None, recv_len, dtype, op,
+                                            root, ctypes.byref(h)))
+        return Op(h, None)
 
     def broadcast(self, buf, root=0, dtype=UINT8):
         self.run(BROADCAST, buf, buf, dtype, SUM, root)
@@ -491,6 +512,13 @@ class Client:
 
     def object_delete(self, name, k=4, m=2):
         _check(library().hec_object_delete(self._handle(), k, m, name.encode()))
+
+    def coll_node(self):
+        """The peer-layer node id of this client's agent (what this rank
+        contributes to coll_join's nodes)."""
+        n = ctypes.c_uint32()
+        _check(library().hec_coll_node(self._handle(), ctypes.byref(n)))
+        return n.value
 
     def coll_join(self, comm, nodes, epoch=1):
         """Joins communicator comm (an integer every rank uses) whose agents

@@ -196,6 +196,16 @@ class ClientTest(unittest.TestCase):
             for c in clients[1:]:
                 c.close()
 
+    def test_torch_absent(self):
+        """Without torch, hec.torch says so in its ImportError."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            with self.assertRaisesRegex(ImportError, "PyTorch"):
+                import hec.torch  # noqa: F401
+        else:
+            import hec.torch  # noqa: F401 - with torch it imports (TestTorch runs it)
+
     def test_threads(self):
         errors = []
 
