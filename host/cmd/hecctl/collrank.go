@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -130,7 +131,15 @@ func runRank(ctx context.Context, o rankOptions) error {
 		for i := range nodes {
 			nodes[i] = uint32(i) + 1 // the driver numbers the agents so
 		}
-		if b.dpu, err = b.cl.JoinColl(octx, wire.CollSpec{Comm: b.g.Transport.Comm(), Epoch: 1, Nodes: nodes}); err != nil {
+		// Pieces as large as the largest size (every rank runs the same
+		// sizes): the buffers lie in the window, and each collective goes
+		// to the agents as one op, as a caller of one size would tune it.
+		piece := wire.CollSpec{}.Piece
+		if sizes, err := parseSizes(o.sizes); err == nil && len(sizes) > 0 {
+			piece = uint32(min((slices.Max(sizes)+wire.CollPieceUnit-1)/wire.CollPieceUnit*wire.CollPieceUnit, wire.MaxCollPiece))
+		}
+		spec := wire.CollSpec{Comm: b.g.Transport.Comm(), Epoch: 1, Nodes: nodes, Piece: piece}
+		if b.dpu, err = b.cl.JoinColl(octx, spec); err != nil {
 			return err
 		}
 		b.multi = host.NewMultiRail(b.g.Comm, b.dpu)
