@@ -15,12 +15,15 @@ caller to compare.
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, ".."))
+sys.path.insert(0, os.path.join(here, "..", "examples"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import hec.torch  # noqa: E402,F401 - registers the backend
+from train_ddp import TinyLM  # noqa: E402 - the example's model
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 SIZES = [1, 7, 1000, 65537, 300001]
@@ -116,23 +119,6 @@ def collectives():
     dist.destroy_process_group()
 
 
-class TinyLM(torch.nn.Module):
-    """A small transformer language model."""
-
-    def __init__(self, vocab=256, dim=64, layers=2, heads=4, ctx=32):
-        super().__init__()
-        self.emb = torch.nn.Embedding(vocab, dim)
-        self.pos = torch.nn.Parameter(torch.zeros(ctx, dim))
-        layer = torch.nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, layers)
-        self.out = torch.nn.Linear(dim, vocab)
-        self.register_buffer("mask", torch.triu(torch.full((ctx, ctx), float("-inf")), 1))
-
-    def forward(self, x):
-        h = self.emb(x) + self.pos[: x.shape[1]]
-        return self.out(self.enc(h, mask=self.mask[: x.shape[1], : x.shape[1]]))
-
-
 def exact_hook(_, bucket):
     """gloo's allreduce in float64, rounded to float32 once: the gradients'
     sums as good as float32 holds them, the reference that measures what
@@ -154,7 +140,7 @@ def ddp(out, how, steps=50):
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = TinyLM()
+    model = TinyLM(dim=64, ctx=32)
     m = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     if how in ("hook", "bf16"):
         m.register_comm_hook(hec.torch.state(), hec.torch.allreduce_hook if how == "hook" else hec.torch.bf16_compress_hook)
