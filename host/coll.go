@@ -401,6 +401,17 @@ func (d *DPUComm) prepare(o *CollOp, free *[collSlots]bool, inFlight bool) (flig
 				d.slots[s] = nil
 			}
 			b, err := d.c.Alloc(max(need, 64))
+			if err != nil && !inFlight {
+				// Nothing in flight: the other slots are idle; give them
+				// back too, which may leave a hole large enough.
+				for j := range d.slots {
+					if d.slots[j] != nil {
+						d.c.Free(d.slots[j])
+						d.slots[j] = nil
+					}
+				}
+				b, err = d.c.Alloc(max(need, 64))
+			}
 			if err != nil {
 				if inFlight {
 					return flight{}, noRoom
