@@ -719,11 +719,15 @@ func (c *client) appendCmd(_ context.Context, args [][]byte) {
 // than offset; the new length.
 func (c *client) setrange(_ context.Context, args [][]byte) {
 	off, ok := parseInt(args[2])
-	if !ok || off < 0 {
+	if !ok {
+		c.w.Error("ERR value is not an integer or out of range")
+		return
+	}
+	if off < 0 {
 		c.w.Error("ERR offset is out of range")
 		return
 	}
-	if off+int64(len(args[3])) > kv.MaxValueSize {
+	if off > kv.MaxValueSize-int64(len(args[3])) { // not off+len: it overflows for an offset near 2^63
 		c.w.Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 		return
 	}
@@ -769,8 +773,11 @@ func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
 				return nil, false, errReply("ERR value is not a valid float")
 			}
 		}
+		if v.IsInf() || incr.IsInf() { // C's inf (or NaN, where they differ in sign; big.Float would panic)
+			return nil, false, errReply("ERR increment would produce NaN or Infinity")
+		}
 		v.Add(v, incr)
-		if v.IsInf() || v.MantExp(nil) > 16384 { // past a long double's range: C's inf
+		if v.MantExp(nil) > 16384 { // past a long double's range: C's inf
 			return nil, false, errReply("ERR increment would produce NaN or Infinity")
 		}
 		out = formatLongDouble(v)
@@ -794,6 +801,9 @@ func parseLongDouble(b []byte) (*big.Float, bool) {
 	if len(digits) > 1 && digits[0] == '0' && bytes.ContainsRune([]byte("bBoO"), rune(digits[1])) {
 		return nil, false // Go's prefixes, not C's
 	}
+	if isInf(digits) { // strtold's inf and infinity, which Redis takes
+		return new(big.Float).SetInf(b[0] == '-'), true
+	}
 	f, _, err := big.ParseFloat(string(b), 0, 64, big.ToNearestEven)
 	if err != nil || f.IsInf() {
 		return nil, false
@@ -802,6 +812,13 @@ func parseLongDouble(b []byte) (*big.Float, bool) {
 		return nil, false
 	}
 	return f, true
+}
+
+// isInf reports whether b (its sign taken off) is strtold's "inf" or
+// "infinity", in any case.
+func isInf(b []byte) bool {
+	s := strings.ToLower(string(b))
+	return s == "inf" || s == "infinity"
 }
 
 // formatLongDouble prints f as Redis's ld2string(LD_STR_HUMAN).

@@ -855,10 +855,14 @@ func TestReadModifyWrite(t *testing.T) {
 			t.Errorf("INCRBYFLOAT %s: %q %v, want %q", step.incr, v, err, step.want)
 		}
 	}
-	for _, bad := range [][]any{{"INCRBYFLOAT", "f", "abc"}, {"INCRBYFLOAT", "f", "nan"}, {"INCRBYFLOAT", "f", "inf"}} {
+	for _, bad := range [][]any{{"INCRBYFLOAT", "f", "abc"}, {"INCRBYFLOAT", "f", "nan"}} {
 		if err := c.Do(ctx, bad...).Err(); err == nil || !strings.Contains(err.Error(), "not a valid float") {
 			t.Errorf("%v: %v", bad, err)
 		}
+	}
+	// Redis 7 takes "inf" as a float (strtold does) and refuses the sum.
+	if err := c.Do(ctx, "INCRBYFLOAT", "f", "inf").Err(); err == nil || !strings.Contains(err.Error(), "would produce NaN or Infinity") {
+		t.Errorf("INCRBYFLOAT f inf: %v", err)
 	}
 	c.Set(ctx, "s", "text", 0)
 	if err := c.Do(ctx, "INCRBYFLOAT", "s", "1").Err(); err == nil || !strings.Contains(err.Error(), "not a valid float") {

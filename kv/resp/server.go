@@ -481,8 +481,12 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 			pattern = args[i+1]
 		case "COUNT":
 			n, ok := parseInt(args[i+1])
-			if !ok || n < 1 {
+			if !ok {
 				c.w.Error("ERR value is not an integer or out of range")
+				return
+			}
+			if n < 1 {
+				c.w.Error("ERR syntax error") // Redis's reply to a count below 1
 				return
 			}
 			count = int(min(n, 100000))
