@@ -127,7 +127,10 @@ func TestSleepForCompletionSaysHowItEnded(t *testing.T) {
 			}
 			reap()
 
-			if got := publishAsleep(50*time.Millisecond, true); got != WakeMissed {
+			// A second, not 50 ms: the check that the sleep began must see
+			// it before it ends, and a loaded CI machine kept this goroutine
+			// off its core for longer ("0 sleepers after 5s, want 1").
+			if got := publishAsleep(time.Second, true); got != WakeMissed {
 				t.Fatalf("published without a ring: %v, want WakeMissed", got)
 			}
 
