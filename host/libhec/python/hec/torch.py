@@ -116,24 +116,19 @@ def empty(*size, dtype=torch.float32):
 
 
 class _Pending:
-    """A collective in flight and what completes its future (the progress
-    thread, once)."""
+    """A collective in flight and what completes its future: the progress
+    thread alone calls finish, once."""
 
     def __init__(self, op, fut, done):
         self.op, self.fut, self._done = op, fut, done
-        self._lock, self._finished = threading.Lock(), False
 
     def finish(self):
-        with self._lock:
-            if self._finished:
-                return
-            try:
-                self.op.wait()  # in libhec, without the GIL
-                err = None
-            except Exception as e:  # noqa: BLE001 - handed to the future
-                err = e
-            self._done(err)
-            self._finished = True
+        try:
+            self.op.wait()  # in libhec, without the GIL
+            err = None
+        except Exception as e:  # noqa: BLE001 - handed to the future
+            err = e
+        self._done(err)
 
 
 class _Progress:
@@ -328,9 +323,7 @@ def _done(value):
     """A _Pending already finished with value (a collective of no tensors)."""
     f = torch.futures.Future()
     f.set_result(value)
-    p = _Pending(None, f, None)
-    p._finished = True
-    return p
+    return _Pending(None, f, None)  # never queued: nothing to finish
 
 
 def _create(store, rank, size, timeout):
