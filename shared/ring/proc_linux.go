@@ -12,9 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// errZombie is procStart's error for a process that has exited but is
+// not yet reaped (state Z or X): gone, though signal 0 still finds it.
+var errZombie = fmt.Errorf("ring: the process has exited (a zombie): %w", os.ErrNotExist)
+
 // procStart returns the start time (clock ticks since boot, field 22 of
 // /proc/PID/stat) of pid. A pid and its start time name a process uniquely
-// even when pids are reused.
+// even when pids are reused. A process that has exited and waits for its
+// parent to reap it is errZombie.
 func procStart(pid int) (uint64, error) {
 	// Read into a buffer of the stack, not os.ReadFile's: housekeeping
 	// asks for every leased pair's holder a hundred times a second, and
@@ -48,6 +53,9 @@ func procStart(pid int) (uint64, error) {
 		end := bytes.IndexByte(rest, ' ')
 		if end < 0 {
 			end = len(rest)
+		}
+		if field == 3 && (rest[0] == 'Z' || rest[0] == 'X') {
+			return 0, errZombie
 		}
 		if field == 22 {
 			var v uint64

@@ -120,3 +120,40 @@ func TestHolderStartReadOncePerPeriod(t *testing.T) {
 
 // housekeepPass is the agent's housekeeping period (dpu's housekeepEvery).
 const housekeepPass = 10 * time.Millisecond
+
+// TestZombieHolderIsGone: a holder killed but not yet reaped by its
+// parent (torchrun reaps its workers only at its monitor's next pass) is a
+// zombie, which signal 0 still finds; its pair is fenced at the next full
+// check, not after the heartbeat's timeout.
+func TestZombieHolderIsGone(t *testing.T) {
+	if os.Getenv("HEC_TEST_EXEC") != "" {
+		t.Skip("under qemu-user /proc is the emulator's")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	start := statStart(t, pid)
+	if got := holderLiveness(uint32(pid), start); got != holderLives {
+		t.Fatalf("a live holder: holderLiveness = %d, want %d", got, holderLives)
+	}
+	cmd.Process.Kill()
+	defer cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))[0] == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed child is no zombie after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := holderLiveness(uint32(pid), start); got != holderGone {
+		t.Fatalf("a zombie holder: holderLiveness = %d, want %d (gone)", got, holderGone)
+	}
+}
