@@ -27,6 +27,7 @@ agents complete the collectives (the order they were issued in).
 import os
 import queue
 import random
+import sys
 import threading
 
 try:
@@ -115,6 +116,18 @@ def empty(*size, dtype=torch.float32):
     return t
 
 
+def _unwrap(src):
+    """The value of a collective's source future, (error, value): raises
+    the error. Run as src.then(_unwrap), so that the future torch is given
+    fails as a C++ future does (torch 1.13's Future.set_exception only
+    stores the exception as a value, which DDP's reducer then reads as
+    tensors and crashes on)."""
+    err, value = src.value()
+    if err is not None:
+        raise err
+    return value
+
+
 class _Pending:
     """A collective in flight and what completes its future: the progress
     thread alone calls finish, once."""
@@ -172,7 +185,8 @@ class _Comm:
         """Starts a collective on tensors send and recv (either None) and
         returns its _Pending, whose torch Future completes with result()
         once then() (if any) ran."""
-        fut = torch.futures.Future()
+        src = torch.futures.Future()
+        fut = src.then(_unwrap)
         sp, sn = _span(send) if send is not None else (0, 0)
         rp, rn = _span(recv) if recv is not None else (0, 0)
         keep = (send, recv)
@@ -182,15 +196,15 @@ class _Comm:
         def done(err):
             nonlocal keep
             keep = None  # the tensors lived until the agent was done with them
-            if err is not None:
-                fut.set_exception(err)
-                return
-            try:
-                if then is not None:
-                    then()
-                fut.set_result(result() if result is not None else None)
-            except Exception as e:  # noqa: BLE001
-                fut.set_exception(e)
+            value = None
+            if err is None:
+                try:
+                    if then is not None:
+                        then()
+                    value = result() if result is not None else None
+                except Exception as e:  # noqa: BLE001
+                    err = e
+            src.set_result((err, value))
 
         p = _Pending(o, fut, done)
         self.progress.add(p)
@@ -231,9 +245,20 @@ class ProcessGroupHEC(_ProcessGroup):
         return BACKEND
 
     def _work(self, pending):
-        # A C++ Work waiting on the future: torch's C++ callers (DDP's
-        # checks, its reducer) call its wait, which a Python subclass of
-        # Work could not override in torch 1.13.
+        """The Work torch gets for a collective. Called from
+        torch.distributed's Python functions (dist.all_reduce, ...), whose
+        callers wait in Python: a Python Work, whose wait raises the
+        collective's error. Called from torch's C++ (DDP's reducer, its
+        checks): a C++ Work of the future, since C++ holds the Work alone
+        and a Python subclass would lose its Python half (and its wait)
+        once Python drops it; those callers read the future's value,
+        which raises. (torch 1.13's C++ future Work returns from wait
+        without raising.)"""
+        f = sys._getframe(1)
+        while f is not None and f.f_globals.get("__name__") == __name__:
+            f = f.f_back
+        if f is not None and f.f_globals.get("__name__") == dist.distributed_c10d.__name__:
+            return _Work(pending.fut)
         return _create_work_from_future(pending.fut)
 
     # -- collectives --------------------------------------------------
@@ -324,6 +349,36 @@ def _done(value):
     f = torch.futures.Future()
     f.set_result(value)
     return _Pending(None, f, None)  # never queued: nothing to finish
+
+
+class _Work(dist.Work):
+    """A collective's Work for Python callers: wait raises its error."""
+
+    def __init__(self, fut):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None):
+        self._fut.wait()  # raises the collective's error
+        return True
+
+    def get_future(self):
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def result(self):
+        return self._fut.value()
 
 
 def _create(store, rank, size, timeout):

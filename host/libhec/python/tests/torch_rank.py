@@ -115,6 +115,15 @@ def collectives():
     dist.all_reduce(z)
     assert torch.all(z == world * (world + 1) / 2), z[:4]
     dist.barrier()
+    # A failed collective raises from a blocking call (torch 1.13's own
+    # future Work would return as if it had succeeded): the ranks disagree
+    # on the count, and the communicator is unusable after.
+    try:
+        dist.all_reduce(torch.ones(1000 + rank))
+    except RuntimeError as e:
+        assert "disagree" in str(e) or "unusable" in str(e), e
+    else:
+        raise AssertionError("an all_reduce whose ranks disagree on the count returned")
     print("rank %d: collectives OK" % rank, flush=True)
     dist.destroy_process_group()
 
