@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -600,6 +601,9 @@ func collStart(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t,
 		return nil, nil, err
 	}
 	o, err := g.d.Start(context.Background(), k, s, r, dt, op, int(root))
+	if errors.Is(err, host.ErrCommBroken) {
+		return nil, nil, err // answered with its cause's code: a rank gone is no bad argument
+	}
 	if err != nil {
 		return nil, nil, fail(C.HEC_EINVAL, "%v", err)
 	}
