@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +33,20 @@ func buildLib(t *testing.T, dir, mode string) string {
 	return p
 }
 
-// agents starts n agents that are peers of one another (node ids 1..n)
-// and returns their regions.
-func agents(t *testing.T, n int) []string {
+// testAgent is one agent of agents: its region, and the command line that
+// starts it again after a kill (as hecd supervise would).
+type testAgent struct {
+	t    *testing.T
+	shm  string
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// agents starts n agents that are peers of one another (node ids 1..n);
+// the test's end stops them.
+func agents(t *testing.T, n int) []*testAgent {
 	t.Helper()
 	hecd := testutil.Hecd(t)
 	dir := t.TempDir()
@@ -46,43 +59,84 @@ func agents(t *testing.T, n int) []string {
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("%d@%s", i+1, addrs[i]))
 	}
-	var shms []string
+	var as []*testAgent
 	for i := range n {
 		shm := fmt.Sprintf("/dev/shm/hec-libhec-test-%d-%d", os.Getpid(), i+1)
-		cmd := exec.Command(hecd, "--shm", shm, "--region-size", "134217728", "--queue-pairs", "4", "--tcp", "off",
-			"--resp", "off", "--udp", "off", "--mgmt", addrs[n+i], "--state-dir", filepath.Join(dir, fmt.Sprint("agent", i+1)),
-			"--peer", addrs[i], "--peers", strings.Join(peers, ","), "--node-id", fmt.Sprint(i+1),
-			"--cluster-key-file", key, "--log-level", "warn")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-			os.Remove(shm)
-		})
-		shms = append(shms, shm)
-		mgmt := host.NewMgmt(addrs[n+i])
-		testutil.WaitFor(t, 30*time.Second, "agent "+fmt.Sprint(i+1)+" serving", func() bool {
-			st, err := os.Stat(shm)
-			if err != nil || st.Size() == 0 {
-				return false
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_, err = mgmt.Status(ctx)
-			return err == nil
-		})
+		a := &testAgent{t: t, shm: shm, args: []string{hecd, "--shm", shm, "--region-size", "134217728", "--queue-pairs", "4",
+			"--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", addrs[n+i],
+			"--state-dir", filepath.Join(dir, fmt.Sprint("agent", i+1)),
+			"--peer", addrs[i], "--peers", strings.Join(peers, ","), "--node-id", fmt.Sprint(i + 1),
+			"--cluster-key-file", key, "--log-level", "warn"}}
+		t.Cleanup(a.stop)
+		a.start()
+		as = append(as, a)
 	}
-	return shms
+	return as
+}
+
+// shms are the agents' regions.
+func shms(as []*testAgent) []string {
+	var s []string
+	for _, a := range as {
+		s = append(s, a.shm)
+	}
+	return s
+}
+
+// start starts the agent and returns once it serves.
+func (a *testAgent) start() {
+	a.t.Helper()
+	cmd := exec.Command(a.args[0], a.args[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.cmd = cmd
+	a.mu.Unlock()
+	mgmt := host.NewMgmt(a.args[slices.Index(a.args, "--mgmt")+1])
+	testutil.WaitFor(a.t, 30*time.Second, "agent "+a.shm+" serving", func() bool {
+		st, err := os.Stat(a.shm)
+		if err != nil || st.Size() == 0 {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err = mgmt.Status(ctx)
+		return err == nil
+	})
+}
+
+// kill kills the agent with SIGKILL and waits for it to be gone.
+func (a *testAgent) kill() {
+	a.mu.Lock()
+	cmd := a.cmd
+	a.cmd = nil
+	a.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// stop stops the agent cleanly (killing it after 10 s).
+func (a *testAgent) stop() {
+	a.mu.Lock()
+	cmd := a.cmd
+	a.cmd = nil
+	a.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	os.Remove(a.shm)
 }
 
 func need(t *testing.T, tool string) string {
@@ -118,7 +172,7 @@ func TestCAndPython(t *testing.T) {
 	gcc := need(t, "gcc")
 	dir := t.TempDir()
 	so := buildLib(t, dir, "c-shared")
-	shms := agents(t, 3)
+	shms := shms(agents(t, 3))
 	inc := filepath.Join(testutil.ModuleRoot(), "host", "libhec") // hec.h; make build copies it to include/
 
 	t.Run("the header declares what the library exports", func(t *testing.T) {
@@ -261,9 +315,8 @@ func TestTorch(t *testing.T) {
 	tests := filepath.Join(testutil.ModuleRoot(), "host", "libhec", "python", "tests")
 	for _, world := range torchWorlds {
 		t.Run(fmt.Sprintf("%d ranks", world), func(t *testing.T) {
-			shms := agents(t, world)
 			var targets []string
-			for _, s := range shms {
+			for _, s := range shms(agents(t, world)) {
 				targets = append(targets, "shm://"+s)
 			}
 			torchrun := func(args ...string) string {
