@@ -40,6 +40,9 @@ type Group struct {
 	Transport *PeerTransport
 	Node      *peer.Node
 
+	ep     *Endpoint
+	addr   string
+	gcfg   GroupConfig
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -65,15 +68,6 @@ type roster struct {
 // Open joins the group: it starts this rank's peer node, registers it at
 // the root, and returns once every rank has (or ctx ends).
 func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
-	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("coll: rank %d of %d", cfg.Rank, cfg.Size)
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	if cfg.Deadline <= 0 {
-		cfg.Deadline = 3 * time.Second
-	}
 	var rootLn net.Listener
 	if cfg.Rank == 0 && !isRegistry(cfg.Root) {
 		var err error
@@ -82,21 +76,10 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		}
 		defer rootLn.Close()
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	g, err := Listen(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("coll: peer listener at %s: %w", cfg.Listen, err)
-	}
-	me := Member{Rank: cfg.Rank, Node: uint32(cfg.Rank) + 1, Addr: ln.Addr().String()}
-	node, err := peer.NewNode(peer.Config{ID: me.Node, Listener: ln, Key: cfg.Key, Deadline: cfg.Deadline, Log: cfg.Log})
-	if err != nil {
-		ln.Close()
 		return nil, err
 	}
-	ep := NewEndpoint(node)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); node.Run(runCtx) }()
-	g := &Group{Node: node, cancel: cancel, done: done}
 	fail := func(err error) (*Group, error) {
 		g.Close()
 		return nil, err
@@ -106,21 +89,20 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		rootErr = make(chan error, 1)
 		go func() { rootErr <- serveRendezvous(ctx, rootLn, cfg.Size) }()
 	}
-	var nodes []uint32
+	var addrs []string
 	meet := registerAt
 	if isRegistry(cfg.Root) {
 		meet = registerEtcd
 	}
+	me := Member{Rank: cfg.Rank, Node: g.Node.ID(), Addr: g.Addr()}
 	r, err := meet(ctx, cfg.Root, register{Member: me, Size: cfg.Size}, func(r roster) {
 		// Every rank knows the others before any sends: the root says go
 		// once all are ready.
-		peers := map[uint32]string{}
-		nodes = make([]uint32, len(r.Members))
+		addrs = make([]string, len(r.Members))
 		for i, m := range r.Members {
-			peers[m.Node] = m.Addr
-			nodes[i] = m.Node
+			addrs[i] = m.Addr
 		}
-		node.SetPeers(peers)
+		g.SetPeers(addrs)
 	})
 	if err != nil {
 		if rootErr != nil {
@@ -135,16 +117,74 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 			return fail(err)
 		}
 	}
-	t, err := ep.Join(r.Comm, 1, nodes)
-	if err != nil {
+	if err := g.Join(r.Comm, addrs); err != nil {
 		return fail(err)
 	}
-	c, err := New(t, cfg.Comm)
+	return g, nil
+}
+
+// Listen starts this rank's peer node without meeting the others: for
+// ranks that swap their addresses through a store of their own (a
+// training job's), which then call SetPeers with every rank's address
+// (Addr), make sure every rank has, and Join. Rank r is node r+1.
+func Listen(cfg GroupConfig) (*Group, error) {
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("coll: rank %d of %d", cfg.Rank, cfg.Size)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 3 * time.Second
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fail(err)
+		return nil, fmt.Errorf("coll: peer listener at %s: %w", cfg.Listen, err)
+	}
+	node, err := peer.NewNode(peer.Config{ID: uint32(cfg.Rank) + 1, Listener: ln, Key: cfg.Key, Deadline: cfg.Deadline, Log: cfg.Log})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); node.Run(runCtx) }()
+	return &Group{Node: node, ep: NewEndpoint(node), addr: ln.Addr().String(), gcfg: cfg, cancel: cancel, done: done}, nil
+}
+
+// Addr is this rank's peer address, for the others' SetPeers.
+func (g *Group) Addr() string { return g.addr }
+
+// SetPeers tells this rank every rank's peer address, in rank order.
+func (g *Group) SetPeers(addrs []string) {
+	peers := map[uint32]string{}
+	for i, a := range addrs {
+		peers[uint32(i)+1] = a
+	}
+	g.Node.SetPeers(peers)
+}
+
+// Join makes this rank's communicator comm (an id every rank agrees on)
+// among as many ranks as addrs names.
+func (g *Group) Join(comm uint64, addrs []string) error {
+	if len(addrs) != g.gcfg.Size {
+		return fmt.Errorf("coll: %d addresses for %d ranks", len(addrs), g.gcfg.Size)
+	}
+	nodes := make([]uint32, len(addrs))
+	for i := range nodes {
+		nodes[i] = uint32(i) + 1
+	}
+	t, err := g.ep.Join(comm, 1, nodes)
+	if err != nil {
+		return err
+	}
+	c, err := New(t, g.gcfg.Comm)
+	if err != nil {
+		t.Close()
+		return err
 	}
 	g.Comm, g.Transport = c, t
-	return g, nil
+	return nil
 }
 
 // Close leaves the group (without telling the others: a rank that closes
