@@ -183,20 +183,31 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 // ago.
 func FreeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
+	out, err := FreeLoopbackAddrs(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// FreeLoopbackAddrs is FreeAddrs for callers without a testing.TB.
+func FreeLoopbackAddrs(n int) ([]string, error) {
 	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
 	var out []string
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			tb.Fatal(err)
+			return nil, fmt.Errorf("a free loopback port: %w", err)
 		}
 		lns = append(lns, ln)
 		out = append(out, ln.Addr().String())
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
+	return out, nil
 }
 
 // NeedRoot skips the test, saying why, when not root.
