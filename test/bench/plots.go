@@ -78,6 +78,18 @@ var figures = []figure{
 		metric: func(g, s string) string { return g + " checksum, learned model: " + s },
 	},
 	{
+		file: "torch-step.png", title: "PyTorch DDP step time: HEC's DPU rail (the \"hec\" backend) beside gloo", unit: "ms", scenario: "torch",
+		groups: []string{"N=2 10M", "N=2 50M", "N=4 10M", "N=4 50M"},
+		series: []string{"gloo", "hec"},
+		metric: func(g, s string) string { return g + " model (* params) DDP step, " + s },
+	},
+	{
+		file: "torch-cpu.png", title: "Host CPU a DDP step spends communicating: HEC's DPU rail beside gloo", unit: "ms per step", scenario: "torch",
+		groups: []string{"N=2 10M", "N=2 50M", "N=4 10M", "N=4 50M"},
+		series: []string{"gloo", "hec"},
+		metric: func(g, s string) string { return g + " model host CPU communicating per step, " + s },
+	},
+	{
 		file: "hostile.png", title: "1 MiB checksums per second: alone, beside a flooding pair, beside CPU burners", unit: "ops/s", scenario: "hostile",
 		groups: []string{"alone", "beside a pair flooding costly descriptors", "beside two CPU-burning threads of another process (no agent work: the machine's share)"},
 		series: []string{"1 MiB checksums"},
