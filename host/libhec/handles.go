@@ -11,6 +11,7 @@ import "C"
 import (
 	"cmp"
 	"context"
+	"github.com/hecsys/hec/coll"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -223,10 +224,14 @@ func (cl *client) ec(k, m, rails int) (*host.EC, error) {
 	return e, nil
 }
 
-// comm is a hec_coll.
+// comm is a hec_coll: a communicator on the DPU rail (hec_coll_join) or
+// the host rail (hec_coll_host_listen, then hec_coll_host_join).
 type comm struct {
 	cl *client
-	d  *host.DPUComm
+	d  host.Communicator // nil while a host-rail rank has listened but not joined
+
+	g          *coll.Group // the host-rail rank until it joins
+	rank, size int
 }
 
 // op is a hec_op: an asynchronous call and, once done, its result (err,

@@ -126,6 +126,19 @@ int hec_coll_run(hec_coll *g, int kind, const void *send, size_t send_len, void 
                  int root);
 int hec_coll_leave(hec_coll *g);
 
+/* Collectives run by the ranks' processes among themselves (the host
+ * rail: no agent reduces). Each rank listens first and gets its peer
+ * address (a NUL-terminated string into addr; HEC_ERANGE when addr_cap is
+ * too small; HEC_HOST_LISTEN in the environment names the address to
+ * listen on, loopback by default), the ranks swap their addresses through
+ * a store of their own, and each joins with every rank's address in rank
+ * order and a communicator id every rank agrees on. key (16 to 1024
+ * bytes, the same on every rank) authenticates the ranks' messages. The
+ * hec_coll then takes the same calls as a DPU-rail one. */
+int hec_coll_host_listen(hec_client *c, int rank, int size, const void *key, size_t key_len, char *addr, size_t addr_cap,
+                         hec_coll **out);
+int hec_coll_host_join(hec_coll *g, uint64_t comm, const char *const *addrs, int n);
+
 /* Asynchronous calls: each starts the call and returns at once with an op;
  * hec_test returns HEC_EAGAIN while it runs, else its result; hec_wait
  * waits up to timeout_ms (-1: until it finishes, which the client's

@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -514,7 +515,71 @@ func hec_coll_join(h *C.hec_client, commID, epoch C.uint64_t, nodes *C.uint32_t,
 		if err != nil {
 			return err
 		}
-		*out = (*C.hec_coll)(handle(reg.add(&comm{cl: cl, d: d})))
+		*out = (*C.hec_coll)(handle(reg.add(&comm{cl: cl, d: d, rank: d.Rank(), size: d.Size()})))
+		return nil
+	})
+}
+
+//export hec_coll_host_listen
+func hec_coll_host_listen(h *C.hec_client, rank, size C.int, key unsafe.Pointer, keyLen C.size_t, addr *C.char, addrCap C.size_t,
+	out **C.hec_coll) C.int {
+	return guard(func() error {
+		cl, err := lookup[*client](unsafe.Pointer(h))
+		if err != nil {
+			return err
+		}
+		if out == nil || addr == nil {
+			return fail(C.HEC_EINVAL, "hec_coll_host_listen: the communicator or address pointer is NULL")
+		}
+		*out = nil
+		if size < 1 || size > 4096 || rank < 0 || rank >= size {
+			return fail(C.HEC_EINVAL, "hec_coll_host_listen: rank %d of %d", rank, size)
+		}
+		if key == nil || keyLen < 16 || keyLen > 1024 {
+			return fail(C.HEC_EINVAL, "hec_coll_host_listen: a key of %d bytes (16 to 1024)", keyLen)
+		}
+		listen := os.Getenv("HEC_HOST_LISTEN") // the peer address to take: the host's, where ranks span hosts
+		g, err := coll.Listen(coll.GroupConfig{Rank: int(rank), Size: int(size), Listen: listen,
+			Key: slices.Clone(unsafe.Slice((*byte)(key), int(keyLen)))})
+		if err != nil {
+			return err
+		}
+		if uint64(addrCap) < uint64(len(g.Addr()))+1 {
+			g.Close()
+			return fail(C.HEC_ERANGE, "hec_coll_host_listen: the address %q needs %d bytes", g.Addr(), len(g.Addr())+1)
+		}
+		a := unsafe.Slice((*byte)(unsafe.Pointer(addr)), int(addrCap))
+		a[copy(a, g.Addr())] = 0
+		*out = (*C.hec_coll)(handle(reg.add(&comm{cl: cl, g: g, rank: int(rank), size: int(size)})))
+		return nil
+	})
+}
+
+//export hec_coll_host_join
+func hec_coll_host_join(h *C.hec_coll, commID C.uint64_t, addrs **C.char, n C.int) C.int {
+	return guard(func() error {
+		g, err := lookup[*comm](unsafe.Pointer(h))
+		if err != nil {
+			return err
+		}
+		if g.g == nil {
+			return fail(C.HEC_EINVAL, "hec_coll_host_join: the communicator is joined already, or not of the host rail")
+		}
+		if addrs == nil || int(n) != g.size {
+			return fail(C.HEC_EINVAL, "hec_coll_host_join: %d addresses for %d ranks", n, g.size)
+		}
+		var as []string
+		for i, a := range unsafe.Slice(addrs, int(n)) {
+			if a == nil {
+				return fail(C.HEC_EINVAL, "hec_coll_host_join: address %d is NULL", i)
+			}
+			as = append(as, C.GoString(a))
+		}
+		g.g.SetPeers(as)
+		if err := g.g.Join(uint64(commID), as); err != nil {
+			return err
+		}
+		g.d, g.g = host.NewHostComm(g.g), nil
 		return nil
 	})
 }
@@ -546,7 +611,7 @@ func hec_coll_rank(h *C.hec_coll) C.int {
 	if err != nil {
 		return answer(err)
 	}
-	return C.int(g.d.Rank())
+	return C.int(g.rank)
 }
 
 //export hec_coll_size
@@ -555,7 +620,7 @@ func hec_coll_size(h *C.hec_coll) C.int {
 	if err != nil {
 		return answer(err)
 	}
-	return C.int(g.d.Size())
+	return C.int(g.size)
 }
 
 //export hec_coll_leave
@@ -566,6 +631,10 @@ func hec_coll_leave(h *C.hec_coll) C.int {
 			return err
 		}
 		reg.remove(uintptr(unsafe.Pointer(h)))
+		if g.d == nil { // a host-rail rank that never joined
+			g.g.Close()
+			return nil
+		}
 		ctx, cancel := g.cl.ctx()
 		defer cancel()
 		return g.d.Leave(ctx)
@@ -580,6 +649,9 @@ func collStart(h *C.hec_coll, kind C.int, send unsafe.Pointer, sendLen C.size_t,
 	g, err := lookup[*comm](unsafe.Pointer(h))
 	if err != nil {
 		return nil, nil, err
+	}
+	if g.d == nil {
+		return nil, nil, fail(C.HEC_EINVAL, "the host-rail communicator has not joined (hec_coll_host_join)")
 	}
 	k, dt, op := coll.Kind(kind), coll.DType(dtype), coll.Op(redop)
 	switch {

@@ -155,6 +155,8 @@ def _load(path):
         "hec_coll_allreduce": (I, [P, P, P, S, I, I]),
         "hec_coll_run": (I, [P, I, P, S, P, S, I, I, I]),
         "hec_coll_leave": (I, [P]),
+        "hec_coll_host_listen": (I, [P, I, I, P, S, ctypes.c_char_p, S, PP]),
+        "hec_coll_host_join": (I, [P, U64, ctypes.POINTER(ctypes.c_char_p), I]),
         "hec_ping_async": (I, [P, PP]),
         "hec_checksum_async": (I, [P, P, S, ctypes.POINTER(U32), PP]),
         "hec_kv_put_async": (I, [P, P, S, P, S, I64, PP]),
@@ -288,7 +290,9 @@ class Op:
 
 
 class Comm:
-    """A communicator whose collectives the agents run (the DPU rail)."""
+    """A communicator whose collectives the agents run (the DPU rail,
+    Client.coll_join) or this process with the other ranks' (the host
+    rail, Client.coll_host_listen, then HostRank.join)."""
 
     def __init__(self, client, handle):
         self._client, self._h = client, handle
@@ -375,6 +379,22 @@ class Comm:
 
     def __exit__(self, *exc):
         self.leave()
+
+
+class HostRank:
+    """A host-rail rank that listens (Client.coll_host_listen): addr is
+    its peer address; join makes it a Comm."""
+
+    def __init__(self, client, handle, addr):
+        self._client, self._h, self.addr = client, handle, addr
+
+    def join(self, comm, addrs):
+        """Joins communicator comm (an integer every rank uses) among the
+        ranks at addrs (every rank's addr, in rank order)."""
+        arr = (ctypes.c_char_p * len(addrs))(*[a.encode() for a in addrs])
+        _check(library().hec_coll_host_join(self._h, comm, arr, len(addrs)))
+        h, self._h = self._h, None
+        return Comm(self._client, h)
 
 
 class Client:
@@ -527,3 +547,15 @@ class Client:
         h = ctypes.c_void_p()
         _check(library().hec_coll_join(self._handle(), comm, epoch, arr, len(nodes), ctypes.byref(h)))
         return Comm(self, h)
+
+    def coll_host_listen(self, rank, size, key):
+        """The first half of a host-rail communicator: this rank listens
+        for its peers. Swap the returned HostRank's addr with the other
+        ranks (a store of your own), then call its join. key: 16 to 1024
+        bytes, the same on every rank."""
+        h = ctypes.c_void_p()
+        addr = ctypes.create_string_buffer(256)
+        key = bytes(key)
+        _check(library().hec_coll_host_listen(self._handle(), rank, size, key, len(key), addr, len(addr),
+                                              ctypes.byref(h)))
+        return HostRank(self, h, addr.value.decode())
