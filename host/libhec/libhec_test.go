@@ -299,9 +299,10 @@ func torchPython(t *testing.T) string {
 }
 
 // TestTorch runs hec.torch under torchrun against agents, ranks each on its
-// own: every collective of the "hec" backend checked against gloo's in
-// the same run, then a small transformer trained 50 steps with DDP on
-// gloo, on the hec backend, and with the hec hooks (float32 and bfloat16),
+// own: every collective of the "hec" backend, on the DPU rail and on the
+// host rail, checked against gloo's in the same run, then a small
+// transformer trained 50 steps with DDP on gloo, on the hec backend (both
+// rails), and with the hec hooks (float32 and bfloat16),
 // whose weights must equal gloo's to float32 reduction-order tolerance
 // (torch_compare.py; the bfloat16 hook's losses within 1 %). On 2 ranks,
 // and on 4.
@@ -319,21 +320,24 @@ func TestTorch(t *testing.T) {
 			for _, s := range shms(agents(t, world)) {
 				targets = append(targets, "shm://"+s)
 			}
-			torchrun := func(args ...string) string {
+			torchrun := func(rail string, args ...string) string {
 				// --redirects/--tee 2: torch 1.13's parser of "0" fails on
 				// Python 3.11 (its Std flag of 0 is not iterated).
 				cmd := exec.Command(py, append([]string{"-m", "torch.distributed.run", "--standalone",
 					"--nproc_per_node", fmt.Sprint(world), "--redirects", "2", "--tee", "2",
 					filepath.Join(tests, "torch_rank.py")}, args...)...)
-				cmd.Env = append(os.Environ(), "HEC_LIB="+so, "HEC_AGENT="+strings.Join(targets, ","), "OMP_NUM_THREADS=1")
+				cmd.Env = append(os.Environ(), "HEC_LIB="+so, "HEC_AGENT="+strings.Join(targets, ","), "OMP_NUM_THREADS=1",
+					"HEC_RAIL="+rail)
 				return run(t, 4*time.Minute, cmd)
 			}
-			if out := torchrun("collectives"); strings.Count(out, "collectives OK") != world {
-				t.Fatalf("collectives:\n%s", out)
+			for _, rail := range []string{"dpu", "host"} {
+				if out := torchrun(rail, "collectives"); strings.Count(out, "collectives OK") != world {
+					t.Fatalf("collectives on the %s rail:\n%s", rail, out)
+				}
 			}
-			hows := []string{"gloo", "exact", "hec", "hook", "bf16"}
+			hows := []string{"gloo", "exact", "hec", "host", "hook", "bf16"}
 			for _, how := range hows {
-				if out := torchrun("ddp", filepath.Join(dir, how+".pt"), how); strings.Count(out, "ddp "+how+" OK") != world {
+				if out := torchrun("dpu", "ddp", filepath.Join(dir, how+".pt"), how); strings.Count(out, "ddp "+how+" OK") != world {
 					t.Fatalf("ddp on %s:\n%s", how, out)
 				}
 			}

@@ -8,7 +8,10 @@
     model = DDP(model)                    # on any process group (gloo too):
     model.register_comm_hook(hec.torch.state(), hec.torch.allreduce_hook)
 
-Each rank talks to its own agent: HEC_AGENT names it (a target as
+HEC_RAIL picks the rail: "dpu" (the default) or "host" (the ranks'
+processes run the collectives among themselves over HEC's peer layer,
+their peer addresses and a fresh key swapped through the store; the
+agent is only dialled). Each rank talks to its own agent: HEC_AGENT names it (a target as
 hec.Client takes it; a comma-separated list is indexed by LOCAL_RANK), the
 default region otherwise. The ranks swap their agents' node ids through
 torch's own store (the one init_process_group made), so no list of ids is
@@ -24,6 +27,7 @@ GIL; one thread per process group completes the futures, in the order the
 agents complete the collectives (the order they were issued in).
 """
 
+import atexit
 import os
 import queue
 import random
@@ -39,7 +43,7 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
 
 import hec
 
-__all__ = ["ProcessGroupHEC", "allreduce_hook", "fp16_compress_hook", "bf16_compress_hook", "state", "empty",
+__all__ = ["ProcessGroupHEC", "rail", "allreduce_hook", "fp16_compress_hook", "bf16_compress_hook", "state", "empty",
            "agent_client", "BACKEND"]
 
 BACKEND = "hec"
@@ -144,6 +148,23 @@ class _Pending:
         self._done(err)
 
 
+_live = set()  # the communicators not yet closed: closed at exit
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _close_all():
+    """Leaves every communicator still open and stops its thread before
+    the interpreter (and torch's C++ statics) go away."""
+    with _live_lock:
+        comms = list(_live)
+    for c in comms:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - a broken communicator leaves as it can
+            pass
+
+
 class _Progress:
     """One thread that waits for a communicator's collectives, oldest
     first, and completes their futures."""
@@ -168,18 +189,21 @@ class _Progress:
 
     def close(self):
         self._q.put(None)
+        if threading.current_thread() is not self._t:
+            self._t.join(timeout=10)
 
 
 class _Comm:
     """A communicator of this process's agent and the thread completing its
     collectives."""
 
-    def __init__(self, client, comm_id, nodes, epoch):
-        self.client = client
-        self.comm = client.coll_join(comm_id, nodes, epoch=epoch)
+    def __init__(self, client, comm, rail):
+        self.client, self.comm, self.rail = client, comm, rail
         self.rank, self.size = self.comm.rank, self.comm.size
-        self.progress = _Progress("hec-coll-%x" % comm_id)
+        self.progress = _Progress("hec-coll-%s-%d" % (rail, self.rank))
         self.lock = threading.Lock()  # issue order is a promise: one issuer at a time
+        with _live_lock:
+            _live.add(self)
 
     def start(self, kind, send, recv, dtype, op=hec.SUM, root=0, then=None, result=None):
         """Starts a collective on tensors send and recv (either None) and
@@ -211,31 +235,59 @@ class _Comm:
         return p
 
     def close(self):
+        with _live_lock:
+            if self not in _live:
+                return
+            _live.discard(self)
         try:
             self.comm.leave()
         finally:
             self.progress.close()
 
 
+def rail():
+    """The rail HEC_RAIL names: "dpu" (the default: the ranks' agents run
+    the collectives) or "host" (the ranks' processes run them among
+    themselves, over HEC's peer layer)."""
+    r = os.environ.get("HEC_RAIL", "dpu")
+    if r not in ("dpu", "host"):
+        raise ValueError("hec.torch: HEC_RAIL=%r: dpu or host" % r)
+    return r
+
+
 def _join(store, rank, size, prefix="hec"):
-    """Swaps the ranks' agent node ids and the communicator id through
-    store, and joins."""
+    """Joins a communicator of the ranks on rail(), swapping what the ranks
+    must know of each other through store: the agents' node ids (the DPU
+    rail) or the ranks' peer addresses and a key (the host rail), and the
+    communicator id rank 0 draws."""
     client = agent_client()
-    node = client.coll_node()
-    store.set("%s/node/%d" % (prefix, rank), str(node))
     if rank == 0:
         store.set("%s/comm" % prefix, str(random.SystemRandom().getrandbits(63) | 1))
+    comm_id = int(store.get("%s/comm" % prefix))
+    if rail() == "host":
+        if rank == 0:
+            store.set("%s/key" % prefix, os.urandom(32).hex())
+        me = client.coll_host_listen(rank, size, bytes.fromhex(store.get("%s/key" % prefix).decode()))
+        store.set("%s/addr/%d" % (prefix, rank), me.addr)
+        addrs = [store.get("%s/addr/%d" % (prefix, r)).decode() for r in range(size)]
+        comm = me.join(comm_id, addrs)
+        # Every rank knows every address before any sends.
+        store.set("%s/joined/%d" % (prefix, rank), "1")
+        store.wait(["%s/joined/%d" % (prefix, r) for r in range(size)])
+        return _Comm(client, comm, "host")
+    node = client.coll_node()
+    store.set("%s/node/%d" % (prefix, rank), str(node))
     nodes = [int(store.get("%s/node/%d" % (prefix, r))) for r in range(size)]
     if len(set(nodes)) != len(nodes):
         raise RuntimeError("hec.torch: ranks share an agent (node ids %s): give each rank its own (HEC_AGENT)" % nodes)
-    comm_id = int(store.get("%s/comm" % prefix))
     epoch = 1 + int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    return _Comm(client, comm_id, nodes, epoch)
+    return _Comm(client, client.coll_join(comm_id, nodes, epoch=epoch), "dpu")
 
 
 class ProcessGroupHEC(_ProcessGroup):
     """torch.distributed's process group over HEC: the collectives run on
-    the ranks' agents (the DPU rail)."""
+    the ranks' agents (the DPU rail), or with HEC_RAIL=host in the ranks'
+    processes over HEC's peer layer (the host rail)."""
 
     def __init__(self, store, rank, size, timeout=None):
         super().__init__(rank, size)

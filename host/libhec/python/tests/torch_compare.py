@@ -3,8 +3,8 @@
 Float32 reductions in another order give other weights after 50 steps of
 training, so the tolerance is measured, not assumed: "exact" trained with
 the gradients summed in float64 (rounded once), and gloo's distance from
-it is what gloo's own reduction order costs. The HEC runs (hec backend,
-hec hook) pass when their distance from exact is at most twice gloo's, or
+it is what gloo's own reduction order costs. The HEC runs (hec backend
+on the DPU rail and on the host rail, hec hook) pass when their distance from exact is at most twice gloo's, or
 within torch.allclose's rtol 1e-5 and atol 1e-6 of gloo; the bfloat16
 hook when its losses are within 1 % of gloo's. The distance is allclose's
 measure, max |a - b| / (1e-5 |b| + 1e-6) over every weight. Prints a
@@ -34,7 +34,7 @@ gloo, exact = load(d, "gloo"), load(d, "exact")
 base, _ = distance(gloo, exact)
 print("gloo  from exact %.3g (its own reduction order)" % base)
 ok = True
-for how in ["hec", "hook", "bf16"]:
+for how in ["hec", "host", "hook", "bf16"]:
     got = load(d, how)
     loss = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], gloo["losses"]))
     from_gloo, where = distance(got, gloo)

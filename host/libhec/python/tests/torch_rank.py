@@ -1,7 +1,10 @@
 """One rank of hec.torch's tests, started by torchrun (test_torch.py runs it).
 
     python3 -m torch.distributed.run --standalone --nproc_per_node 2 torch_rank.py collectives
-    python3 -m torch.distributed.run --standalone --nproc_per_node 2 torch_rank.py ddp OUT.pt hec|gloo|hook|bf16|exact
+    python3 -m torch.distributed.run --standalone --nproc_per_node 2 torch_rank.py ddp OUT.pt hec|host|gloo|hook|bf16|exact
+
+Under HEC_RAIL=host the "hec" backend runs on the host rail; ddp's "host"
+trains on it.
 
 collectives: every collective of the "hec" backend, blocking and async, on
 every supported dtype and several sizes (odd ones among them), checked
@@ -144,7 +147,9 @@ def exact_hook(_, bucket):
 
 
 def ddp(out, how, steps=50):
-    backend = "hec" if how == "hec" else "gloo"
+    if how == "host":
+        os.environ["HEC_RAIL"] = "host"
+    backend = "hec" if how in ("hec", "host") else "gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
