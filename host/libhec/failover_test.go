@@ -170,6 +170,7 @@ func TestTorchFailover(t *testing.T) {
 				"PYTHONPATH="+python, "OMP_NUM_THREADS=1", "PYTHONFAULTHANDLER=1")
 			pr, pw := io.Pipe()
 			cmd.Stdout, cmd.Stderr = pw, pw
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the cleanup kills torchrun and its workers at once
 			out := collect(pr)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
