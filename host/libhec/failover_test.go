@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,23 +114,14 @@ func worker(t *testing.T, parent int, localRank, restart int) int {
 				continue
 			}
 			vars := strings.Split(string(env), "\x00")
-			if slicesContains(vars, "LOCAL_RANK="+strconv.Itoa(localRank)) &&
-				slicesContains(vars, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart)) {
+			if slices.Contains(vars, "LOCAL_RANK="+strconv.Itoa(localRank)) &&
+				slices.Contains(vars, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(restart)) {
 				found = append(found, pid)
 			}
 		}
 		return len(found) == 1
 	})
 	return found[0]
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestTorchFailover trains the example under torchrun --max-restarts 1 on

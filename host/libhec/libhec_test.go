@@ -278,24 +278,14 @@ func checkHeader(t *testing.T, gcc, so, inc string) {
 	run(t, time.Minute, exec.Command(gcc, "-fsyntax-only", "-Werror", "-I"+inc, check))
 }
 
-// torchPython returns a python3 that imports torch (Debian's python3-torch
-// is /usr/bin/python3's, which need not be the python3 on PATH).
+// torchPython returns a python3 that imports torch, or skips the test.
 func torchPython(t *testing.T) string {
 	t.Helper()
-	var tried []string
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		p, err := exec.LookPath(py)
-		if err != nil {
-			continue
-		}
-		out, err := exec.Command(p, "-c", "import torch.distributed as d; assert d.is_available(); print(d.is_gloo_available())").CombinedOutput()
-		if err == nil && strings.TrimSpace(string(out)) == "True" {
-			return p
-		}
-		tried = append(tried, fmt.Sprintf("%s: %s", p, strings.TrimSpace(string(out))))
+	py, err := testutil.TorchPython()
+	if err != nil {
+		t.Skip(err)
 	}
-	t.Skipf("no python3 with torch.distributed and gloo (make test-deps installs python3-torch as root): %s", strings.Join(tried, "; "))
-	return ""
+	return py
 }
 
 // TestTorch runs hec.torch under torchrun against agents, ranks each on its

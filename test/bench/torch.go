@@ -30,7 +30,7 @@ import (
 // of 8 tokens keeps the gradients' reduction a visible part of it.
 func benchTorch(ctx context.Context, rep *Report, quick bool) error {
 	const s = "torch"
-	py, err := torchPython()
+	py, err := testutil.TorchPython()
 	if err != nil {
 		return err
 	}
@@ -241,20 +241,4 @@ func startPeerAgents(ctx context.Context, hecd, dir string, n int) (targets []st
 		}
 	}
 	return targets, stop, nil
-}
-
-// torchPython returns a python3 that imports torch.distributed with gloo
-// (Debian's python3-torch is /usr/bin/python3's).
-func torchPython() (string, error) {
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		p, err := exec.LookPath(py)
-		if err != nil {
-			continue
-		}
-		out, err := exec.Command(p, "-c", "import torch.distributed as d; print(d.is_gloo_available())").CombinedOutput()
-		if err == nil && strings.TrimSpace(string(out)) == "True" {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no python3 with torch.distributed and gloo (make bench installs python3-torch as root)")
 }

@@ -266,3 +266,22 @@ func Etcd(t testing.TB) string {
 		}
 	}
 }
+
+// TorchPython returns a python3 that imports torch.distributed with gloo
+// (Debian's python3-torch is /usr/bin/python3's, which need not be the
+// python3 on PATH), or why none does.
+func TorchPython() (string, error) {
+	var tried []string
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		p, err := exec.LookPath(py)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(p, "-c", "import torch.distributed as d; assert d.is_available(); print(d.is_gloo_available())").CombinedOutput()
+		if err == nil && strings.TrimSpace(string(out)) == "True" {
+			return p, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s: %s", p, strings.TrimSpace(string(out))))
+	}
+	return "", fmt.Errorf("no python3 with torch.distributed and gloo (make test-deps installs python3-torch as root): %s", strings.Join(tried, "; "))
+}
