@@ -89,7 +89,6 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		rootErr = make(chan error, 1)
 		go func() { rootErr <- serveRendezvous(ctx, rootLn, cfg.Size) }()
 	}
-	var addrs []string
 	meet := registerAt
 	if isRegistry(cfg.Root) {
 		meet = registerEtcd
@@ -98,7 +97,7 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 	r, err := meet(ctx, cfg.Root, register{Member: me, Size: cfg.Size}, func(r roster) {
 		// Every rank knows the others before any sends: the root says go
 		// once all are ready.
-		addrs = make([]string, len(r.Members))
+		addrs := make([]string, len(r.Members))
 		for i, m := range r.Members {
 			addrs[i] = m.Addr
 		}
@@ -117,7 +116,7 @@ func Open(ctx context.Context, cfg GroupConfig) (*Group, error) {
 			return fail(err)
 		}
 	}
-	if err := g.Join(r.Comm, addrs); err != nil {
+	if err := g.Join(r.Comm); err != nil {
 		return fail(err)
 	}
 	return g, nil
@@ -165,12 +164,9 @@ func (g *Group) SetPeers(addrs []string) {
 }
 
 // Join makes this rank's communicator comm (an id every rank agrees on)
-// among as many ranks as addrs names.
-func (g *Group) Join(comm uint64, addrs []string) error {
-	if len(addrs) != g.gcfg.Size {
-		return fmt.Errorf("coll: %d addresses for %d ranks", len(addrs), g.gcfg.Size)
-	}
-	nodes := make([]uint32, len(addrs))
+// among the group's ranks, whose addresses SetPeers gave.
+func (g *Group) Join(comm uint64) error {
+	nodes := make([]uint32, g.gcfg.Size)
 	for i := range nodes {
 		nodes[i] = uint32(i) + 1
 	}

@@ -32,7 +32,7 @@ func hostComms(t *testing.T, n int) []*host.HostComm {
 	hs := make([]*host.HostComm, n)
 	for r, g := range gs {
 		g.SetPeers(addrs)
-		if err := g.Join(0x5eed, addrs); err != nil {
+		if err := g.Join(0x5eed); err != nil {
 			t.Fatal(err)
 		}
 		hs[r] = host.NewHostComm(g)

@@ -576,7 +576,7 @@ func hec_coll_host_join(h *C.hec_coll, commID C.uint64_t, addrs **C.char, n C.in
 			as = append(as, C.GoString(a))
 		}
 		g.g.SetPeers(as)
-		if err := g.g.Join(uint64(commID), as); err != nil {
+		if err := g.g.Join(uint64(commID)); err != nil {
 			return err
 		}
 		g.d, g.g = host.NewHostComm(g.g), nil

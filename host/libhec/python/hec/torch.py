@@ -198,7 +198,7 @@ class _Comm:
     collectives."""
 
     def __init__(self, client, comm, rail):
-        self.client, self.comm, self.rail = client, comm, rail
+        self.client, self.comm = client, comm
         self.rank, self.size = self.comm.rank, self.comm.size
         self.progress = _Progress("hec-coll-%s-%d" % (rail, self.rank))
         self.lock = threading.Lock()  # issue order is a promise: one issuer at a time
