@@ -343,6 +343,14 @@ func (c *Comm) run(ctx context.Context, name string, f func() error) error {
 }
 
 // nextSeq numbers the next collective (with c.mu held).
+// Seq is the sequence number of the next collective: the ones before it
+// have ended on this rank. It waits for the collective running, if any.
+func (c *Comm) Seq() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
 func (c *Comm) nextSeq() { c.seq = (c.seq + 1) & (1<<SeqBits - 1) }
 
 func (c *Comm) check(dt DType, op Op, bufs ...[]byte) error {

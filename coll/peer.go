@@ -34,12 +34,24 @@ type Endpoint struct {
 	early      map[commKey][]earlyFrame
 	earlyBytes int
 	aborts     map[commKey]string // aborts of communicators not joined yet
+	gone       map[commKey]*tomb  // communicators forgotten (Forget) and not joined again
 
 	// Dropped counts frames refused: from a non-member, over a bound.
 	Dropped atomic.Uint64
 }
 
 type commKey struct{ comm, epoch uint64 }
+
+// tomb is what a forgotten communicator answers the frames of collectives
+// its rank never reached: an abort, once to each sender.
+type tomb struct {
+	next uint32 // the first sequence number the rank did not reach
+	why  string
+	told map[uint32]bool
+}
+
+// maxGone bounds the forgotten communicators an endpoint remembers.
+const maxGone = 4096
 
 type earlyFrame struct {
 	from uint32
@@ -51,7 +63,7 @@ type earlyFrame struct {
 // other handlers of those types.
 func NewEndpoint(node *peer.Node) *Endpoint {
 	e := &Endpoint{node: node, comms: map[commKey]*PeerTransport{}, early: map[commKey][]earlyFrame{},
-		aborts: map[commKey]string{}}
+		aborts: map[commKey]string{}, gone: map[commKey]*tomb{}}
 	node.Handle(peer.TypeData, e.serveData)
 	node.Handle(peer.TypeAbort, e.serveAbort)
 	return e
@@ -65,6 +77,18 @@ func (e *Endpoint) serveData(from uint32, h peer.Header, payload []byte) {
 	seq := h.Flags >> 8
 	e.mu.Lock()
 	t := e.comms[k]
+	if g := e.gone[k]; t == nil && g != nil && seqAhead(seq, g.next) {
+		// A collective the forgotten rank never reached: its sender
+		// waits on this rank, which will not come.
+		tell := !g.told[from]
+		g.told[from] = true
+		e.mu.Unlock()
+		e.Dropped.Add(1)
+		if tell {
+			go e.tellAbort(from, h.Comm, h.Epoch, g.why)
+		}
+		return
+	}
 	if t == nil {
 		if e.earlyBytes+len(payload) > maxEarly || len(e.early) > 4096 {
 			e.mu.Unlock()
@@ -86,7 +110,10 @@ func (e *Endpoint) serveAbort(from uint32, h peer.Header, payload []byte) {
 	k := commKey{h.Comm, h.Epoch}
 	e.mu.Lock()
 	t := e.comms[k]
-	if t == nil && len(e.aborts) < 4096 {
+	if t == nil && e.gone[k] == nil && len(e.aborts) < 4096 {
+		// Kept for a rank that joins later; not for a communicator this
+		// rank forgot, whose abort concerns the job that is gone, not one
+		// restarted with the same id and epoch.
 		e.aborts[k] = why
 	}
 	e.mu.Unlock()
@@ -127,6 +154,7 @@ func (e *Endpoint) Join(comm, epoch uint64, nodes []uint32) (*PeerTransport, err
 		return nil, fmt.Errorf("coll: communicator %#x epoch %d joined twice", comm, epoch)
 	}
 	e.comms[k] = t
+	delete(e.gone, k)
 	early := e.early[k]
 	delete(e.early, k)
 	why, wasAborted := e.aborts[k]
@@ -376,6 +404,40 @@ func (t *PeerTransport) Close() {
 	for _, b := range t.boxes {
 		b.drain()
 	}
+}
+
+// Forget closes t for a rank that is gone (its host died) and has the
+// endpoint answer, from now on, each other rank that sends for a
+// collective numbered next or later (ones this rank never reached) with
+// an abort carrying why, so that it fails now instead of waiting on this
+// rank. Frames of earlier numbers, as a job restarted with the same
+// communicator and epoch sends, are held as for any communicator not
+// joined yet, and joining it again ends the answering. Other ranks'
+// messages already waiting here are answered the same way at once.
+func (t *PeerTransport) Forget(next uint32, why string) {
+	k := commKey{t.comm, t.epoch}
+	t.e.mu.Lock()
+	if len(t.e.gone) >= maxGone {
+		for old := range t.e.gone {
+			delete(t.e.gone, old)
+			break
+		}
+	}
+	t.e.gone[k] = &tomb{next: next & (1<<SeqBits - 1), why: why, told: map[uint32]bool{}}
+	if t.e.comms[k] == t {
+		delete(t.e.comms, k) // at once with the tomb: no frame falls between
+	}
+	t.e.mu.Unlock()
+	if t.Pending() {
+		t.Abort(why)
+	}
+	t.Close()
+}
+
+// seqAhead reports whether sequence number s is next or later, in the
+// SeqBits-bit space that wraps.
+func seqAhead(s, next uint32) bool {
+	return (s-next)&(1<<SeqBits-1) < 1<<(SeqBits-1)
 }
 
 // Without returns the transport of the communicator rebuilt without the

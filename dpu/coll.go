@@ -348,18 +348,29 @@ func (s *collService) sessionEnded(x Session) {
 	s.mu.Unlock()
 	for _, c := range gone {
 		s.dropped.Inc()
-		// The other ranks are told only where collectives are in flight
+		// The other ranks are told now where collectives are in flight
 		// (here, or in the other ranks' messages waiting here): they wait
-		// on this rank now. An idle communicator is dropped quietly, for
-		// the abort would name only its (comm, epoch), which the job
-		// restarted with the same id may have joined again by the time it
-		// arrives.
-		why := ""
+		// on this rank. An idle communicator is forgotten: the peer layer
+		// tells each other rank that sends for a collective this rank never
+		// reached, while a job restarted with the same id and epoch (whose
+		// numbers start again) can join it anew.
+		why := fmt.Sprintf("rank %d's host went away (it died or closed its connection without leaving)", c.c.Rank())
 		if c.turns.active() || c.t.Pending() {
-			why = fmt.Sprintf("rank %d's host went away (it died or closed its connection without leaving)", c.c.Rank())
+			go c.close(why)
+		} else {
+			go c.forget(why)
 		}
-		go c.close(why)
 	}
+}
+
+// forget drops an idle communicator whose host went away (see
+// PeerTransport.Forget).
+func (c *collComm) forget(why string) {
+	c.turns.close()
+	c.mu.Lock() // after a collective that started meanwhile, if any
+	defer c.mu.Unlock()
+	c.t.Forget(c.c.Seq(), why)
+	c.c.Close()
 }
 
 func (s *collService) serveLeave(_ context.Context, req *Request, resp *wire.Desc) {

@@ -505,3 +505,38 @@ func collOf(a *Agent) *collService {
 	}
 	panic("no coll service")
 }
+
+// TestCollIdleHostGone: rank 0's process goes away between collectives,
+// with nothing of the communicator in flight on its agent, which then
+// drops it. Rank 1's next collective fails at once, naming rank 0 (its
+// agent is answered by rank 0's), not after the stall; and a job
+// restarted with the same communicator id and epoch runs.
+func TestCollIdleHostGone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two agents")
+	}
+	agents := collAgents(t, 16<<20, 16<<20)
+	spec := wire.CollSpec{Comm: 0x1d1e, Epoch: 1, Nodes: []uint32{1, 2}}
+	clients := []*host.Client{dialColl(t, agents[0].shm), dialColl(t, agents[1].shm)}
+	comms := joinAll(t, spec, clients...)
+	runCases(t, comms, []*collCase{newCollCase(coll.KindAllReduce, coll.Int32, coll.Sum, 0, 2, 10, 1)}, 1)
+	clients[0].Close()
+	testutil.WaitFor(t, 10*time.Second, "rank 0's agent dropping the communicator", func() bool {
+		return collOf(agents[0].Agent).joined.Load() == 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	err := comms[1].Run(ctx, coll.KindAllReduce, make([]byte, 4096), make([]byte, 4096), coll.Float32, coll.Sum, 0)
+	if err == nil || !strings.Contains(err.Error(), "rank 0's host went away") {
+		t.Fatalf("rank 1's collective after rank 0's host went away: %v", err)
+	}
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Fatalf("rank 1 waited %v for its collective to fail", d)
+	}
+	t.Logf("rank 1 failed after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	// The job restarted, with the same id and epoch.
+	clients = []*host.Client{dialColl(t, agents[0].shm), dialColl(t, agents[1].shm)}
+	comms = joinAll(t, spec, clients...)
+	runCases(t, comms, []*collCase{newCollCase(coll.KindAllReduce, coll.Int32, coll.Sum, 0, 2, 10, 1)}, 1)
+}
