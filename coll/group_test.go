@@ -463,3 +463,29 @@ func TestWholeGroupPaused(t *testing.T) {
 		stopRanks(cmds)
 	}
 }
+
+// TestAbortTellsTheFirstReason: a rank aborted by another (whose host
+// died) and then given up by its own host tells the remaining ranks the
+// first reason, which names the rank that died, not its own giving up.
+func TestAbortTellsTheFirstReason(t *testing.T) {
+	gs := openGroup(t, 3, Config{})
+	t1, t0, t2 := gs[1].Transport, gs[0].Transport, gs[2].Transport
+	t1.e.tellAbort(t0.nodes[0], t1.comm, t1.epoch, "rank 1's host went away") // rank 0 alone is told
+	select {
+	case <-t0.abortSignal():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0 was not aborted")
+	}
+	t0.Abort("rank 0's host gave the communicator up")
+	select {
+	case <-t2.abortSignal():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 2 was not aborted")
+	}
+	t2.mu.Lock()
+	why := t2.why
+	t2.mu.Unlock()
+	if why != "rank 1's host went away" {
+		t.Fatalf("rank 2 was told %q, want the first reason", why)
+	}
+}

@@ -359,10 +359,14 @@ func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, st
 }
 
 // Abort fails this rank's waits and tells every other rank, at once, each
-// within the node's deadline; it returns when the aborts are sent (so a
+// within the node's deadline, why the communicator was first aborted here
+// (reason, unless another rank's abort came first); it returns when the aborts are sent (so a
 // process may exit after it) or that deadline passed.
 func (t *PeerTransport) Abort(reason string) {
 	t.aborted(reason)
+	t.mu.Lock()
+	reason = t.why // an earlier abort's reason, told on: it names the cause, not this rank's giving up
+	t.mu.Unlock()
 	var wg sync.WaitGroup
 	for r, id := range t.nodes {
 		if r != t.rank && t.e.node.Dead(id) == "" { // the dead would hold us up
