@@ -28,6 +28,7 @@ agents complete the collectives (the order they were issued in).
 """
 
 import atexit
+import functools
 import os
 import queue
 import random
@@ -202,6 +203,7 @@ class _Comm:
         self.rank, self.size = self.comm.rank, self.comm.size
         self.progress = _Progress("hec-coll-%s-%d" % (rail, self.rank))
         self.lock = threading.Lock()  # issue order is a promise: one issuer at a time
+        self.failures, self.error = 0, None  # collectives failed so far, the first one's error
         with _live_lock:
             _live.add(self)
 
@@ -215,7 +217,11 @@ class _Comm:
         rp, rn = _span(recv) if recv is not None else (0, 0)
         keep = (send, recv)
         with self.lock:
-            o = self.comm.run_raw_async(kind, sp, sn, rp, rn, dtype, op, root)
+            try:
+                o = self.comm.run_raw_async(kind, sp, sn, rp, rn, dtype, op, root)
+            except hec.HecError as e:
+                # torch's callers expect RuntimeError, as from gloo or NCCL.
+                raise RuntimeError("hec.torch: %s" % e) from e
 
         def done(err):
             nonlocal keep
@@ -228,6 +234,11 @@ class _Comm:
                     value = result() if result is not None else None
                 except Exception as e:  # noqa: BLE001
                     err = e
+            if err is not None:
+                # Before the future completes: a C++ waiter that returns
+                # from wait finds it (see _raising).
+                self.failures += 1
+                self.error = self.error or err
             src.set_result((err, value))
 
         p = _Pending(o, fut, done)
@@ -436,6 +447,33 @@ class _Work(dist.Work):
 def _create(store, rank, size, timeout):
     return ProcessGroupHEC(store, rank, size, timeout)
 
+
+def _raising(fn):
+    """fn, a torch.distributed helper that runs collectives from C++ and
+    waits on their Works (DDP's parameter checks and its broadcasts of
+    parameters and buffers), made to raise when one of its collectives on
+    a hec process group failed: torch 1.13's future Work returns from a
+    C++ wait without raising, which would leave the caller reading
+    whatever the outputs held."""
+
+    @functools.wraps(fn)
+    def call(process_group, *args, **kwargs):
+        c = getattr(process_group, "_c", None) if isinstance(process_group, ProcessGroupHEC) else None
+        if c is None:
+            return fn(process_group, *args, **kwargs)
+        before = c.failures
+        out = fn(process_group, *args, **kwargs)
+        if c.failures != before:
+            raise RuntimeError("hec.torch: %s: %s" % (fn.__name__, c.error))
+        return out
+
+    call.hec_raising = True
+    return call
+
+
+for _name in ("_broadcast_coalesced", "_verify_params_across_processes"):
+    if not getattr(getattr(dist, _name), "hec_raising", False):
+        setattr(dist, _name, _raising(getattr(dist, _name)))
 
 try:
     dist.Backend.register_backend(BACKEND, _create)

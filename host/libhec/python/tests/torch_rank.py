@@ -118,6 +118,18 @@ def collectives():
     dist.all_reduce(z)
     assert torch.all(z == world * (world + 1) / 2), z[:4]
     dist.barrier()
+    # DDP's checks and its buffer sync wait on their Works from C++, whose
+    # wait (torch 1.13's future Work) returns without raising: a failed
+    # collective must still raise there, not leave whatever the outputs
+    # held. The ranks disagree on the count; the root, whose data went
+    # out, may return (its next collective raises).
+    try:
+        dist._broadcast_coalesced(dist.group.WORLD, [torch.zeros(1000 + rank)], 1 << 20, 0)
+    except RuntimeError as e:
+        assert "disagree" in str(e), e
+    else:
+        if rank != 0:
+            raise AssertionError("a _broadcast_coalesced whose ranks disagree on the count returned")
     # A failed collective raises from a blocking call (torch 1.13's own
     # future Work would return as if it had succeeded): the ranks disagree
     # on the count, and the communicator is unusable after.
