@@ -129,12 +129,13 @@ int hec_coll_leave(hec_coll *g);
 /* Collectives run by the ranks' processes among themselves (the host
  * rail: no agent reduces). Each rank listens first and gets its peer
  * address (a NUL-terminated string into addr; HEC_ERANGE when addr_cap is
- * too small; HEC_HOST_LISTEN in the environment names the address to
- * listen on, loopback by default), the ranks swap their addresses through
- * a store of their own, and each joins with every rank's address in rank
- * order and a communicator id every rank agrees on. key (16 to 1024
- * bytes, the same on every rank) authenticates the ranks' messages. The
- * hec_coll then takes the same calls as a DPU-rail one. */
+ * too small; HEC_HOST_LISTEN in the environment, read at this call, names
+ * the address to listen on, loopback by default), the ranks swap their
+ * addresses through a store of their own, and each joins with every
+ * rank's address in rank order and a communicator id every rank agrees
+ * on. key (16 to 1024 bytes, the same on every rank) authenticates the
+ * ranks' messages. The hec_coll then takes the same calls as a DPU-rail
+ * one. */
 int hec_coll_host_listen(hec_client *c, int rank, int size, const void *key, size_t key_len, char *addr, size_t addr_cap,
                          hec_coll **out);
 int hec_coll_host_join(hec_coll *g, uint64_t comm, const char *const *addrs, int n);

@@ -4,6 +4,7 @@ package main
 #cgo CFLAGS: -I${SRCDIR}
 #define HEC_NO_PROTOTYPES
 #include "hec.h"
+#include <stdlib.h>
 const char *hec__version(const char *v, size_t n);
 */
 import "C"
@@ -11,7 +12,6 @@ import "C"
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -538,7 +538,13 @@ func hec_coll_host_listen(h *C.hec_client, rank, size C.int, key unsafe.Pointer,
 		if key == nil || keyLen < 16 || keyLen > 1024 {
 			return fail(C.HEC_EINVAL, "hec_coll_host_listen: a key of %d bytes (16 to 1024)", keyLen)
 		}
-		listen := os.Getenv("HEC_HOST_LISTEN") // the peer address to take: the host's, where ranks span hosts
+		// The peer address to take: the host's, where ranks span hosts.
+		// libc's environment, as the caller set it before this call (Go's
+		// os.Getenv sees only what it held when the library was loaded).
+		var listen string
+		if v := C.getenv(envHostListen); v != nil {
+			listen = C.GoString(v)
+		}
 		g, err := coll.Listen(coll.GroupConfig{Rank: int(rank), Size: int(size), Listen: listen,
 			Key: slices.Clone(unsafe.Slice((*byte)(key), int(keyLen)))})
 		if err != nil {
@@ -554,6 +560,9 @@ func hec_coll_host_listen(h *C.hec_client, rank, size C.int, key unsafe.Pointer,
 		return nil
 	})
 }
+
+// envHostListen is the variable hec_coll_host_listen reads, as a C string.
+var envHostListen = C.CString("HEC_HOST_LISTEN")
 
 //export hec_coll_host_join
 func hec_coll_host_join(h *C.hec_coll, commID C.uint64_t, addrs **C.char, n C.int) C.int {

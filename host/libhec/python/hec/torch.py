@@ -32,6 +32,7 @@ import functools
 import os
 import queue
 import random
+import socket
 import sys
 import threading
 
@@ -266,6 +267,23 @@ def rail():
     return r
 
 
+def _host_listen():
+    """The address a host-rail rank listens on: HEC_HOST_LISTEN, else this
+    host's address on the route to torchrun's MASTER_ADDR (the ranks span
+    hosts or namespaces when it is not loopback), else loopback."""
+    if os.environ.get("HEC_HOST_LISTEN"):
+        return os.environ["HEC_HOST_LISTEN"]
+    master = os.environ.get("MASTER_ADDR", "")
+    try:
+        info = socket.getaddrinfo(master, int(os.environ.get("MASTER_PORT", "1")), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(info[0], socket.SOCK_DGRAM) as s:
+            s.connect(info[4])  # a route lookup: a UDP connect sends nothing
+            ip = s.getsockname()[0]
+    except (OSError, ValueError, IndexError):
+        return "127.0.0.1:0"
+    return ("[%s]:0" if ":" in ip else "%s:0") % ip
+
+
 def _join(store, rank, size, prefix="hec"):
     """Joins a communicator of the ranks on rail(), swapping what the ranks
     must know of each other through store: the agents' node ids (the DPU
@@ -278,6 +296,7 @@ def _join(store, rank, size, prefix="hec"):
     if rail() == "host":
         if rank == 0:
             store.set("%s/key" % prefix, os.urandom(32).hex())
+        os.environ["HEC_HOST_LISTEN"] = _host_listen()  # libhec reads it
         me = client.coll_host_listen(rank, size, bytes.fromhex(store.get("%s/key" % prefix).decode()))
         store.set("%s/addr/%d" % (prefix, rank), me.addr)
         addrs = [store.get("%s/addr/%d" % (prefix, r)).decode() for r in range(size)]
