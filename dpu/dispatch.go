@@ -15,6 +15,7 @@ import (
 
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/mono"
+	"github.com/hecsys/hec/shared/panics"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
@@ -299,16 +300,35 @@ func (d *Dispatcher) begin(in *ring.Incoming, resp *wire.Desc) *handlerEntry {
 }
 
 func (d *Dispatcher) serve(ctx context.Context, e *handlerEntry, req *Request, resp *wire.Desc) {
-	d.finish(e, req, resp, d.run(ctx, e, req, resp))
+	d.finish(e, req, resp, d.run(ctx, nil, e, req, resp))
 }
 
 // run serves req, without the bookkeeping (finish), and returns when it
 // began.
-func (d *Dispatcher) run(ctx context.Context, e *handlerEntry, req *Request, resp *wire.Desc) time.Time {
+func (d *Dispatcher) run(ctx context.Context, region *ring.Region, e *handlerEntry, req *Request, resp *wire.Desc) time.Time {
 	t0 := mono.Now()
 	req.start = t0
-	e.h.Serve(ctx, req, resp)
+	d.call(ctx, region, e, req, resp)
 	return t0
+}
+
+// call runs e's handler on req. A panic in it fails the request alone
+// (StatusInternal), counted and logged (shared/panics): the poller, the
+// worker or the connection goes on serving the others. A fault on region
+// (req's window; nil for a stream transport's payload) is not contained
+// here: ring.Region.CatchFault around the call turns it into a lost
+// region.
+func (d *Dispatcher) call(ctx context.Context, region *ring.Region, e *handlerEntry, req *Request, resp *wire.Desc) {
+	defer func() {
+		if v := recover(); v != nil {
+			if region != nil && region.Faulted(v) != nil {
+				panic(v)
+			}
+			panics.Recovered(d.log, "op/"+e.op.String(), v) //nolint:errcheck // the completion says it
+			*resp = wire.Desc{Op: resp.Op, Tag: resp.Tag, Status: wire.StatusInternal}
+		}
+	}()
+	e.h.Serve(ctx, req, resp)
 }
 
 // finish accounts for an op that began at t0: the dispatcher's metrics,
@@ -377,7 +397,7 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 		defer d.detachedWG.Done()
 		defer d.detached.Add(-1)
 		region := j.agent.Region()
-		if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
+		if err := region.CatchFault(func() { d.call(ctx, region, j.e, &j.req, &j.resp) }); err != nil {
 			j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 			d.lost.Store(true)
 		}
@@ -450,7 +470,7 @@ func (d *Dispatcher) yield(ctx context.Context, j *job, yield func(*job)) {
 func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func(*job)) {
 	region := j.agent.Region()
 	j.req.yield, j.req.job = yield, j
-	if err := region.CatchFault(func() { j.e.h.Serve(ctx, &j.req, &j.resp) }); err != nil {
+	if err := region.CatchFault(func() { d.call(ctx, region, j.e, &j.req, &j.resp) }); err != nil {
 		j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 		d.lost.Store(true)
 	}
@@ -615,7 +635,7 @@ completions:
 			}
 			if sgl, long, ok := l.inline(&e.h, &in.Desc, q.Window()); ok {
 				l.req = Request{Desc: in.Desc, Mem: q.Window(), Transport: "shm", Session: l.sessions.of[i], sgl: sgl}
-				t0 := d.run(ctx, e, &l.req, resp)
+				t0 := d.run(ctx, l.a.Region(), e, &l.req, resp)
 				q.Complete(resp)
 				if long {
 					// The host may be waiting for this one to submit

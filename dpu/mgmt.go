@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // mgmtHandler serves the core's routes on the mux the services added
@@ -18,7 +20,7 @@ import (
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed, a.guard.refused,
+		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed, a.guard.refused, panics.Total,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hec_worker_lone_wait_max_seconds",
 			Help: "The longest a request waited for a worker while it was its queue pair's only work (fair sharing bounds it to one slice of another pair's work, plus the machine's stalls of the agent's cores)."},
 			func() float64 { return a.disp.LoneWaitMax().Seconds() }),

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // Back-off between retries of a failed accept, and how many errors in a
@@ -89,6 +91,8 @@ func (l *Loop) Run() error {
 		}
 		go func() {
 			defer l.untrack(c)
+			// A panic while serving one connection closes it alone.
+			defer func() { panics.Recovered(l.log, "conn/"+l.name, recover()) }() //nolint:errcheck // the connection closes
 			l.handle(c)
 		}()
 	}

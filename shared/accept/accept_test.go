@@ -130,3 +130,34 @@ func TestCloseEndsConnectionsAndWaits(t *testing.T) {
 		t.Fatalf("%d connections after Close", l.Conns())
 	}
 }
+
+// TestPanicClosesOneConnection: a handler that panics on one connection
+// closes that connection; the loop and the other connections go on.
+func TestPanicClosesOneConnection(t *testing.T) {
+	ln := listen(t)
+	l := New("test", ln, func(c net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := c.Read(b); err != nil {
+				return
+			}
+			if b[0] == '!' {
+				panic("a bug")
+			}
+			c.Write(b)
+		}
+	}, nil)
+	go l.Run()
+	defer l.Close()
+	bad, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	bad.SetDeadline(time.Now().Add(5 * time.Second))
+	bad.Write([]byte{'!'})
+	if _, err := bad.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection whose handler panicked is still open")
+	}
+	roundTrip(t, ln.Addr().String())
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/shared/accept"
+	"github.com/hecsys/hec/shared/panics"
 	"github.com/hecsys/hec/shared/api"
 )
 
@@ -357,8 +358,21 @@ func (n *Node) deliver(p *Peer, h Header, payload []byte) {
 		return
 	}
 	if handler != nil {
-		handler(p.ID, h, payload)
+		n.call(handler, p.ID, h, payload)
 	}
+}
+
+// call runs a message's handler; a panic in it drops that message alone
+// (counted and logged: shared/panics), and the connection goes on with
+// the peer's next ones. A request dropped so is answered by no reply: its
+// sender's deadline fails it.
+func (n *Node) call(handler Handler, from uint32, h Header, payload []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			panics.Recovered(n.cfg.Log, "peer/"+h.Type.String(), v) //nolint:errcheck // the message is dropped
+		}
+	}()
+	handler(from, h, payload)
 }
 
 func (n *Node) peer(id uint32) *Peer {

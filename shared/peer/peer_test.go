@@ -924,3 +924,30 @@ func TestProcessPaused(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestHandlerPanicDropsOneMessage: a handler that panics on one request
+// drops that request alone (its caller's deadline fails it); the same
+// connection's next requests are answered.
+func TestHandlerPanicDropsOneMessage(t *testing.T) {
+	nodes := cluster(t, 2, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nodes[1].Handle(TypeRequest, func(from uint32, h Header, payload []byte) {
+		if string(payload) == "boom" {
+			var m map[string]int
+			m["boom"]++ // a bug
+		}
+		go nodes[1].Reply(context.Background(), from, h, append([]byte("re: "), payload...))
+	})
+	if b, err := nodes[0].Call(ctx, 2, []byte("a")); err != nil || string(b) != "re: a" {
+		t.Fatalf("before: %q %v", b, err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if _, err := nodes[0].Call(short, 2, []byte("boom")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the request whose handler panicked: %v, want no answer", err)
+	}
+	if b, err := nodes[0].Call(ctx, 2, []byte("b")); err != nil || string(b) != "re: b" {
+		t.Fatalf("after: %q %v", b, err)
+	}
+}

@@ -126,21 +126,29 @@ func (r *Region) CatchFault(fn func()) (err error) {
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if v := recover(); v != nil {
-			if f, ok := v.(interface{ Addr() uintptr }); ok && f.Addr() >= r.base && f.Addr()-r.base < uintptr(len(r.mem)) {
-				err = fmt.Errorf("%s: fault at offset %d: %w", r.path, f.Addr()-r.base, ErrRegionLost)
-				return
+			if err = r.Faulted(v); err == nil {
+				panic(v)
 			}
-			// qemu-user delivers SIGBUS without the address (Go then
-			// reports a nil dereference): a fault while the file is cut
-			// short is taken for the region's.
-			if _, ok := v.(runtime.Error); ok && r.shrunk() {
-				err = fmt.Errorf("%s: fault (no address) with the file cut short: %w", r.path, ErrRegionLost)
-				return
-			}
-			panic(v)
 		}
 	}()
 	fn()
+	return nil
+}
+
+// Faulted says whether v, a value recover returned, is a memory fault on
+// this mapping (ErrRegionLost, wrapped) or something else (nil): for a
+// recover inside CatchFault's fn that must leave the region's faults to
+// it.
+func (r *Region) Faulted(v any) error {
+	if f, ok := v.(interface{ Addr() uintptr }); ok && f.Addr() >= r.base && f.Addr()-r.base < uintptr(len(r.mem)) {
+		return fmt.Errorf("%s: fault at offset %d: %w", r.path, f.Addr()-r.base, ErrRegionLost)
+	}
+	// qemu-user delivers SIGBUS without the address (Go then reports a
+	// nil dereference): a fault while the file is cut short is taken for
+	// the region's.
+	if _, ok := v.(runtime.Error); ok && r.shrunk() {
+		return fmt.Errorf("%s: fault (no address) with the file cut short: %w", r.path, ErrRegionLost)
+	}
 	return nil
 }
 
