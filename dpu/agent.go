@@ -49,6 +49,7 @@ type Agent struct {
 	geometry ring.Geometry
 	ready    atomic.Bool
 	readyCh  chan struct{}
+	failed   chan error // Env.Fail: a service cannot go on
 	lastBeat atomic.Int64 // unix nanos of the poller's last housekeeping
 
 	core    []api.Service // the core's rows: shm, tcp, mgmt
@@ -76,7 +77,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	d := NewDispatcher(log, cfg.Agent.Workers)
 	d.doorbell = *cfg.Agent.Doorbell
-	return &Agent{cfg: cfg, log: log, disp: d, readyCh: make(chan struct{}), services: cfg.services()}, nil
+	return &Agent{cfg: cfg, log: log, disp: d, readyCh: make(chan struct{}), failed: make(chan error, 1), services: cfg.services()}, nil
 }
 
 // Dispatcher returns the dispatcher, for ops registered outside a service
@@ -293,7 +294,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	cleanup = append(cleanup, func() { a.stopServices(opened) })
 	for _, s := range a.services {
 		e := &Env{Log: a.log, Dispatcher: a.disp, Mux: a.mux, Metrics: a.registry, StateDir: c.StateDir,
-			Shared: &a.shared, Version: Version, name: s.Name()}
+			Shared: &a.shared, Version: Version, name: s.Name(), fail: a.fail}
 		a.envs = append(a.envs, e)
 		if err := s.Open(svcCtx, e); err != nil {
 			return err // it names the flag
@@ -370,7 +371,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	transports.Add(1)
 	go func() { defer transports.Done(); a.background(pollCtx) }()
 
-	<-ctx.Done()
+	var failure error
+	select {
+	case <-ctx.Done():
+	case failure = <-a.failed:
+		a.log.Error("a service failed: the agent stops (its supervisor starts it again)", "err", failure)
+	}
 	a.ready.Store(false)
 	a.log.Info("stopping")
 	if a.tcpLoop != nil {
@@ -396,7 +402,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("stopping with detached requests still running", "requests", a.disp.detached.Load())
 	}
 	a.log.Info("stopped")
-	return nil
+	return failure
+}
+
+// fail is Env.Fail: the first error stops Run, which returns it.
+func (a *Agent) fail(err error) {
+	select {
+	case a.failed <- err:
+	default: // one is enough
+	}
 }
 
 // stopServices stops the first n services in reverse order, each after

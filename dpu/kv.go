@@ -58,7 +58,7 @@ func (s *kvService) Open(_ context.Context, env *Env) error {
 	dur, _ := kv.ParseDurability(s.cfg.Durability)
 	s.dir = filepath.Join(env.StateDir, "kv")
 	st, err := kv.Open(s.dir, kv.WithDurability(dur), kv.WithLogger(env.Log), kv.WithWriteHook(env.Shared.Written),
-		kv.WithOpenOnFirstUse())
+		kv.WithFailHook(env.Fail), kv.WithOpenOnFirstUse())
 	if err != nil {
 		return fmt.Errorf("--state-dir %s: %w", env.StateDir, err)
 	}

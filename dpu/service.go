@@ -60,10 +60,21 @@ type Env struct {
 	Version    string
 
 	name    string
+	fail    func(error) // the agent's: stop with this error
 	wg      sync.WaitGroup
 	stopped atomic.Pointer[string] // why a listener stopped serving for good
 	mu      sync.Mutex
 	loops   []*accept.Loop
+}
+
+// Fail tells the agent that the service cannot go on (its state may be
+// inconsistent after a bug): the agent stops, and Run returns err, so its
+// supervisor (hecd supervise, process 1) starts it again. It does not
+// block.
+func (e *Env) Fail(err error) {
+	if e.fail != nil {
+		e.fail(fmt.Errorf("%s: %w", e.name, err))
+	}
 }
 
 // Go runs f on a goroutine the agent waits for before it stops the next

@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // Group commit. Every write of the store goes through one committer
@@ -134,6 +137,8 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*write
 	closed  bool
+	failed  error       // the committer panicked: why (submit answers it)
+	onFail  func(error) // WithFailHook; nil: none
 	wake    chan struct{}
 	stopped chan struct{}
 
@@ -167,7 +172,11 @@ func newCommitter(db *badger.DB, c *cache, l *wal, syncLog bool, clock *atomic.U
 func (cm *committer) submit(w *write) error {
 	cm.mu.Lock()
 	if cm.closed {
+		err := cm.failed
 		cm.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		return ErrClosed
 	}
 	cm.queue = append(cm.queue, w)
@@ -218,6 +227,13 @@ func (cm *committer) close() {
 func (cm *committer) run() {
 	defer close(cm.stopped)
 	var group []*write
+	defer func() {
+		// A panic outside a write's apply (apply contains its own) may
+		// have left the round half done: the store stops.
+		if v := recover(); v != nil {
+			cm.fail(panics.Recovered(cm.log, "kv/committer", v), group)
+		}
+	}()
 	timer := time.NewTimer(time.Hour) // the flush interval
 	timer.Stop()
 	logTimer := time.NewTimer(time.Hour) // writers' log records waiting
@@ -603,7 +619,7 @@ func (cm *committer) commitGroup(group []*write) {
 			continue
 		}
 		applied++
-		w.err = w.apply(txn)
+		w.err = cm.apply(w, txn)
 		if w.err != nil && !cleanErr(w.err) {
 			ok = false
 			break
@@ -639,7 +655,7 @@ func (cm *committer) commitGroup(group []*write) {
 		if cm.wal != nil {
 			mark = cm.wal.mark()
 		}
-		if w.err = w.apply(t); w.err == nil {
+		if w.err = cm.apply(w, t); w.err == nil {
 			w.err = cm.commitTxn(t)
 		} else {
 			t.Discard()
@@ -652,6 +668,52 @@ func (cm *committer) commitGroup(group []*write) {
 			cm.writes.Add(1)
 		}
 	}
+}
+
+// fail stops the committer after it panicked in a round: every write of
+// the round not yet acknowledged, and every queued one, fails with
+// ErrFailed (an outcome unknown, as after any failed commit: what was
+// acknowledged is on disk, the rest may or may not be), later writes are
+// refused with it, and the owner hears of it (WithFailHook) to restart
+// the store's process.
+func (cm *committer) fail(cause error, group []*write) {
+	err := fmt.Errorf("%w: %w", ErrFailed, cause)
+	cm.log.Error("kv: the committer failed; the store takes no more writes until the agent restarts", "err", err)
+	cm.mu.Lock()
+	cm.closed, cm.failed = true, err
+	queued := cm.queue
+	cm.queue = nil
+	cm.mu.Unlock()
+	for _, w := range append(group, queued...) {
+		if w.finished.Load() {
+			continue
+		}
+		w.err = err
+		w.finished.Store(true)
+		f := w.notify.Swap(nil)
+		w.done <- struct{}{}
+		if f != nil {
+			(*f)()
+		}
+	}
+	if cm.onFail != nil {
+		cm.onFail(err)
+	}
+}
+
+// apply runs w's apply in txn. A panic in it (a command's function, with
+// a bug, for some argument) fails w alone with an error wrapping
+// panics.ErrPanic: not a clean error, so the group's transaction is
+// discarded and the others redone without it, and w is never
+// acknowledged. What apply set before panicking was in a transaction (and
+// a log mark) that is discarded: nothing of w is applied.
+func (cm *committer) apply(w *write, txn *wtxn) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panics.Recovered(cm.log, "kv/commit", v)
+		}
+	}()
+	return w.apply(txn)
 }
 
 // commitTxn makes txn's logged effects durable (in Sync mode), then

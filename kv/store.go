@@ -35,6 +35,10 @@ var (
 	// what follows could not be made durable; the store refuses writes
 	// until it is opened again. Reads go on.
 	ErrWritesRefused = errors.New("kv: writes refused after a failed disk write")
+	// ErrFailed: the store's committer panicked (a bug): the store takes
+	// no more writes, and its process should restart (WithFailHook);
+	// what was acknowledged is on disk.
+	ErrFailed = errors.New("kv: the store failed (its committer panicked); restart the agent")
 )
 
 // Limits on what a client may store.
@@ -89,6 +93,7 @@ type config struct {
 	logSync     func(*os.File) error // tests: the log's fdatasync
 	log         *slog.Logger
 	written     func(key []byte)
+	onFail      func(error)
 }
 
 // WithDurability sets when writes are acknowledged (default Sync).
@@ -129,6 +134,11 @@ func WithInMemory() Option { return func(c *config) { c.inMemory = true } }
 // the acknowledgement. f runs on the writer's or the committer's
 // goroutine: it must be quick and must not block.
 func WithWriteHook(f func(key []byte)) Option { return func(c *config) { c.written = f } }
+
+// WithFailHook calls f, once, if the store fails for good (ErrFailed: its
+// committer panicked), so that its owner stops and is restarted. f runs on
+// the committer's goroutine and must not block.
+func WithFailHook(f func(error)) Option { return func(c *config) { c.onFail = f } }
 
 // WithLogger sends Badger's warnings and errors to log.
 func WithLogger(log *slog.Logger) Option { return func(c *config) { c.log = log } }
@@ -279,6 +289,7 @@ func (s *Store) ready() error {
 		}
 		s.commit = newCommitter(db, s.cache, l, s.cfg.durability == Sync, &s.clock, s.cfg.flushEvery, s.cfg.logger())
 		s.commit.written = s.cfg.written
+		s.commit.onFail = s.cfg.onFail
 		s.commit.guard = s.guard
 		s.commit.checkpointAt.Store(s.plan.checkpoint)
 		if !s.cfg.inMemory {
