@@ -49,7 +49,7 @@ type Agent struct {
 	geometry ring.Geometry
 	ready    atomic.Bool
 	readyCh  chan struct{}
-	failed   chan error // Env.Fail: a service cannot go on
+	failed   chan error   // Env.Fail: a service cannot go on
 	lastBeat atomic.Int64 // unix nanos of the poller's last housekeeping
 
 	core    []api.Service // the core's rows: shm, tcp, mgmt

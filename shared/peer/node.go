@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/shared/accept"
-	"github.com/hecsys/hec/shared/panics"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // Bounds on what peers can make a node hold.
