@@ -146,6 +146,10 @@ func (c *client) clientList(args [][]byte) {
 // CLIENT KILL <filter value> ... (ID, ADDR, LADDR, USER, SKIPME, MAXAGE:
 // the number killed; SKIPME yes by default).
 func (c *client) clientKill(args [][]byte) {
+	if len(args) == 2 {
+		c.wrongArgs("client|kill")
+		return
+	}
 	if len(args) == 3 {
 		addr := string(args[2])
 		if n := c.s.registry.kill(c, true, func(o *client) bool { return o.remote == addr }); n == 0 {
@@ -174,6 +178,17 @@ func (c *client) clientKill(args [][]byte) {
 			filters = append(filters, func(o *client) bool { return o.id == id })
 		case "ADDR":
 			filters = append(filters, func(o *client) bool { return o.remote == v })
+		case "TYPE":
+			// Every client of hecd is a normal one: no replicas, no
+			// pub/sub.
+			switch strings.ToLower(v) {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				filters = append(filters, func(*client) bool { return false })
+			default:
+				c.w.Error("ERR Unknown client type '" + string(cut(args[i+1])) + "'")
+				return
+			}
 		case "LADDR":
 			filters = append(filters, func(o *client) bool { return o.local == v })
 		case "USER":

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hecsys/hec/kv"
@@ -30,6 +31,9 @@ const (
 	write
 	// txControl: runs at once inside MULTI, not queued.
 	txControl
+	// noMulti: refused inside MULTI (the transaction aborts), as Redis's
+	// no-multi commands.
+	noMulti
 )
 
 // command is one entry of the command table: what COMMAND reports, how
@@ -43,6 +47,21 @@ type command struct {
 	firstKey, lastKey, step int
 	run                     func(c *client, ctx context.Context, args [][]byte)
 	lower                   string // the name in lower case, as CLIENT LIST shows it
+	where                   string // where a panic in it happened: resp/<lower> (hec_panics_total)
+	idx                     int    // its row in each loop's cmdStats (0: not counted)
+}
+
+// cmdStats are a command's counts on one loop (INFO commandstats sums the
+// loops'): runs, and refusals for their count of arguments. Per loop, so
+// that GETs on every core do not share one cache line.
+type cmdStats struct{ calls, rejected atomic.Uint64 }
+
+// stat is the row cmd's runs by c are counted in; nil: not counted.
+func (c *client) stat(cmd *command) *cmdStats {
+	if c.lp == nil || cmd.idx == 0 || cmd.idx >= len(c.lp.stats) {
+		return nil
+	}
+	return &c.lp.stats[cmd.idx]
 }
 
 func (cmd *command) runsOnLoop() bool { return cmd.flags&onLoop != 0 }
@@ -89,6 +108,11 @@ func init() {
 		{name: "COMMAND", arity: -1, flags: onLoop, run: (*client).commandCmd},
 		{name: "CONFIG", arity: -2, flags: onLoop, run: (*client).config},
 		{name: "CLIENT", arity: -2, flags: onLoop, run: (*client).clientCmd},
+		{name: "FUNCTION", arity: -2, flags: onLoop, run: (*client).function},
+		{name: "SAVE", arity: 1, flags: noMulti, run: (*client).save},
+		{name: "SHUTDOWN", arity: -1, flags: onLoop | noMulti, run: func(c *client, _ context.Context, _ [][]byte) {
+			c.w.Error("ERR hecd stops on SIGTERM or under its supervisor, not on a client's SHUTDOWN")
+		}},
 		{name: "TYPE", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).typeCmd},
 		{name: "STRLEN", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).strlen},
 		{name: "GETRANGE", arity: 4, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).getrange},
@@ -104,6 +128,9 @@ func init() {
 		{name: "PEXPIRETIME", arity: 2, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).expiretime},
 		{name: "KEYS", arity: 2, run: (*client).keys},
 		{name: "APPEND", arity: 3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).appendCmd},
+		{name: "SETBIT", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setbit},
+		{name: "GETBIT", arity: 3, flags: onLoop, firstKey: 1, lastKey: 1, step: 1, run: (*client).getbit},
+		{name: "LCS", arity: -3, firstKey: 1, lastKey: 2, step: 1, run: (*client).lcs},
 		{name: "SETRANGE", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).setrange},
 		{name: "GETDEL", arity: 2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getdel},
 		{name: "GETEX", arity: -2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).getex},
@@ -121,8 +148,10 @@ func init() {
 		{name: "QUIT", arity: -1, flags: onLoop | noAuth | txControl, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
 	}
 	commands = make(map[string]*command, len(commandTable))
-	for _, cmd := range commandTable {
+	for i, cmd := range commandTable {
+		cmd.idx = i + 1
 		cmd.lower = strings.ToLower(cmd.name)
+		cmd.where = "resp/" + cmd.lower
 		commands[cmd.name] = cmd
 	}
 	cmdGet = commands["GET"]
@@ -163,8 +192,24 @@ func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 	if cmd == cmdGet && len(c.pending) > 0 && len(args) == 2 && !c.tx.multi && c.getBehind(args[1]) {
 		return
 	}
-	if cmd != cmdSet {
+	if cmd != cmdSet || !c.replying() || !cmd.arityOK(len(args)) {
+		// Replies of SETs queued before come first (a SET may queue
+		// behind them; one refused for its arguments may not overtake
+		// them).
 		c.drain()
+	}
+	if !c.replying() {
+		// CLIENT REPLY OFF or SKIP: this command's reply is dropped
+		// (SET's too: not deferred while replies are dropped).
+		mark := c.w.Len()
+		defer func() {
+			if c.replyOff || c.skipReply == 1 {
+				c.w.buf = c.w.buf[:mark]
+			}
+			if c.skipReply == 1 {
+				c.skipReply = 0
+			}
+		}()
 	}
 	switch {
 	case c.tx.multi && (cmd == nil || cmd.flags&txControl == 0):
@@ -172,13 +217,21 @@ func (c *client) exec(ctx context.Context, cmd *command, args [][]byte) {
 	case cmd == nil:
 		c.unknown(args)
 	case !cmd.arityOK(len(args)):
+		if st := c.stat(cmd); st != nil {
+			st.calls.Add(1)
+			st.rejected.Add(1)
+		}
 		c.wrongArgs(cmd.name)
 	case cmd.run == nil:
 	default:
+		if st := c.stat(cmd); st != nil {
+			st.calls.Add(1)
+		}
 		if cmd.name != "EXEC" { // EXEC holds the gate alone
 			c.s.Store.Gate().RLock()
 			defer c.s.Store.Gate().RUnlock()
 		}
+		defer c.contain(cmd.where)
 		cmd.run(c, ctx, args)
 	}
 }
@@ -693,9 +746,16 @@ func (c *client) modify(key []byte, maxSize int, f func(cur []byte, exists bool)
 }
 
 // replyTo writes reply, or err: an errReply as is, others as store errors.
+// errUnchanged, from a modify or update function, leaves the key as it
+// is — no write, so a WATCH of it holds — and the command replies as
+// usual.
+var errUnchanged = errors.New("resp: unchanged")
+
 func (c *client) replyTo(err error, reply func()) {
 	var r errReply
 	switch {
+	case errors.Is(err, errUnchanged):
+		reply()
 	case errors.As(err, &r):
 		c.w.Error(string(r))
 	case err != nil:
@@ -727,16 +787,19 @@ func (c *client) setrange(_ context.Context, args [][]byte) {
 		c.w.Error("ERR offset is out of range")
 		return
 	}
-	if off > kv.MaxValueSize-int64(len(args[3])) { // not off+len: it overflows for an offset near 2^63
+	// As Redis: an empty value sets nothing and is not held to the size.
+	if len(args[3]) > 0 && off > kv.MaxValueSize-int64(len(args[3])) { // not off+len: it overflows for an offset near 2^63
 		c.w.Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+		return
+	}
+	if len(args[3]) == 0 {
+		// Nothing to write: the length, and no write (a WATCH of the key
+		// holds).
+		c.strlen(context.Background(), args[:2])
 		return
 	}
 	var n int
 	c.modify(args[1], kv.MaxValueSize, func(cur []byte, exists bool) ([]byte, bool, error) {
-		if len(args[3]) == 0 {
-			n = len(cur)
-			return cur, !exists, nil // nothing to write: a missing key stays missing
-		}
 		next := cur
 		if end := int(off) + len(args[3]); end > len(next) {
 			next = append(next, make([]byte, end-len(next))...)
@@ -871,7 +934,10 @@ func (c *client) copyCmd(_ context.Context, args [][]byte) {
 		case eq(args[i], "REPLACE"):
 			replace = true
 		case eq(args[i], "DB") && i+1 < len(args):
-			if string(args[i+1]) != "0" {
+			if db, ok := parseInt(args[i+1]); !ok || db != int64(int32(db)) {
+				c.w.Error("ERR value is not an integer or out of range")
+				return
+			} else if db != 0 {
 				c.w.Error("ERR DB index is out of range")
 				return
 			}
@@ -880,6 +946,10 @@ func (c *client) copyCmd(_ context.Context, args [][]byte) {
 			c.w.Error("ERR syntax error")
 			return
 		}
+	}
+	if bytes.Equal(args[1], args[2]) {
+		c.w.Error("ERR source and destination objects are the same")
+		return
 	}
 	copied := false
 	c.update([][]byte{args[1], args[2]}, kv.MaxValueSize, func(cells []kv.Cell) error {
@@ -972,19 +1042,20 @@ func (c *client) expireIf(args [][]byte, when uint64, past bool) {
 // value, and its expiry changed as asked.
 func (c *client) getex(_ context.Context, args [][]byte) {
 	change, persist := false, false
+	bad := ""        // the time's error, answered where the key exists
 	var at time.Time // EXAT, PXAT: the millisecond asked for
 	var d time.Duration
 	switch {
 	case len(args) == 2:
 	case len(args) == 3 && eq(args[2], "PERSIST"):
 		change, persist = true, true
-	case len(args) == 4:
+	case len(args) == 4 && (eq(args[2], "EX") || eq(args[2], "PX") || eq(args[2], "EXAT") || eq(args[2], "PXAT")):
+		// As Redis, the time is checked only where the key exists: a
+		// missing key answers nil whatever it is.
 		n, ok := parseInt(args[3])
-		if !ok {
-			c.w.Error("ERR value is not an integer or out of range")
-			return
-		}
 		switch {
+		case !ok:
+			bad = "ERR value is not an integer or out of range"
 		case eq(args[2], "EX"):
 			d, ok = expireAfter(n, time.Second)
 		case eq(args[2], "PX"):
@@ -992,16 +1063,12 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 		case eq(args[2], "EXAT"):
 			d, ok = expireAt(n, time.Second)
 			at = expireAtTime(n, time.Second)
-		case eq(args[2], "PXAT"):
+		default: // PXAT
 			d, ok = expireAt(n, time.Millisecond)
 			at = expireAtTime(n, time.Millisecond)
-		default:
-			c.w.Error("ERR syntax error")
-			return
 		}
-		if !ok || n <= 0 {
-			c.w.Error("ERR invalid expire time in 'getex' command")
-			return
+		if bad == "" && (!ok || n <= 0) {
+			bad = "ERR invalid expire time in 'getex' command"
 		}
 		change = true
 	default:
@@ -1014,10 +1081,12 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
 		cell := &cells[0]
 		v, found = cell.Value, cell.Exists
-		if !found || !change {
+		if !found || !change || bad != "" {
 			return nil
 		}
 		switch {
+		case persist && cell.Expires == 0:
+			// No expiry to remove: no write (a WATCH of the key holds).
 		case persist:
 			cell.Expires, cell.Write = 0, true
 		case d <= 0:
@@ -1026,27 +1095,47 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 			cell.Expires, cell.Write = when, true
 		}
 		return nil
-	}, func() { c.w.BulkOrNull(v, found) })
+	}, func() {
+		if found && bad != "" {
+			c.w.Error(bad)
+			return
+		}
+		c.w.BulkOrNull(v, found)
+	})
 }
 
 // randomkey serves RANDOMKEY: the first key at or after a random point of
 // the key space (keys are spread by their bytes, not evenly: a sampling of
 // the keyspace, not a uniform draw), nil when empty.
+// randomKeySample is how many keys RANDOMKEY draws among: from a random
+// place in the key order onwards (wrapping to the first keys). A store of
+// up to this many keys is drawn from uniformly; a larger one nearly so,
+// where its keys spread over the byte range.
+const randomKeySample = 64
+
 func (c *client) randomkey(_ context.Context, _ [][]byte) {
 	var from [8]byte
 	binary.BigEndian.PutUint64(from[:], rand.Uint64())
-	for _, start := range [][]byte{from[:], nil} {
-		page, _, err := c.s.Store.Scan(nil, start, 1, true)
-		if err != nil {
-			c.storeErr(err)
-			return
-		}
-		if len(page) > 0 {
-			c.w.Bulk(page[0].Key)
-			return
+	page, _, err := c.s.Store.Scan(nil, from[:], randomKeySample, true)
+	if err == nil && len(page) < randomKeySample {
+		var more []kv.KV
+		more, _, err = c.s.Store.Scan(nil, nil, randomKeySample-len(page), true)
+		for _, p := range more {
+			if len(page) > 0 && bytes.Compare(p.Key, page[0].Key) >= 0 {
+				break // wrapped around to where the first scan began
+			}
+			page = append(page, p)
 		}
 	}
-	c.w.NullBulk()
+	if err != nil {
+		c.storeErr(err)
+		return
+	}
+	if len(page) == 0 {
+		c.w.NullBulk()
+		return
+	}
+	c.w.Bulk(page[rand.IntN(len(page))].Key)
 }
 
 // object serves OBJECT ENCODING key (every value is a string: "int",

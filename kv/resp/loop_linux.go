@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ const (
 
 type loop struct {
 	s        *Server
+	stats    []cmdStats // by command.idx
 	ctx      context.Context
 	ep       int
 	epf      *os.File           // ep in Go's poller: the loop blocks there, holding no thread
@@ -98,13 +100,32 @@ func newLoop(ctx context.Context, s *Server) (*loop, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("resp: epoll: %w", err)
 	}
-	lp := &loop{s: s, ctx: ctx, ep: ep, epf: epf, epc: epc, wake: wake, rbuf: make([]byte, readSize),
+	lp := &loop{s: s, stats: make([]cmdStats, len(commandTable)+1), ctx: ctx, ep: ep, epf: epf, epc: epc, wake: wake, rbuf: make([]byte, readSize),
 		evs: make([]unix.EpollEvent, maxEvents)}
 	lp.readyNow = lp.readyFn
 	return lp, nil
 }
 
 // signalLocked wakes the loop once per batch of news.
+// commandStats is INFO commandstats: each command's runs and refusals on
+// every loop, for the commands run since the start.
+func (s *Server) commandStats() string {
+	var b strings.Builder
+	for _, cmd := range commandTable {
+		var calls, rejected uint64
+		for _, lp := range s.loops {
+			if cmd.idx < len(lp.stats) {
+				calls += lp.stats[cmd.idx].calls.Load()
+				rejected += lp.stats[cmd.idx].rejected.Load()
+			}
+		}
+		if calls > 0 {
+			fmt.Fprintf(&b, "cmdstat_%s:calls=%d,rejected_calls=%d\r\n", cmd.lower, calls, rejected)
+		}
+	}
+	return b.String()
+}
+
 func (lp *loop) signalLocked() {
 	if !lp.woken {
 		lp.woken = true
@@ -439,6 +460,7 @@ func (lp *loop) readFrom(c *client) {
 // buffer) until one must wait, the replies grow past the limit or data
 // runs out; what is left is kept in c.in.
 func (lp *loop) process(c *client, data []byte) {
+	defer c.contain("resp/loop")
 	if c.parked {
 		c.in = append(c.in[:0], data...)
 		return // goes on when its SETs are committed
@@ -467,7 +489,7 @@ func (lp *loop) process(c *client, data []byte) {
 		if cmd != nil {
 			c.seen.lastCmd.Store(&cmd.lower)
 		}
-		isSet := cmd == cmdSet && c.authed && !c.tx.multi
+		isSet := cmd == cmdSet && c.authed && !c.tx.multi && c.replying()
 		var so setArgs
 		if isSet {
 			so = parseSet(args)

@@ -9,7 +9,10 @@ import (
 	"net"
 )
 
-type loop struct{}
+type loop struct{ stats []cmdStats }
+
+// commandStats is INFO commandstats: none where nothing serves.
+func (s *Server) commandStats() string { return "" }
 
 // Serve reports that the RESP front end needs Linux: it is an epoll loop.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {

@@ -50,6 +50,9 @@ func (c *client) queue(cmd *command, args [][]byte) {
 	case !cmd.arityOK(len(args)):
 		c.wrongArgs(cmd.name)
 		c.tx.failed = true
+	case cmd.flags&noMulti != 0:
+		c.w.Error("ERR Command not allowed inside a transaction")
+		c.tx.failed = true
 	default:
 		cp := make([][]byte, len(args))
 		for i, a := range args {

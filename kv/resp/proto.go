@@ -140,10 +140,13 @@ func (p *Parser) multibulk(b []byte, lim Limits, args [][]byte) ([][]byte, int, 
 		if err != nil || off == 0 {
 			return args, 0, err
 		}
-		count, err := parseLen(l[1:], lim.MaxArgs)
-		if err != nil {
-			return args, 0, err
+		// As Redis: a count of 0 or less is an empty request, one past
+		// the limit a protocol error.
+		count, err := strconv.Atoi(string(l[1:]))
+		if err != nil || count > lim.MaxArgs {
+			return args, 0, fmt.Errorf("%w: invalid multibulk length", ErrProtocol)
 		}
+		count = max(count, 0)
 		p.count, p.done, p.off, p.total = count, 0, off, 0
 		p.spans = p.spans[:0]
 	}
@@ -196,23 +199,101 @@ func parseInline(b []byte, lim Limits, args [][]byte) ([][]byte, int, error) {
 		return args, 0, err
 	}
 	for i := 0; i < len(l); {
-		for i < len(l) && (l[i] == ' ' || l[i] == '\t') {
+		for i < len(l) && isInlineSpace(l[i]) {
 			i++
 		}
+		if i == len(l) {
+			break
+		}
+		if len(args) == lim.MaxArgs {
+			return args, 0, fmt.Errorf("%w: too many arguments", ErrProtocol)
+		}
 		j := i
-		for j < len(l) && l[j] != ' ' && l[j] != '\t' {
+		for j < len(l) && !isInlineSpace(l[j]) && l[j] != '"' && l[j] != '\'' {
 			j++
 		}
-		if j > i {
-			if len(args) == lim.MaxArgs {
-				return args, 0, fmt.Errorf("%w: too many arguments", ErrProtocol)
-			}
+		if j == len(l) || isInlineSpace(l[j]) { // no quotes: a slice of the line
 			args = append(args, l[i:j:j])
+			i = j
+			continue
 		}
-		i = j
+		arg, n, ok := quotedArg(l[i:])
+		if !ok {
+			return args, 0, fmt.Errorf("%w: unbalanced quotes in request", ErrProtocol)
+		}
+		args = append(args, arg)
+		i += n
 	}
 	return args, next, nil
 }
+
+func isInlineSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// quotedArg reads an inline argument with quotes in it at the start of l,
+// as Redis's sdssplitargs: unquoted bytes, then "…" with \xHH, \n, \r,
+// \t, \b, \a and \<any> escapes, or '…' with \' alone; a closing quote
+// ends the argument and must be followed by a space or the line's end. It
+// returns the argument (a copy), the bytes read, and false where the
+// quotes do not balance.
+func quotedArg(l []byte) ([]byte, int, bool) {
+	out := []byte{}
+	i := 0
+	for i < len(l) && !isInlineSpace(l[i]) {
+		q := l[i]
+		if q != '"' && q != '\'' {
+			out = append(out, q)
+			i++
+			continue
+		}
+		for i++; ; i++ {
+			if i == len(l) {
+				return nil, 0, false
+			}
+			c := l[i]
+			switch {
+			case c == q:
+				if i+1 < len(l) && !isInlineSpace(l[i+1]) {
+					return nil, 0, false
+				}
+				return out, i + 1, true
+			case q == '"' && c == '\\' && i+3 < len(l) && l[i+1] == 'x' && isHex(l[i+2]) && isHex(l[i+3]):
+				v, _ := strconv.ParseUint(string(l[i+2:i+4]), 16, 8)
+				out = append(out, byte(v))
+				i += 3
+			case q == '"' && c == '\\' && i+1 < len(l):
+				i++
+				out = append(out, unescape(l[i]))
+			case q == '\'' && c == '\\' && i+1 < len(l) && l[i+1] == '\'':
+				out = append(out, '\'')
+				i++
+			default:
+				out = append(out, c)
+			}
+		}
+	}
+	return out, i, true
+}
+
+// unescape is the byte "\c" stands for in double quotes.
+func unescape(c byte) byte {
+	switch c {
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	case 'b':
+		return '\b'
+	case 'a':
+		return '\a'
+	}
+	return c
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 // Writer appends replies to a buffer; the connection's owner writes it
 // out.

@@ -1,12 +1,14 @@
 package resp
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -15,32 +17,46 @@ import (
 // returns its address; the test skips when redis-server is missing.
 func startRedis(t *testing.T) string {
 	t.Helper()
+	addr, stop, err := launchRedis(t.TempDir())
+	if errors.Is(err, exec.ErrNotFound) {
+		t.Skip("redis-server not installed (make test installs redis-server as root)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
+}
+
+// launchRedis starts redis-server in dir; it dies with this process, if
+// not stopped before.
+func launchRedis(dir string) (addr string, stop func(), err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("redis-server not installed (make test installs redis-server as root)")
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	dir := t.TempDir()
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	cmd.Stdout, cmd.Stderr = nil, nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
 	for i := 0; ; i++ {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return addr
+			return addr, stop, nil
 		}
 		if i == 200 {
-			t.Fatalf("redis-server does not listen on %s", addr)
+			stop()
+			return "", nil, fmt.Errorf("redis-server does not listen on %s", addr)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"slices"
@@ -314,6 +315,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("*2\r\n$9\r\nNOSUCHCMD\r\n$16\r\nx\r\n$4\r\nFAKE\r\n+\r\n"), uint8(7))
 	f.Add([]byte("GET a\rb\r\nSET k\x00v x\n\r\n"), uint8(2))
 	f.Add([]byte("*1\r\n$3\r\n\r\n\r\r\n"), uint8(1))
+	// Inline quotes, balanced and not; multibulk counts out of range.
+	f.Add([]byte("SET \"a b\\x41\\n\" 'c\\'d'\r\nset \"\"\"k\"\"\" v\r\n*-10\r\n*3000000000\r\n"), uint8(4))
 	lim := Limits{MaxArgs: 64, MaxBulk: 1024, MaxRequest: 4096, MaxInline: 256}.withDefaults()
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		whole := parseAll(t, in, len(in), lim)
@@ -374,6 +377,40 @@ func parseAll(t *testing.T, in []byte, step int, lim Limits) string {
 	return out.String()
 }
 
+// TestInlineQuotes: inline requests split as Redis's sdssplitargs.
+func TestInlineQuotes(t *testing.T) {
+	lim := Limits{}.withDefaults()
+	for _, tt := range []struct {
+		in   string
+		want []string // nil: unbalanced quotes
+	}{
+		{`SET "a b" v`, []string{"SET", "a b", "v"}},
+		{`SET "\x41\n\"q\\" 'c\'d'`, []string{"SET", "A\n\"q\\", "c'd"}},
+		{`SET "" ''`, []string{"SET", "", ""}},
+		{`set """test-key""" test-value`, nil},
+		{`SET "open`, nil},
+		{`SET 'a'b`, nil},
+		{`SET a"b" c`, []string{"SET", "ab", "c"}},
+		{`SET x"y"z 1`, nil},
+		{`SET "\x4G" 1`, []string{"SET", "x4G", "1"}},
+	} {
+		args, _, err := parseInline([]byte(tt.in+"\r\n"), lim, nil)
+		if tt.want == nil {
+			if err == nil || !strings.Contains(err.Error(), "unbalanced quotes") {
+				t.Errorf("%s: %q, %v; want unbalanced quotes", tt.in, args, err)
+			}
+			continue
+		}
+		var got []string
+		for _, a := range args {
+			got = append(got, string(a))
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
 func TestGlob(t *testing.T) {
 	for _, tt := range []struct {
 		p, s string
@@ -382,11 +419,98 @@ func TestGlob(t *testing.T) {
 		{"*", "anything", true}, {"user:*", "user:1", true}, {"user:*", "usr:1", false},
 		{"h?llo", "hello", true}, {"h[ae]llo", "hallo", true}, {"h[^e]llo", "hello", false},
 		{"h[a-b]llo", "hbllo", true}, {"a\\*b", "a*b", true}, {"a\\*b", "axb", false}, {"**x", "yyx", true},
+		// Redis's "Regression for pattern matching long nested loops": the
+		// old recursive matcher took exponential time here.
+		{"a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", strings.Repeat("a", 40), false},
+		{"*a*b", "xxaxxbxxb", true}, {"*a?", "ba", false}, {"a*", "a", true}, {"*[", "x[", false},
 	} {
 		if got := globMatch([]byte(tt.p), []byte(tt.s)); got != tt.ok {
 			t.Errorf("globMatch(%q, %q) = %v", tt.p, tt.s, got)
 		}
 	}
+	// Against the plain recursive matcher, on short random patterns.
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(alphabet string, n int) []byte {
+		b := make([]byte, rng.IntN(n+1))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return b
+	}
+	for range 200000 {
+		p, s := word("ab*?[]^-\\", 8), word("ab-]^", 8)
+		if got, want := globMatch(p, s), globRef(p, s); got != want {
+			t.Fatalf("globMatch(%q, %q) = %v, the recursive matcher says %v", p, s, got, want)
+		}
+	}
+}
+
+// globRef is the recursive matcher globMatch replaced: exponential on
+// some patterns, a reference on short ones.
+func globRef(p, s []byte) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case '*':
+			for len(p) > 1 && p[1] == '*' {
+				p = p[1:]
+			}
+			if len(p) == 1 {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if globRef(p[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if len(s) == 0 {
+				return false
+			}
+			s = s[1:]
+			p = p[1:]
+		case '[':
+			if len(s) == 0 {
+				return false
+			}
+			end := bytes.IndexByte(p[1:], ']')
+			if end < 0 {
+				return false
+			}
+			class := p[1 : 1+end]
+			neg := len(class) > 0 && class[0] == '^'
+			if neg {
+				class = class[1:]
+			}
+			match := false
+			for i := 0; i < len(class); i++ {
+				if i+2 < len(class) && class[i+1] == '-' {
+					if s[0] >= class[i] && s[0] <= class[i+2] {
+						match = true
+					}
+					i += 2
+				} else if class[i] == s[0] {
+					match = true
+				}
+			}
+			if match == neg {
+				return false
+			}
+			s = s[1:]
+			p = p[2+end:]
+		case '\\':
+			if len(p) > 1 {
+				p = p[1:]
+			}
+			fallthrough
+		default:
+			if len(s) == 0 || s[0] != p[0] {
+				return false
+			}
+			s, p = s[1:], p[1:]
+		}
+	}
+	return len(s) == 0
 }
 
 // Pipelined SETs are queued together (one commit); their replies must come

@@ -12,9 +12,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hecsys/hec/kv"
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // scanCursors are the SCAN cursors in use, the server's (not a
@@ -104,6 +106,10 @@ type client struct {
 	id      int64
 	authed  bool
 	quit    bool
+	// CLIENT REPLY: replyOff drops every reply until ON; skipReply 1
+	// drops the next command's (SKIP).
+	replyOff  bool
+	skipReply int8
 
 	// Owned by the loop, or by a worker while busy.
 	in           []byte    // bytes read and not yet parsed
@@ -188,10 +194,24 @@ func (c *client) protocolError(err error) {
 	c.s.Log.Warn("resp: closing client", "remote", c.remote, "err", err)
 }
 
+// contain, deferred where a client's requests are served, fails the
+// client alone when serving panicked: the panic is counted and logged
+// (shared/panics), the client gets an error and is closed once it is
+// written, and the agent serves everyone else. A write whose commit
+// panicked was not acknowledged (the committer contains it: kv).
+func (c *client) contain(where string) {
+	if v := recover(); v != nil {
+		panics.Recovered(c.s.Log, where, v) //nolint:errcheck // the reply says it
+		c.w.Error("ERR internal error: the agent failed serving this command (it logged why); closing the connection")
+		c.closing = true
+	}
+}
+
 // runBlocking runs the client's buffered requests on a worker goroutine,
 // where a command may wait. A run of pipelined SETs is queued in the store
 // and shares its commit.
 func (c *client) runBlocking(ctx context.Context) {
+	defer c.contain("resp/worker")
 	lim := c.s.Limits
 	data := c.in
 	for !c.quit && !c.closing && c.w.Len() < lim.ReplyBuffer {
@@ -211,7 +231,7 @@ func (c *client) runBlocking(ctx context.Context) {
 			continue
 		}
 		c.s.commands.Add(1)
-		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes
+		c.canDefer = len(data) > 0 && len(c.pending) < maxPending && len(c.arena) < maxPendingBytes && c.replying()
 		cmd := lookup(args[0])
 		if cmd != nil {
 			c.seen.lastCmd.Store(&cmd.lower)
@@ -237,6 +257,10 @@ func (c *client) storeErr(err error) {
 		c.w.Error("ERR increment or decrement would overflow")
 	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrValueSize):
 		c.w.Error("ERR " + err.Error())
+	case errors.Is(err, panics.ErrPanic):
+		// The committer contained a panic of this write (not applied).
+		c.w.Error("ERR internal error: the agent failed serving this command (it logged why); closing the connection")
+		c.closing = true
 	case errors.Is(err, kv.ErrDiskFull), errors.Is(err, kv.ErrWritesRefused):
 		// As Redis answers writes after a failed AOF write; reads go on.
 		c.w.Error("MISCONF " + err.Error())
@@ -538,71 +562,76 @@ func literalPrefix(p []byte) []byte {
 	return p
 }
 
-// globMatch is Redis' stringmatch: * ? [abc] [^a-z] and \ escapes.
+// globMatch is Redis' stringmatch: * ? [abc] [^a-z] and \ escapes. It
+// takes time proportional to len(p)·len(s) at most: a star backtracks
+// only to the last star seen (every other element matches one byte), so
+// a pattern like a*a*a*…b cannot make a KEYS or SCAN spin.
 func globMatch(p, s []byte) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '*':
-			for len(p) > 1 && p[1] == '*' {
-				p = p[1:]
+	pi, si := 0, 0
+	star, starS := -1, 0 // the pattern after the last star, and where in s it was tried
+	for si < len(s) {
+		if pi < len(p) && p[pi] == '*' {
+			for pi < len(p) && p[pi] == '*' {
+				pi++
 			}
-			if len(p) == 1 {
+			if pi == len(p) {
 				return true
 			}
-			for i := 0; i <= len(s); i++ {
-				if globMatch(p[1:], s[i:]) {
-					return true
-				}
+			star, starS = pi, si
+			continue
+		}
+		if pi < len(p) {
+			if n, ok := globOne(p[pi:], s[si]); ok {
+				pi, si = pi+n, si+1
+				continue
 			}
+		}
+		if star < 0 {
 			return false
-		case '?':
-			if len(s) == 0 {
-				return false
-			}
-			s = s[1:]
-			p = p[1:]
-		case '[':
-			if len(s) == 0 {
-				return false
-			}
-			end := bytes.IndexByte(p[1:], ']')
-			if end < 0 {
-				return false
-			}
-			class := p[1 : 1+end]
-			neg := len(class) > 0 && class[0] == '^'
-			if neg {
-				class = class[1:]
-			}
-			match := false
-			for i := 0; i < len(class); i++ {
-				if i+2 < len(class) && class[i+1] == '-' {
-					if s[0] >= class[i] && s[0] <= class[i+2] {
-						match = true
-					}
-					i += 2
-				} else if class[i] == s[0] {
+		}
+		starS++
+		pi, si = star, starS
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// globOne matches b against the pattern element at the start of p (not a
+// star) and says how many bytes of p the element spans.
+func globOne(p []byte, b byte) (int, bool) {
+	switch p[0] {
+	case '?':
+		return 1, true
+	case '[':
+		end := bytes.IndexByte(p[1:], ']')
+		if end < 0 {
+			return 0, false
+		}
+		class := p[1 : 1+end]
+		neg := len(class) > 0 && class[0] == '^'
+		if neg {
+			class = class[1:]
+		}
+		match := false
+		for i := 0; i < len(class); i++ {
+			if i+2 < len(class) && class[i+1] == '-' {
+				if b >= class[i] && b <= class[i+2] {
 					match = true
 				}
+				i += 2
+			} else if class[i] == b {
+				match = true
 			}
-			if match == neg {
-				return false
-			}
-			s = s[1:]
-			p = p[2+end:]
-		case '\\':
-			if len(p) > 1 {
-				p = p[1:]
-			}
-			fallthrough
-		default:
-			if len(s) == 0 || s[0] != p[0] {
-				return false
-			}
-			s, p = s[1:], p[1:]
+		}
+		return 2 + end, match != neg
+	case '\\':
+		if len(p) > 1 {
+			return 2, p[1] == b
 		}
 	}
-	return len(s) == 0
+	return 1, p[0] == b
 }
 
 func (c *client) hello(_ context.Context, args [][]byte) {
@@ -664,7 +693,9 @@ func (s *Server) configValues() map[string]string {
 	}
 	return map[string]string{"save": save, "appendonly": app, "appendfsync": map[bool]string{true: "always", false: "no"}[app == "yes"],
 		"databases": "1", "maxmemory": strconv.FormatInt(s.Store.MemoryBudget(), 10), "timeout": "0",
-		"proto-max-bulk-len": strconv.Itoa(s.Limits.MaxBulk)}
+		"proto-max-bulk-len": strconv.Itoa(s.Limits.MaxBulk),
+		// No replication: the agent's peers are another layer.
+		"replicaof": "", "slaveof": ""}
 }
 
 func (c *client) config(_ context.Context, args [][]byte) {
@@ -684,6 +715,7 @@ func (c *client) config(_ context.Context, args [][]byte) {
 			for k, v := range vals {
 				if globMatch(bytes.ToLower(pat), []byte(k)) {
 					out = append(out, k, v)
+					delete(vals, k) // each once, however many patterns match it
 				}
 			}
 		}
@@ -695,6 +727,58 @@ func (c *client) config(_ context.Context, args [][]byte) {
 		c.w.Error("ERR CONFIG " + strings.ToUpper(string(args[1])) + " is not supported by hecd; configure the agent instead")
 	default:
 		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CONFIG HELP.")
+	}
+}
+
+// save answers SAVE: with --durability sync every acknowledged write is
+// on disk already; with async, writes reach it on their own schedule and
+// SAVE cannot hurry them.
+func (c *client) save(_ context.Context, _ [][]byte) {
+	if c.s.Store.Durability() != kv.Sync {
+		c.w.Error("ERR hecd runs with --durability async: acknowledged writes reach the disk on the store's schedule; SAVE cannot force them")
+		return
+	}
+	c.w.OK()
+}
+
+// function answers FUNCTION: hecd runs no functions (nor scripts), so
+// FLUSH has nothing to remove and LIST nothing to list; LOAD and the
+// others are refused.
+func (c *client) function(_ context.Context, args [][]byte) {
+	switch sub := strings.ToUpper(string(args[1])); {
+	case sub == "FLUSH" && (len(args) == 2 || len(args) == 3 && (strings.EqualFold(string(args[2]), "ASYNC") || strings.EqualFold(string(args[2]), "SYNC"))):
+		c.w.OK()
+	case sub == "FLUSH":
+		c.w.Error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
+	case sub == "LIST":
+		c.w.Array(0)
+	default:
+		c.w.Error("ERR FUNCTION " + string(cut(args[1])) + " is not supported by hecd: it runs no functions")
+	}
+}
+
+// replying: the client's replies are not being dropped (CLIENT REPLY), so
+// a SET's may be deferred and written later.
+func (c *client) replying() bool { return !c.replyOff && c.skipReply == 0 }
+
+// clientReply serves CLIENT REPLY ON|OFF|SKIP.
+func (c *client) clientReply(args [][]byte) {
+	if len(args) != 3 {
+		c.wrongArgs("client|reply")
+		return
+	}
+	switch {
+	case eq(args[2], "ON"):
+		c.replyOff, c.skipReply = false, 0
+		c.w.OK()
+	case eq(args[2], "OFF"):
+		c.replyOff = true
+	case eq(args[2], "SKIP"):
+		if !c.replyOff {
+			c.skipReply = 1 // the next command's
+		}
+	default:
+		c.w.Error("ERR syntax error")
 	}
 }
 
@@ -733,6 +817,8 @@ func (c *client) clientCmd(_ context.Context, args [][]byte) {
 		c.w.BulkString(c.line(time.Now()))
 	case "KILL":
 		c.clientKill(args)
+	case "REPLY":
+		c.clientReply(args)
 	default:
 		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CLIENT HELP.")
 	}
@@ -740,6 +826,17 @@ func (c *client) clientCmd(_ context.Context, args [][]byte) {
 
 // info is INFO's text: every section, or those named (case-insensitive;
 // "all", "everything" and "default" name every one).
+// cpuSection is INFO's cpu: the agent process's CPU time (hecd serves
+// RESP from the agent's process, beside its other services).
+func cpuSection() string {
+	var self, children syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &self)         //nolint:errcheck // zeros on failure
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) //nolint:errcheck
+	sec := func(t syscall.Timeval) string { return fmt.Sprintf("%d.%06d", t.Sec, t.Usec) }
+	return fmt.Sprintf("used_cpu_sys:%s\r\nused_cpu_user:%s\r\nused_cpu_sys_children:%s\r\nused_cpu_user_children:%s\r\n",
+		sec(self.Stime), sec(self.Utime), sec(children.Stime), sec(children.Utime))
+}
+
 func (s *Server) info(want ...[]byte) string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -753,15 +850,21 @@ func (s *Server) info(want ...[]byte) string {
 			b2i(st.Durability == "sync"), st.Durability, st.LSMBytes, st.VlogBytes)},
 		{"stats", fmt.Sprintf("total_connections_received:%d\r\ntotal_commands_processed:%d\r\nrejected_connections:%d\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n",
 			s.total.Load(), s.commands.Load(), s.rejected.Load(), st.Gets-st.Misses, st.Misses)},
+		{"replication", "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n"},
+		{"cpu", cpuSection()},
+		{"commandstats", ""},
 		{"keyspace", ""},
 	}
-	all := len(want) == 0
+	// As Redis: no section named, or "default", is every section but
+	// commandstats; "all" and "everything" are every one.
+	dflt, all := len(want) == 0, false
 	for _, w := range want {
-		all = all || eq(w, "all") || eq(w, "everything") || eq(w, "default")
+		dflt = dflt || eq(w, "default")
+		all = all || eq(w, "all") || eq(w, "everything")
 	}
 	var b strings.Builder
 	for _, sec := range sections {
-		named := all
+		named := all || dflt && sec.name != "commandstats"
 		for _, w := range want {
 			named = named || eq(w, sec.name)
 		}
@@ -772,9 +875,14 @@ func (s *Server) info(want ...[]byte) string {
 			b.WriteString("\r\n")
 		}
 		text := sec.text
-		if sec.name == "keyspace" {
+		switch sec.name {
+		case "keyspace":
 			n, _ := s.Store.Count()
 			text = fmt.Sprintf("db0:keys=%d,expires=0,avg_ttl=0\r\n", n)
+		case "commandstats":
+			// Calls and calls refused (unknown arguments' count) are
+			// counted; time per call is not measured, so not shown.
+			text = s.commandStats()
 		}
 		fmt.Fprintf(&b, "# %s\r\n%s", strings.ToUpper(sec.name[:1])+sec.name[1:], text)
 	}
