@@ -20,7 +20,7 @@ import (
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed, a.guard.refused, panics.Total,
+		newCollector(a), a.disp.latency, a.disp.waits, a.disp.limited.suppressed, a.guard.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hec_worker_lone_wait_max_seconds",
 			Help: "The longest a request waited for a worker while it was its queue pair's only work (fair sharing bounds it to one slice of another pair's work, plus the machine's stalls of the agent's cores)."},
 			func() float64 { return a.disp.LoneWaitMax().Seconds() }),
@@ -90,7 +90,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 type collector struct {
 	a *Agent
 
-	ops, errs, qps, faults, fences, gen, services, retries, repairs, rebuilds *prometheus.Desc
+	ops, errs, qps, faults, fences, gen, services, retries, repairs, rebuilds, panics *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
@@ -106,11 +106,12 @@ func newCollector(a *Agent) *collector {
 		retries:  prometheus.NewDesc("hec_accept_retries_total", "Accept errors retried with back-off (descriptors exhausted, aborted connections), by listener.", []string{"listener"}, nil),
 		repairs:  prometheus.NewDesc("hec_region_repairs_total", "Words of the region found differing from the agent's view and written again, by what (header, state).", []string{"what"}, nil),
 		rebuilds: prometheus.NewDesc("hec_region_rebuilds_total", "Times the region was lost (its file cut short, an access faulted) and formatted again.", nil, nil),
+		panics:   prometheus.NewDesc("hec_panics_total", "Panics contained while serving one request (it failed with an internal error; the agent went on), by where (shared/panics).", []string{"where"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.retries, c.repairs, c.rebuilds} {
+	for _, d := range []*prometheus.Desc{c.ops, c.errs, c.qps, c.faults, c.fences, c.gen, c.services, c.retries, c.repairs, c.rebuilds, c.panics} {
 		ch <- d
 	}
 }
@@ -142,6 +143,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, v, s.Name)
+	}
+	for where, n := range panics.Counts() {
+		ch <- prometheus.MustNewConstMetric(c.panics, prometheus.CounterValue, float64(n), where)
 	}
 	envs := append([]*Env{c.a.coreEnv}, c.a.envs...)
 	for _, e := range envs {

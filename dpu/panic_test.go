@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/shared/panics"
@@ -26,13 +26,7 @@ import (
 // same queue pair's next request, and a PING, are served as before.
 func TestHandlerPanicIsContained(t *testing.T) {
 	const op = wire.Op(0x7fe2)
-	panicsOf := func() float64 {
-		var m dto.Metric
-		if err := panics.Total.WithLabelValues("op/" + op.String()).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	panicsOf := func() uint64 { return panics.Count("op/" + op.String()) }
 	for _, tt := range []struct {
 		name string
 		h    Handler
@@ -90,7 +84,7 @@ func TestHandlerPanicIsContained(t *testing.T) {
 				}
 			}
 			if n := panicsOf() - before; n != 2 {
-				t.Errorf("hec_panics_total rose by %v, want 2", n)
+				t.Errorf("the op's panics rose by %d, want 2", n)
 			}
 		})
 	}
@@ -157,5 +151,23 @@ func TestStoreFailureStopsTheAgent(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the agent went on with a failed store")
+	}
+	// The metric the agent exports.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(a))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "hec_panics_total" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "kv/committer" {
+				found = m.GetCounter().GetValue() >= 1
+			}
+		}
+	}
+	if !found {
+		t.Error(`hec_panics_total{where="kv/committer"} is not counted`)
 	}
 }

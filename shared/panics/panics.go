@@ -6,19 +6,34 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrPanic is wrapped by the error of a request whose serving panicked.
 var ErrPanic = errors.New("internal error (a panic, logged by the agent)")
 
-// Total counts the panics contained, by where; the agent registers it.
-var Total = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "hec_panics_total",
-	Help: "Panics contained while serving one request (the request failed with an internal error; the agent went on), by where.",
-}, []string{"where"})
+// counts are the panics contained so far, by where (*atomic.Uint64).
+var counts sync.Map
+
+// Count is how many panics were contained at where.
+func Count(where string) uint64 {
+	if n, ok := counts.Load(where); ok {
+		return n.(*atomic.Uint64).Load()
+	}
+	return 0
+}
+
+// Counts are the panics contained so far, by where (the agent exports
+// them as hec_panics_total).
+func Counts() map[string]uint64 {
+	out := map[string]uint64{}
+	counts.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
+}
 
 // quietFor is how long a place that panicked again stays quiet in the log
 // after a line about it.
@@ -37,7 +52,8 @@ func Recovered(log *slog.Logger, where string, v any) error {
 	if v == nil {
 		return nil
 	}
-	Total.WithLabelValues(where).Inc()
+	n, _ := counts.LoadOrStore(where, new(atomic.Uint64))
+	n.(*atomic.Uint64).Add(1)
 	now := time.Now()
 	mu.Lock()
 	last, seen := logged[where]

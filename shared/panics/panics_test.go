@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 func serve(log *slog.Logger, where string, f func()) (err error) {
@@ -29,12 +27,8 @@ func TestRecovered(t *testing.T) {
 			t.Fatalf("error %v: want ErrPanic naming %s", err, where)
 		}
 	}
-	var m dto.Metric
-	if err := Total.WithLabelValues(where).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if n := m.GetCounter().GetValue(); n != 3 {
-		t.Errorf("hec_panics_total{where=%q} = %v, want 3", where, n)
+	if n := Count(where); n != 3 || Counts()[where] != 3 {
+		t.Errorf("Count(%q) = %d, Counts %v; want 3", where, n, Counts())
 	}
 	// The stack once; the second and third within 10 s: quiet.
 	if n := strings.Count(buf.String(), "[running]"); n != 1 {
