@@ -105,6 +105,10 @@ bench: test-deps ## benchmarks side by side with their peers; figures in bench-o
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
 	$(GO) run ./test/bench -out bench-out
 
+.PHONY: redis-suite
+redis-suite: build ## Redis 7.0.15's own tests (string, keyspace, protocol, … units) against hecd's RESP: counts and failures
+	test/redis/suite bin/hecd
+
 .PHONY: generate
 generate: ## regenerate bpf/'s committed bindings (hec_bpfel.go, .o) from xdp.c with clang (installs clang, libbpf-dev)
 	@test/need clang clang llvm libbpf-dev
