@@ -22,7 +22,7 @@ func TestRecovered(t *testing.T) {
 		t.Fatalf("no panic: %v", err)
 	}
 	for i := 0; i < 3; i++ {
-		err := serve(log, where, func() { var m map[string]int; m["x"] = 1 })
+		err := serve(log, where, func() { panic("a bug") })
 		if !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), where) {
 			t.Fatalf("error %v: want ErrPanic naming %s", err, where)
 		}
