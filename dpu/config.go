@@ -91,8 +91,9 @@ type AgentConfig struct {
 	// and reported in /v1/status.
 	Insecure bool `toml:"insecure"`
 	// TestHooks serves POST /v1/debug/fatal, which kills the agent with a
-	// Go fatal error (tests of the supervisor). Never set it in
-	// production.
+	// Go fatal error, and /v1/debug/store-panic, which makes the store's
+	// committer panic at the next write (tests of the supervisor). Never
+	// set it in production.
 	TestHooks bool `toml:"test_hooks"`
 }
 
@@ -184,7 +185,7 @@ func (c *AgentConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MgmtKey, "mgmt-key", c.MgmtKey, "the private key of --mgmt-cert (PEM)")
 	fs.StringVar(&c.MgmtClientCA, "mgmt-client-ca", c.MgmtClientCA, "admit management clients with a certificate this CA signed (PEM; mutual TLS)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "let listeners bound beyond loopback serve without credentials")
-	fs.BoolVar(&c.TestHooks, "test-hooks", c.TestHooks, "serve POST /v1/debug/fatal (tests of the supervisor only)")
+	fs.BoolVar(&c.TestHooks, "test-hooks", c.TestHooks, "serve POST /v1/debug/fatal and /v1/debug/store-panic (tests of the supervisor only)")
 }
 
 // ErrConfig wraps every configuration error.

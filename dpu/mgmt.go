@@ -16,7 +16,7 @@ import (
 
 // mgmtHandler serves the core's routes on the mux the services added
 // theirs to: /metrics, /healthz, /readyz, /v1/status, /v1/poweroff (and,
-// with --test-hooks, /v1/debug/fatal).
+// with --test-hooks, /v1/debug/fatal and /v1/debug/store-panic).
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -62,6 +62,13 @@ func (a *Agent) mgmtHandler() http.Handler {
 				f.Flush()
 			}
 			fatal()
+		})
+		mux.HandleFunc("POST /v1/debug/store-panic", func(w http.ResponseWriter, r *http.Request) {
+			// The write hook runs on the store's committer: the next
+			// write panics there, the store fails and the agent stops.
+			a.log.Warn("test hook: the store's committer panics at the next write")
+			a.shared.OnWrite(func([]byte) { panic("test hook: a panic in the store's committer") })
+			w.Write([]byte("armed\n"))
 		})
 	}
 	return a.guard.wrap(mux)
