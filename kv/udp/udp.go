@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hecsys/hec/kv"
+	"github.com/hecsys/hec/shared/panics"
 )
 
 // HeaderSize is the memcached UDP frame header.
@@ -113,39 +114,59 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn) error {
 			}
 			return fmt.Errorf("udp read: %w", err)
 		}
-		s.Requests.Add(1)
-		req, err := ParseRequest(buf[:n])
-		if err != nil {
-			s.Errors.Add(1)
-			if n >= 2 {
-				out = binary.BigEndian.AppendUint16(out[:0], binary.BigEndian.Uint16(buf))
-				out = append(out, 0, 0, 0, 1, 0, 0)
-				out = append(out, "CLIENT_ERROR bad command line format\r\n"...)
-				pc.WriteTo(out, from)
-			}
-			continue
-		}
-		if s.Seen != nil {
-			s.Seen(req.Key)
-		}
-		g := s.Store.Gate() // not between an EXEC's commands
-		g.RLock()
-		e, err := s.Store.Get(req.Key, val)
-		g.RUnlock()
-		switch {
-		case errors.Is(err, kv.ErrNotFound):
-			s.Misses.Add(1)
-			out = AppendReply(out[:0], req.ID, req.Key, nil, req.Gets)
-		case err != nil:
-			s.Errors.Add(1)
-			out = binary.BigEndian.AppendUint16(out[:0], req.ID)
-			out = append(out, 0, 0, 0, 1, 0, 0)
-			out = append(out, "SERVER_ERROR "+err.Error()+"\r\n"...)
-		default:
-			s.Hits.Add(1)
-			val = e.Value
-			out = AppendReply(out[:0], req.ID, req.Key, &e, req.Gets)
-		}
-		pc.WriteTo(out, from)
+		out, val = s.answer(pc, buf[:n], from, out, val)
 	}
+}
+
+// get reads key holding the store's gate shared (not between an EXEC's
+// commands), let go however Get returns.
+func (s *Server) get(key, dst []byte) (kv.Entry, error) {
+	g := s.Store.Gate()
+	g.RLock()
+	defer g.RUnlock()
+	return s.Store.Get(key, dst)
+}
+
+// answer answers one datagram (out and val: buffers it reuses). A panic
+// while serving it drops that datagram alone, counted and logged
+// (shared/panics).
+func (s *Server) answer(pc net.PacketConn, buf []byte, from net.Addr, out, val []byte) (_, _ []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.Errors.Add(1)
+			panics.Recovered(s.Log, "udp/get", v) //nolint:errcheck // the datagram is dropped
+		}
+	}()
+	s.Requests.Add(1)
+	req, err := ParseRequest(buf)
+	if err != nil {
+		s.Errors.Add(1)
+		if len(buf) >= 2 {
+			out = binary.BigEndian.AppendUint16(out[:0], binary.BigEndian.Uint16(buf))
+			out = append(out, 0, 0, 0, 1, 0, 0)
+			out = append(out, "CLIENT_ERROR bad command line format\r\n"...)
+			pc.WriteTo(out, from)
+		}
+		return out, val
+	}
+	if s.Seen != nil {
+		s.Seen(req.Key)
+	}
+	e, err := s.get(req.Key, val)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		s.Misses.Add(1)
+		out = AppendReply(out[:0], req.ID, req.Key, nil, req.Gets)
+	case err != nil:
+		s.Errors.Add(1)
+		out = binary.BigEndian.AppendUint16(out[:0], req.ID)
+		out = append(out, 0, 0, 0, 1, 0, 0)
+		out = append(out, "SERVER_ERROR "+err.Error()+"\r\n"...)
+	default:
+		s.Hits.Add(1)
+		val = e.Value
+		out = AppendReply(out[:0], req.ID, req.Key, &e, req.Gets)
+	}
+	pc.WriteTo(out, from)
+	return out, val
 }

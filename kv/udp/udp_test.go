@@ -65,6 +65,49 @@ func TestUDPGet(t *testing.T) {
 	}
 }
 
+// TestPanicDropsOneDatagram: a panic while answering one GET (here in the
+// Seen hook) drops that datagram alone; the next is answered.
+func TestPanicDropsOneDatagram(t *testing.T) {
+	st, err := kv.Open(t.TempDir(), kv.WithDurability(kv.Async))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.Put([]byte("hot"), []byte("v"), kv.PutOptions{})
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Store: st, Seen: func(key []byte) {
+		if string(key) == "boom" {
+			panic("a bug in the hook")
+		}
+	}}
+	go s.Serve(context.Background(), pc)
+	defer pc.Close()
+	cl, _ := net.ListenPacket("udp", "127.0.0.1:0")
+	defer cl.Close()
+	send := func(id uint16, line string) {
+		req := binary.BigEndian.AppendUint16(nil, id)
+		req = append(req, 0, 0, 0, 1, 0, 0)
+		cl.WriteTo(append(req, line...), pc.LocalAddr())
+	}
+	send(1, "get boom\r\n")
+	send(2, "get hot\r\n")
+	cl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 2048)
+	n, _, err := cl.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("no answer after the datagram that panicked: %v", err)
+	}
+	if id := binary.BigEndian.Uint16(buf); id != 2 || string(buf[HeaderSize:n]) != "VALUE hot 0 1\r\nv\r\nEND\r\n" {
+		t.Fatalf("answer %d %q, want 2's VALUE", id, buf[HeaderSize:n])
+	}
+	if s.Errors.Load() != 1 {
+		t.Errorf("errors %d, want 1", s.Errors.Load())
+	}
+}
+
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte("\x00\x01\x00\x00\x00\x01\x00\x00get k\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
