@@ -674,8 +674,8 @@ func (cm *committer) commitGroup(group []*write) {
 // the round not yet acknowledged, and every queued one, fails with
 // ErrFailed (an outcome unknown, as after any failed commit: what was
 // acknowledged is on disk, the rest may or may not be), later writes are
-// refused with it, and the owner hears of it (WithFailHook) to restart
-// the store's process.
+// refused with it, and the owner hears of it first (WithFailHook), to
+// restart the store's process.
 func (cm *committer) fail(cause error, group []*write) {
 	err := fmt.Errorf("%w: %w", ErrFailed, cause)
 	cm.log.Error("kv: the committer failed; the store takes no more writes until the agent restarts", "err", err)
@@ -684,6 +684,9 @@ func (cm *committer) fail(cause error, group []*write) {
 	queued := cm.queue
 	cm.queue = nil
 	cm.mu.Unlock()
+	if cm.onFail != nil {
+		cm.onFail(err) // before any writer hears of it
+	}
 	for _, w := range append(group, queued...) {
 		if w.finished.Load() {
 			continue
@@ -695,9 +698,6 @@ func (cm *committer) fail(cause error, group []*write) {
 		if f != nil {
 			(*f)()
 		}
-	}
-	if cm.onFail != nil {
-		cm.onFail(err)
 	}
 }
 
