@@ -20,7 +20,7 @@ func init() {
 		{name: "TESTPANICLOOP", arity: 1, flags: onLoop, run: boom},
 		{name: "TESTPANICWORKER", arity: 1, flags: write, run: boom},
 	} {
-		cmd.lower, cmd.where = strings.ToLower(cmd.name), "resp/"+strings.ToLower(cmd.name)
+		cmd.lower = strings.ToLower(cmd.name)
 		commands[cmd.name] = cmd
 	}
 }
