@@ -227,7 +227,7 @@ func diffCommand(r *rand.Rand) []string {
 		future := []string{"4102444800", "0", "-1", "abc", "9223372036854775807"}
 		opts := [][]string{{"NX"}, {"XX"}, {"GET"}, {"EX", pick(diffSecs)}, {"PX", pick(diffSecs)}, {"EXAT", pick(future)},
 			{"PXAT", pick(future) + "000"}, {"KEEPTTL"}, {"NX", "GET"}, {"EX", "1000", "PX", "1000"}, {"BOGUS"}}
-		return append([]string{"SET", k, v}, pick2(r, opts)...)
+		return append([]string{"SET", k, v}, pickArgs(r, opts)...)
 	case 2:
 		return []string{"GET", k}
 	case 3:
@@ -273,7 +273,7 @@ func diffCommand(r *rand.Rand) []string {
 	case 21:
 		return []string{pick([]string{"RENAME", "RENAMENX"}), k, pick(diffKeys)}
 	case 22:
-		return append([]string{"COPY", k, pick(diffKeys)}, pick2(r, [][]string{{}, {"REPLACE"}, {"DB", "0"}, {"DB", "abc"}, {"BAD"}})...)
+		return append([]string{"COPY", k, pick(diffKeys)}, pickArgs(r, [][]string{{}, {"REPLACE"}, {"DB", "0"}, {"DB", "abc"}, {"BAD"}})...)
 	case 23:
 		return []string{"MSETNX", k, v, pick(diffKeys), pick(diffVals)}
 	case 24:
@@ -306,7 +306,7 @@ func diffCommand(r *rand.Rand) []string {
 	case 35:
 		return []string{"GETBIT", k, pick([]string{"0", "1", "7", "8", "15", "100", "-1", "abc", "4294967296"})}
 	case 36:
-		return append([]string{"LCS", k, pick(diffKeys)}, pick2(r, [][]string{{}, {"LEN"}, {"IDX"}, {"IDX", "WITHMATCHLEN"},
+		return append([]string{"LCS", k, pick(diffKeys)}, pickArgs(r, [][]string{{}, {"LEN"}, {"IDX"}, {"IDX", "WITHMATCHLEN"},
 			{"IDX", "MINMATCHLEN", pick(diffInts)}, {"LEN", "IDX"}, {"BAD"}, {"MINMATCHLEN"}})...)
 	default:
 		return []string{"FLUSHDB"}
@@ -323,7 +323,8 @@ func diffTxCommand(r *rand.Rand) []string {
 	}
 }
 
-func pick2(r *rand.Rand, opts [][]string) []string { return opts[r.IntN(len(opts))] }
+// pickArgs draws one of opts: a command's trailing arguments.
+func pickArgs(r *rand.Rand, opts [][]string) []string { return opts[r.IntN(len(opts))] }
 
 // diffStream draws a stream: runs of commands, some inside MULTI … EXEC
 // (or DISCARD, or with WATCH).
