@@ -1,0 +1,368 @@
+package rail
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Table is the planner's decision for every size, made once from the
+// rails' models so that an operation's call pays a lookup and nothing
+// else: no timing, no solving. Sizes fall in bands of a power of two
+// ((2^(k-1), 2^k] bytes); each band holds the plan SplitIfGain makes at
+// the band's middle (2^(k-½) bytes), with the measured cost of running
+// the rails at once — where they share cores or memory bandwidth that
+// cost eats the split's gain, and the band runs on its best rail alone.
+type Table struct {
+	rails []Rail
+	align int64
+	cost  float64
+	obj   Objective
+	bands [maxBand + 1]band
+}
+
+// Objective is what a plan is chosen for.
+type Objective int
+
+const (
+	// Time: the fastest plan.
+	Time Objective = iota
+	// HostCPUTime: the plan that leaves the host's cores the most free
+	// (the least on HostCPU rails) among those within ObjectiveSlack of
+	// the fastest — often the point of a DPU.
+	HostCPUTime
+)
+
+// ObjectiveSlack is how much slower than the fastest plan HostCPUTime
+// accepts.
+const ObjectiveSlack = 1.1
+
+func (o Objective) String() string {
+	if o == HostCPUTime {
+		return "host-cpu"
+	}
+	return "time"
+}
+
+// ParseObjective parses an --objective flag: time or host-cpu.
+func ParseObjective(s string) (Objective, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "time":
+		return Time, nil
+	case "host-cpu":
+		return HostCPUTime, nil
+	}
+	return Time, fmt.Errorf("rail: objective %q (want time or host-cpu)", s)
+}
+
+// Choose is the index of the plan among plans (with times, measured or
+// predicted, in the same order) that objective o picks; a split pays
+// margin (0.05: 5 %) over a single rail, the plan whose time varies most.
+func Choose(o Objective, plans []Plan, times []time.Duration, margin float64) int {
+	score := func(i int) float64 {
+		if len(plans[i].Shares) > 1 {
+			return float64(times[i]) * (1 + margin)
+		}
+		return float64(times[i])
+	}
+	win := 0
+	for i := range plans {
+		if score(i) < score(win) {
+			win = i
+		}
+	}
+	if o != HostCPUTime {
+		return win
+	}
+	for i := range plans {
+		if score(i) <= ObjectiveSlack*score(win) && hostBytes(plans[i]) < hostBytes(plans[win]) {
+			win = i
+		}
+	}
+	return win
+}
+
+// hostBytes is the part of p on HostCPU rails.
+func hostBytes(p Plan) int64 {
+	var n int64
+	for _, s := range p.Shares {
+		if s.Kind == HostCPU {
+			n += s.Bytes
+		}
+	}
+	return n
+}
+
+// maxBand is the largest band: sizes above 2^maxBand use it.
+const maxBand = 40
+
+// band is a size band's decision: one rail (frac nil) or each rail's
+// fraction of the bytes.
+type band struct {
+	one    Share     // the rail that runs the band alone (Bytes unset)
+	fracs  []float64 // a split: rails[i] takes fracs[i] of the bytes
+	plan   Plan      // the plan at the band's middle, for Explain
+	pinned string    // set by Pin: the measurements that chose it
+}
+
+// NewTable decides every band from rails (each with its α and rate),
+// shares aligned to align bytes, a split kept only where it gains at
+// least minGain over the best single rail once its model time is
+// multiplied by cost (≥ 1: measured time of the rails run at once over
+// the model's prediction for it).
+// With objective HostCPUTime, a band runs on the plan that uses the host
+// least among those within ObjectiveSlack of the fastest.
+func NewTable(rails []Rail, align int64, minGain, cost float64, objective Objective) *Table {
+	t := &Table{rails: append([]Rail(nil), rails...), align: max(align, 1), cost: max(cost, 1), obj: objective}
+	for k := range t.bands {
+		mid := max(int64(math.Round(math.Exp2(float64(k)-0.5))), 1)
+		p := SplitIfGain(t.rails, mid, 1, minGain, t.cost)
+		if objective == HostCPUTime {
+			plans, times := []Plan{p}, []time.Duration{p.Predicted}
+			for _, r := range t.rails {
+				if r.Rate > 0 {
+					plans, times = append(plans, onOne(r, mid, r.Time(mid), "")), append(times, r.Time(mid))
+				}
+			}
+			p = plans[Choose(objective, plans, times, 0)]
+		}
+		t.decide(&t.bands[k], p)
+	}
+	return t
+}
+
+// Objective is what the table's plans were chosen for.
+func (t *Table) Objective() Objective { return t.obj }
+
+// Band is the index of size's band: sizes of one band share a decision.
+func Band(size int64) int { return bandOf(size) }
+
+// bandOf is the band of size bytes.
+func bandOf(size int64) int {
+	if size <= 1 {
+		return 0
+	}
+	return min(bits.Len64(uint64(size-1)), maxBand)
+}
+
+// Cost is the measured cost of running the rails at once the table was
+// made with.
+func (t *Table) Cost() float64 { return t.cost }
+
+// Lookup is the plan for size bytes: its band's rail alone, or its band's
+// split scaled to size (each share aligned, the last taking the rest).
+// Predicted times are the rails' models'.
+func (t *Table) Lookup(size int64) Plan {
+	b := &t.bands[bandOf(size)]
+	if b.fracs == nil {
+		if b.one.Rail == "" {
+			return Plan{Size: size}
+		}
+		s := b.one
+		s.Bytes, s.Offset = size, 0
+		for _, r := range t.rails {
+			if r.Name == s.Rail {
+				s.Predicted = r.Time(size)
+			}
+		}
+		return Plan{Size: size, Shares: []Share{s}, Predicted: s.Predicted, BestOne: s.Rail, BestTime: s.Predicted}
+	}
+	p := Plan{Size: size, Shares: make([]Share, 0, len(t.rails)), BestOne: b.plan.BestOne}
+	var off int64
+	for i, r := range t.rails {
+		if b.fracs[i] == 0 {
+			continue
+		}
+		n := int64(b.fracs[i]*float64(size)) / t.align * t.align
+		if off+n > size || i == t.lastIn(b) {
+			n = size - off
+		}
+		if n <= 0 {
+			continue
+		}
+		s := Share{Rail: r.Name, Kind: r.Kind, Offset: off, Bytes: n, Predicted: time.Duration(float64(r.Time(n)) * t.cost)}
+		p.Shares = append(p.Shares, s)
+		p.Predicted = max(p.Predicted, s.Predicted)
+		if r.Name == p.BestOne {
+			p.BestTime = r.Time(size)
+		}
+		off += n
+	}
+	return p
+}
+
+// decide sets b from plan p (one share: its rail alone).
+func (t *Table) decide(b *band, p Plan) {
+	b.plan, b.one, b.fracs = p, Share{}, nil
+	switch {
+	case len(p.Shares) == 1:
+		b.one = p.Shares[0]
+	case len(p.Shares) > 1:
+		b.fracs = make([]float64, len(t.rails))
+		for _, s := range p.Shares {
+			for i, r := range t.rails {
+				if r.Name == s.Rail {
+					b.fracs[i] = float64(s.Bytes) / float64(p.Size)
+				}
+			}
+		}
+	}
+}
+
+// Candidates are the plans worth trying for size bytes, because the
+// model cannot tell them apart well enough: the band's decision first,
+// then each rail alone and the split of all of them (as Split makes it,
+// at the table's cost), where the model puts them within margin (1.5:
+// 50 %) of the best of them.
+func (t *Table) Candidates(size int64, margin float64) []Plan {
+	first := t.Lookup(size)
+	all := []Plan{first}
+	for _, r := range t.rails {
+		if r.Rate > 0 {
+			all = append(all, onOne(r, size, r.Time(size), ""))
+		}
+	}
+	if sp := Split(t.rails, size, t.align); len(sp.Shares) > 1 {
+		sp.Predicted = time.Duration(float64(sp.Predicted) * t.cost)
+		all = append(all, sp)
+	}
+	best := first.Predicted
+	for _, p := range all {
+		if p.Predicted > 0 && (best == 0 || p.Predicted < best) {
+			best = p.Predicted
+		}
+	}
+	out := all[:1]
+	for _, p := range all[1:] {
+		if float64(p.Predicted) <= margin*float64(best) && !slices.ContainsFunc(out, func(q Plan) bool { return sameShares(p, q) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sameShares says whether a and b give the same rails the same bytes.
+func sameShares(a, b Plan) bool {
+	return slices.EqualFunc(a.Shares, b.Shares, func(x, y Share) bool { return x.Rail == y.Rail && x.Bytes == y.Bytes })
+}
+
+// Pin returns a copy of t whose band of size runs as p does (its rails,
+// in its proportions), with why (the measurements behind it) for Explain.
+func (t *Table) Pin(size int64, p Plan, why string) *Table {
+	c := *t
+	b := &c.bands[bandOf(size)]
+	c.decide(b, p)
+	b.pinned = why
+	return &c
+}
+
+// Pinned says whether size's band was decided by measurement (Pin).
+func (t *Table) Pinned(size int64) bool { return t.bands[bandOf(size)].pinned != "" }
+
+// Scale is p for size bytes: each share the same fraction of it, aligned
+// to align bytes, the last taking the rest.
+func (p Plan) Scale(size, align int64) Plan {
+	align = max(align, 1)
+	out := Plan{Size: size, BestOne: p.BestOne, Shares: make([]Share, 0, len(p.Shares))}
+	var off int64
+	for i, s := range p.Shares {
+		n := int64(float64(s.Bytes)/float64(max(p.Size, 1))*float64(size)) / align * align
+		if i == len(p.Shares)-1 || off+n > size {
+			n = size - off
+		}
+		if n <= 0 {
+			continue
+		}
+		s.Offset, s.Bytes = off, n
+		out.Shares = append(out.Shares, s)
+		off += n
+	}
+	return out
+}
+
+// lastIn is the index of the last rail with a share in b.
+func (t *Table) lastIn(b *band) int {
+	for i := len(b.fracs) - 1; i >= 0; i-- {
+		if b.fracs[i] > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// Explain is one line per run of bands with the same decision: the sizes,
+// where they run, and the model's times behind the choice.
+func (t *Table) Explain() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rails run at once cost %.2f× their model; objective %v\n", t.cost, t.obj)
+	lo := int64(1)
+	for k := 0; k <= maxBand; k++ {
+		if k < maxBand && sameDecision(&t.bands[k], &t.bands[k+1]) {
+			continue
+		}
+		hi := int64(1) << k
+		p := t.bands[k].plan
+		what := "nothing to run on"
+		if len(p.Shares) > 0 {
+			what = Words(p)
+		}
+		upTo := fmt.Sprintf("≤ %s", Bytes(hi))
+		if k == maxBand {
+			upTo = "larger"
+		}
+		fmt.Fprintf(&b, "  %s … %s: %s", Bytes(lo), upTo, what)
+		for _, r := range t.rails {
+			fmt.Fprintf(&b, "; %s %v", r.Name, r.Time(p.Size).Round(time.Microsecond))
+		}
+		fmt.Fprintf(&b, " (at %s)", Bytes(p.Size))
+		if pin := t.bands[k].pinned; pin != "" {
+			fmt.Fprintf(&b, "; measured: %s", pin)
+		}
+		b.WriteString("\n")
+		lo = hi + 1
+	}
+	return b.String()
+}
+
+func sameDecision(a, b *band) bool {
+	if a.pinned != "" || b.pinned != "" || (a.fracs == nil) != (b.fracs == nil) {
+		return false
+	}
+	if a.fracs == nil {
+		return a.one.Rail == b.one.Rail
+	}
+	return false // splits differ by size: each band its own line
+}
+
+// Words says a plan's shares in words: "host alone", "host 46%, dpu 54%".
+func Words(p Plan) string {
+	switch len(p.Shares) {
+	case 0:
+		return p.BestOne + " alone"
+	case 1:
+		return p.Shares[0].Rail + " alone"
+	}
+	var w []string
+	for _, s := range p.Shares {
+		w = append(w, fmt.Sprintf("%s %.0f%%", s.Rail, 100*float64(s.Bytes)/float64(max(p.Size, 1))))
+	}
+	return strings.Join(w, ", ")
+}
+
+// Bytes is n in the largest binary unit that keeps it whole or above 1
+// (B, KiB, MiB, GiB, TiB).
+func Bytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, u := float64(n), 0
+	for f >= 1024 && u < len(units)-1 {
+		f /= 1024
+		u++
+	}
+	if f == math.Trunc(f) {
+		return fmt.Sprintf("%d %s", int64(f), units[u])
+	}
+	return fmt.Sprintf("%.1f %s", f, units[u])
+}
