@@ -31,7 +31,7 @@ func (a *Agent) calibrate(ctx context.Context) {
 		ways := a.disp.workers
 		cp, crc := rail.MeasureCPU(calibrationBytes, ways, calibrationTime)
 		a.mu.Lock()
-		a.rails = []api.Rail{{Rail: "dpu", Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
+		a.rails = []api.Rail{{Rail: rail.DPU, Kind: rail.DPUCores.String(), Cores: ways, CopyRate: cp, CRC32CRate: crc, MeasuredAt: time.Now()}}
 		a.mu.Unlock()
 		a.log.Debug("calibrated", "copy_GBps", cp/1e9, "crc32c_GBps", crc/1e9, "cores", ways)
 		t.Reset(calibrationEvery)

@@ -19,13 +19,13 @@ import (
 // Where erasure coding runs (WithRails).
 const (
 	// RailsHost codes in this process only.
-	RailsHost = "host"
+	RailsHost = rail.Host
 	// RailsDPU codes on the agent only.
-	RailsDPU = "dpu"
+	RailsDPU = rail.DPU
 	// RailsAuto splits each stripe by columns between this process and
 	// the agent so both finish together, by rates calibrated at first use
 	// and refined from every op; a rail that does not pay is dropped.
-	RailsAuto = "auto"
+	RailsAuto = rail.Auto
 )
 
 // ErrRails is returned for a rails setting EC cannot use.
@@ -145,9 +145,12 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	for _, f := range opt {
 		f(&o)
 	}
+	r, err := rail.ParseChoice(o.rails)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRails, err)
+	}
+	o.rails = r
 	switch {
-	case o.rails != RailsHost && o.rails != RailsDPU && o.rails != RailsAuto:
-		return nil, fmt.Errorf("%w: %q (want host, dpu or auto)", ErrRails, o.rails)
 	case c == nil && o.rails != RailsHost:
 		return nil, fmt.Errorf("%w: %s needs an agent", ErrRails, o.rails)
 	}

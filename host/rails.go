@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,10 +11,10 @@ import (
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// Rail names used by the multi-rail operations.
+// Rail names used by the multi-rail operations (shared/rail's).
 const (
-	RailHost = "host"
-	RailDPU  = "dpu"
+	RailHost = rail.Host
+	RailDPU  = rail.DPU
 )
 
 // CalibrateChecksum measures, now, the two checksum rails on data like
@@ -384,7 +383,7 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 				p := rail.SplitIfGain(cautious, hi-lo, 4096, autoMinGain, 1)
 				d.Predicted = time.Since(t0) + p.Predicted
 				planned = fmt.Sprintf("the agent's share of the first %d MiB took %v: the %d MiB left were planned at the slower of each rail's calibrated and measured rates: %s",
-					trial>>20, took.Round(time.Microsecond), (hi-lo)>>20, shareWords(p))
+					trial>>20, took.Round(time.Microsecond), (hi-lo)>>20, rail.Words(p))
 				if err := submit(shareOf(p, RailDPU)); err != nil {
 					return 0, d, err
 				}
@@ -429,18 +428,6 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 		d.Reason += fmt.Sprintf("; the host took over %d MiB the agent had not finished when it got there", d.Stolen>>20)
 	}
 	return crc, d, nil
-}
-
-// shareWords says a plan's shares in words.
-func shareWords(p rail.Plan) string {
-	if len(p.Shares) < 2 {
-		return p.BestOne + " alone"
-	}
-	var w []string
-	for _, s := range p.Shares {
-		w = append(w, fmt.Sprintf("%s %.0f%%", s.Rail, 100*float64(s.Bytes)/float64(max(p.Size, 1))))
-	}
-	return strings.Join(w, ", ")
 }
 
 // cautiousRates returns the rails a trial split ran on (plan tp, each
