@@ -154,7 +154,7 @@ func collRound(ctx context.Context, hecctl, hecd, mpiBin string, n, iters int, s
 
 // benchCollSplit: two ranks in namespaces, the host rail's links limited
 // to 200 Mbit/s and the agents' to 400 Mbit/s (tc), allreduce on each rail
-// and split between them (--rail auto, the planner's shares): the split's
+// and split between them (--rails auto, the planner's shares): the split's
 // bus bandwidth against the sum of the two rails', and the host rail's
 // share (a third, were the planner exact).
 func benchCollSplit(ctx context.Context, rep *Report, hecctl, hecd string, reps, iters int) error {
@@ -162,7 +162,7 @@ func benchCollSplit(ctx context.Context, rep *Report, hecctl, hecd string, reps,
 	var sum, share []float64
 	for r := range reps {
 		progress(s, "split across rate-limited rails, repetition %d of %d", r+1, reps)
-		rows, err := collBenchRows(ctx, hecctl, hecd, "--net", "netns", "--world", "2", "--rail", "host,dpu,auto",
+		rows, err := collBenchRows(ctx, hecctl, hecd, "--net", "netns", "--world", "2", "--rails", "host,dpu,auto",
 			"--host-rate", "200mbit", "--dpu-rate", "400mbit", "--sizes", "16M", "--iters", strconv.Itoa(iters))
 		if err != nil {
 			return err
@@ -208,7 +208,7 @@ const collWarmup = 5
 // runCollBench runs coll bench on loopback, the topology Open MPI's runs
 // here have.
 func runCollBench(ctx context.Context, hecctl, hecd string, n, iters int, rails string, sizes []string) ([]collRow, error) {
-	return collBenchRows(ctx, hecctl, hecd, "--net", "loopback", "--world", strconv.Itoa(n), "--rail", rails,
+	return collBenchRows(ctx, hecctl, hecd, "--net", "loopback", "--world", strconv.Itoa(n), "--rails", rails,
 		"--sizes", strings.Join(sizes, ","), "--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(collWarmup))
 }
 

@@ -67,7 +67,7 @@ func TestCollBenchAgentKilled(t *testing.T) {
 	const victim = 2
 	for round := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rail", "dpu", "--sizes", "4M", "--iters", "100000",
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rails", "dpu", "--sizes", "4M", "--iters", "100000",
 			"--deadline", "3s", "--net", "loopback") // the agents are its own processes: found by their region files
 		var out testutil.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -125,7 +125,7 @@ func TestCollSplitFollowsTheRates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--net", "netns", "--world", "2",
-		"--rail", "host,dpu,auto", "--host-rate", "100mbit", "--dpu-rate", "200mbit", "--sizes", "4M", "--iters", "3")
+		"--rails", "host,dpu,auto", "--host-rate", "100mbit", "--dpu-rate", "200mbit", "--sizes", "4M", "--iters", "3")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -170,6 +170,45 @@ func TestCollSplitFollowsTheRates(t *testing.T) {
 	}
 }
 
+// TestCollAutoRunsSmallOnOneRail: on loopback, where the ranks and the
+// agents share this machine's cores, auto runs an 8-byte allreduce on
+// one rail (the fixed costs decide) — splitting it made it 7.6× slower
+// than the host rail alone — and every row is exact, for either
+// objective (which rail the host-cpu one picks depends on the machine).
+func TestCollAutoRunsSmallOnOneRail(t *testing.T) {
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	for _, objective := range []string{"time", "host-cpu"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--net", "loopback", "--world", "2",
+			"--rails", "auto", "--objective", objective, "--sizes", "8,64K,4M", "--iters", "3")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		cancel()
+		t.Logf("hecctl coll bench --rails auto --objective %s:\n%s%s", objective, out, stderr.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var row struct {
+				Size  int    `json:"size"`
+				Wrong int64  `json:"wrong"`
+				Plan  string `json:"plan"`
+			}
+			if err := json.Unmarshal([]byte(line), &row); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			if row.Wrong != 0 {
+				t.Errorf("%d bytes: %d wrong", row.Size, row.Wrong)
+			}
+			if row.Size == 8 && !strings.HasSuffix(row.Plan, " alone") {
+				t.Errorf("8 bytes ran as %q, want one rail alone", row.Plan)
+			}
+		}
+	}
+}
+
 // findProcess returns the pid of a process whose command line contains
 // s, or 0.
 func findProcess(s string) int {
@@ -198,7 +237,7 @@ func TestCollBenchStopped(t *testing.T) {
 	testutil.Hecd(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--net", "netns", "--world", "2", "--rail", "dpu",
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--net", "netns", "--world", "2", "--rails", "dpu",
 			"--sizes", "4M", "--iters", "100000")
 		var out testutil.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -257,7 +296,7 @@ func TestCollBenchBindsRanks(t *testing.T) {
 	for _, r := range runs {
 		shares := affinity.Shares(all, r.world)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", strconv.Itoa(r.world), "--rail", "dpu", "--sizes", "8",
+		cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", strconv.Itoa(r.world), "--rails", "dpu", "--sizes", "8",
 			"--iters", "1000000", "--net", r.net, "--bind="+strconv.FormatBool(r.bind))
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // it takes its cluster down
 		var out testutil.SyncBuffer

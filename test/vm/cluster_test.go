@@ -98,7 +98,7 @@ func TestCollWithAnArm64Rank(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "-o", "json", "--net", "netns", "--world", "3", "--vm", "1",
-		"--bundle", b, "--hecd", hecd, "--rail", "dpu,host", "--sizes", "8,64K,1M,4M", "--iters", "2", "--deadline", "10s")
+		"--bundle", b, "--hecd", hecd, "--rails", "dpu,host", "--sizes", "8,64K,1M,4M", "--iters", "2", "--deadline", "10s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/rail"
 )
 
 func checksumCmd(a *app) *cobra.Command {
@@ -21,17 +22,14 @@ func checksumCmd(a *app) *cobra.Command {
 		Short: "CRC-32C of FILE computed by the agent (--verify compares in-process; --rails auto splits it with this host)",
 		Args:  wantArgs(1, 1, "one FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch rails {
-			case "dpu":
-				return a.checksum(cmd.Context(), args[0], verify)
-			case "auto":
+			if rails == rail.Auto {
 				return a.checksumRails(cmd.Context(), args[0])
 			}
-			return usageError{fmt.Errorf("--rails %q: want dpu or auto", rails)}
+			return a.checksum(cmd.Context(), args[0], verify)
 		},
 	}
 	cmd.Flags().BoolVar(&verify, "verify", false, "also compute the CRC in-process and compare")
-	cmd.Flags().StringVar(&rails, "rails", "dpu", "dpu: the agent alone; auto: split between this host's CPU and the agent by the planner")
+	railFlag(cmd.Flags(), &rails, rail.DPU, []string{rail.DPU, rail.Auto}, "dpu: the agent alone; auto: split between this host's CPU and the agent by the planner")
 	return uses(cmd, useAgent|useMgmt)
 }
 

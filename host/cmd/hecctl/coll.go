@@ -30,6 +30,7 @@ import (
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/affinity"
+	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/test/cluster"
 )
 
@@ -43,6 +44,7 @@ func collCmd(a *app) *cobra.Command {
 type benchOptions struct {
 	world              int
 	rails              []string
+	objective          string
 	kind, dtype, redop string
 	sizes              []string
 	iters, warmup      int
@@ -93,8 +95,11 @@ with an error naming it: the command then stops them all and says so.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.collBench(cmd.Context(), o) }}
 	f := cmd.Flags()
 	f.IntVar(&o.world, "world", 4, "ranks (1 to 64)")
-	f.StringSliceVar(&o.rails, "rail", []string{"host", "dpu", "auto"}, "rails to run, in order: host, dpu, auto (comma-separated)")
+	railsFlag(f, &o.rails, rail.Choices, rail.Choices, "rails to run, in order: host, dpu, auto (comma-separated)")
+	f.Var(f.Lookup("rails").Value, "rail", "")
+	f.MarkDeprecated("rail", "use --rails")
 	f.StringVar(&o.kind, "op", "allreduce", "collective: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
+	f.StringVar(&o.objective, "objective", "time", "what auto chooses for: time, or host-cpu (the least host CPU within 1.1× of the fastest)")
 	f.StringVar(&o.dtype, "dtype", "float32", "float32, float64, float16, bfloat16, int32, int64, uint8")
 	f.StringVar(&o.redop, "redop", "sum", "sum, prod, min, max, avg")
 	f.StringSliceVar(&o.sizes, "sizes", []string{"8", "64K", "1M", "16M", "64M"}, "sizes in bytes (K, M, G: powers of 1024)")
@@ -116,17 +121,15 @@ func (o *benchOptions) check() error {
 	if o.world < 1 || o.world > 64 {
 		return usageError{fmt.Errorf("--world %d: want 1 to 64", o.world)}
 	}
-	for _, r := range o.rails {
-		if r != "host" && r != "dpu" && r != "auto" {
-			return usageError{fmt.Errorf("--rail %s: want host, dpu or auto", r)}
-		}
+	if _, err := rail.ParseObjective(o.objective); err != nil {
+		return usageError{err}
 	}
 	k, err := coll.ParseKind(o.kind)
 	if err != nil || k == coll.KindBarrier {
 		return usageError{fmt.Errorf("--op %s: want allreduce, reducescatter, allgather, broadcast, reduce or alltoall", o.kind)}
 	}
-	if slices.Contains(o.rails, "auto") && k != coll.KindAllReduce {
-		return usageError{fmt.Errorf("--rail auto splits allreduce only")}
+	if slices.Contains(o.rails, rail.Auto) && k != coll.KindAllReduce {
+		return usageError{fmt.Errorf("--rails auto splits allreduce only")}
 	}
 	if _, err := coll.ParseDType(o.dtype); err != nil {
 		return usageError{err}
@@ -251,7 +254,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		return err
 	}
 	sizes, _ := parseSizes(o.sizes)
-	needAgents := slices.Contains(o.rails, "dpu") || slices.Contains(o.rails, "auto")
+	needAgents := slices.Contains(o.rails, rail.DPU) || slices.Contains(o.rails, rail.Auto)
 	dir, err := os.MkdirTemp("", "hec-coll-")
 	if err != nil {
 		return err
@@ -389,7 +392,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	for r := range o.world {
 		pl := places[r]
 		argv := append(slices.Clone(pl.prefix), self, "coll", "rank", "--root", root, "--rank", strconv.Itoa(r),
-			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rail", strings.Join(o.rails, ","), "--op", o.kind,
+			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rails", strings.Join(o.rails, ","), "--objective", o.objective, "--op", o.kind,
 			"--dtype", o.dtype, "--redop", o.redop, "--sizes", strings.Join(o.sizes, ","), "--iters", strconv.Itoa(o.iters),
 			"--warmup", strconv.Itoa(o.warmup), "--deadline", o.deadline.String())
 		if needAgents {
@@ -421,7 +424,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		}
 		fmt.Fprintf(a.out, "# %s of %s (%s) among %d ranks %s (%s), rails %s; %d iterations per size; float sums in %s\n",
 			o.kind, o.dtype, o.redop, o.world, where, bound, strings.Join(o.rails, ", "), o.iters, coll.SumKernel())
-		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "host-share")
+		fmt.Fprintf(a.out, benchRow, "rail", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wrong", "host-cpu(ms)", "auto's plan")
 	}
 	var rows []rankResult
 	failed := make(chan *benchProc, len(procs))
@@ -449,13 +452,9 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 			json.NewEncoder(a.out).Encode(res)
 			return
 		}
-		share := ""
-		if res.Rail == "auto" {
-			share = fmt.Sprintf("%.0f%%", 100*res.HostFrac)
-		}
 		fmt.Fprintf(a.out, benchRow, res.Rail, strconv.Itoa(res.Size), strconv.Itoa(res.Count), res.Type, res.Redop,
 			fmt.Sprintf("%.1f", res.TimeUS), fmt.Sprintf("%.3f", res.AlgBW), fmt.Sprintf("%.3f", res.BusBW),
-			strconv.FormatInt(res.Wrong, 10), fmt.Sprintf("%.3f", res.HostCPU), share)
+			strconv.FormatInt(res.Wrong, 10), fmt.Sprintf("%.3f", res.HostCPU), res.Plan)
 	}
 loop:
 	for {
@@ -532,7 +531,7 @@ func waitAgents(ctx context.Context, agents []*benchProc, step time.Duration, re
 }
 
 // benchRow is a row of the table, in nccl-tests' order.
-const benchRow = "%5s %10s %9s %8s %5s %11s %11s %11s %6s %12s %10s\n"
+const benchRow = "%5s %10s %9s %8s %5s %11s %11s %11s %6s %12s  %s\n"
 
 // benchFailure says what failed: the first process that exited with an
 // error, and what every rank said (each names the rank it lost), one line

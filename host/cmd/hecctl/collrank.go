@@ -18,6 +18,7 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -28,6 +29,7 @@ type rankOptions struct {
 	listen, tokenFile    string
 	rank, world          int
 	rails                []string
+	objective            string
 	kind                 string
 	dtype, redop         string
 	sizes                []string
@@ -48,6 +50,7 @@ type rankResult struct {
 	Wrong    int64   `json:"wrong"`
 	HostCPU  float64 `json:"host_cpu_ms"` // host CPU per collective, mean over the ranks
 	HostFrac float64 `json:"host_fraction,omitempty"`
+	Plan     string  `json:"plan,omitempty"` // auto: where the planner ran it, in words
 }
 
 func collRankCmd() *cobra.Command {
@@ -70,8 +73,9 @@ func collRankCmd() *cobra.Command {
 	f.StringVar(&o.keyFile, "key-file", "", "the group's key")
 	f.IntVar(&o.rank, "rank", 0, "")
 	f.IntVar(&o.world, "world", 0, "")
-	f.StringSliceVar(&o.rails, "rail", nil, "")
+	railsFlag(f, &o.rails, nil, rail.Choices, "")
 	f.StringVar(&o.kind, "op", "allreduce", "")
+	f.StringVar(&o.objective, "objective", "time", "")
 	f.StringVar(&o.dtype, "dtype", "float32", "")
 	f.StringVar(&o.redop, "redop", "sum", "")
 	f.StringSliceVar(&o.sizes, "sizes", nil, "")
@@ -143,18 +147,23 @@ func runRank(ctx context.Context, o rankOptions) error {
 			return err
 		}
 		b.multi = host.NewMultiRail(b.g.Comm, b.dpu)
+		if b.multi.Objective, err = rail.ParseObjective(o.objective); err != nil {
+			return err
+		}
 	}
 	sizes, err := parseSizes(o.sizes)
 	if err != nil {
 		return err
 	}
-	for _, r := range o.rails {
-		if r == "auto" {
-			if err := b.calibrate(ctx, sizes); err != nil {
-				return fmt.Errorf("calibrating the rails: %w", err)
-			}
+	if slices.Contains(o.rails, rail.Auto) {
+		if err := b.calibrate(ctx, sizes); err != nil {
+			return fmt.Errorf("calibrating the rails: %w", err)
 		}
-		for _, size := range sizes {
+	}
+	// Each size on every rail in turn: what the machine does meanwhile
+	// weighs on the rails compared alike.
+	for _, size := range sizes {
+		for _, r := range o.rails {
 			res, err := b.measure(ctx, r, size)
 			if err != nil {
 				return fmt.Errorf("%s rail, %v of %d bytes: %w", r, b.kind, size, err)
@@ -201,7 +210,7 @@ func dialAgent(ctx context.Context, target string, opts ...host.Option) (*host.C
 // in place) and they fit, else ordinary memory; free returns them.
 func (b *rankBench) buffers(r string, size int) (send, recv []byte, free func()) {
 	sn, rn := b.kind.Sizes(size, b.o.world)
-	if r != "host" && b.cl != nil && sn+rn+(1<<20) <= b.cl.WindowSize() {
+	if r != rail.Host && b.cl != nil && sn+rn+(1<<20) <= b.cl.WindowSize() {
 		s, err1 := b.cl.Alloc(max(sn, 64))
 		q, err2 := b.cl.Alloc(max(rn, 64))
 		if err1 == nil && err2 == nil {
@@ -220,9 +229,9 @@ func (b *rankBench) buffers(r string, size int) (send, recv []byte, free func())
 // run runs one collective on rail r; auto splits it between the rails.
 func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error {
 	switch r {
-	case "host":
+	case rail.Host:
 		return b.g.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
-	case "dpu":
+	case rail.DPU:
 		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
 	}
 	return b.multi.AllReduce(ctx, send, recv, b.dt, b.op)
@@ -236,19 +245,24 @@ func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error 
 // which then polls every 20 µs through the call (a third of the rank's
 // CPU per 1 MiB allreduce, on this bench's two-vCPU machine).
 func (b *rankBench) barrier(ctx context.Context, r string) error {
-	if r == "dpu" {
+	if r == rail.DPU {
 		return b.dpu.Run(ctx, coll.KindBarrier, nil, nil, b.dt, b.op, 0)
 	}
 	return b.g.Barrier(ctx)
 }
 
-// calibrate has the split planned from each rail's times (host.MultiRail).
+// calibrate has the planner's table made from each rail's times and
+// tuned for each size (host.MultiRail), as a job's first collectives tune
+// it: the timed iterations run what was learnt (each row says what, in
+// its plan).
 func (b *rankBench) calibrate(ctx context.Context, sizes []int) error {
 	if b.kind != coll.KindAllReduce {
-		return fmt.Errorf("--rail auto splits allreduce only")
+		return fmt.Errorf("--rails auto splits allreduce only")
 	}
-	_, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1]))
-	return err
+	if _, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1])); err != nil {
+		return err
+	}
+	return b.multi.Tune(ctx, sizes...)
 }
 
 func (b *rankBench) maxOver(ctx context.Context, v float64) (float64, error) {
@@ -321,8 +335,14 @@ func (b *rankBench) measure(ctx context.Context, r string, size int) (rankResult
 		res.AlgBW = float64(size) / tmax / 1e9
 		res.BusBW = res.AlgBW * b.kind.BusFactor(n)
 	}
-	if r == "auto" {
-		res.HostFrac = b.multi.HostShare()
+	if r == rail.Auto {
+		p := b.multi.Plan(size)
+		res.Plan = rail.Words(p)
+		for _, s := range p.Shares {
+			if s.Rail == rail.Host {
+				res.HostFrac = float64(s.Bytes) / float64(size)
+			}
+		}
 	}
 	return res, nil
 }

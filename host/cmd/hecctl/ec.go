@@ -13,6 +13,7 @@ import (
 
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/shared/rail"
 )
 
 func ecCmd(a *app) *cobra.Command {
@@ -33,7 +34,7 @@ func (f *ecFlags) register(cmd *cobra.Command, shape bool) {
 		cmd.Flags().IntVar(&f.k, "data", 10, "data shards (k)")
 		cmd.Flags().IntVar(&f.m, "parity", 4, "parity shards (m); k+m at most 256")
 	}
-	cmd.Flags().StringVar(&f.rails, "rails", host.RailsAuto, "where coding runs: host (this process), dpu (the agent) or auto (split by columns so both finish together)")
+	railFlag(cmd.Flags(), &f.rails, rail.Auto, rail.Choices, "where coding runs: host (this process), dpu (the agent) or auto (split by columns so both finish together)")
 }
 
 // coder returns the EC of the flags' rails: this process alone for host,
