@@ -29,10 +29,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op
 			copyIfOther(recv, send)
 			src = nil
 		}
-		if c.Choose(len(recv)) == Tree {
-			return c.allReduceRD(ctx, recv, src, dt, op)
-		}
-		return c.allReduceRing(ctx, recv, src, dt, op)
+		return c.runChosen(ctx, KindAllReduce, recv, src, dt, op, 0)
 	})
 }
 
@@ -245,10 +242,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf []byte, dt DType, root int) er
 		if err := c.calibrate(ctx); err != nil {
 			return err
 		}
-		if c.Choose(len(buf)) == Tree {
-			return c.bcastTree(ctx, buf, root)
-		}
-		return c.bcastChain(ctx, buf, root)
+		return c.runChosen(ctx, KindBroadcast, buf, nil, dt, 0, root)
 	})
 }
 
@@ -309,19 +303,10 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, r
 			return err
 		}
 		work := c.scratchOf(len(send))
-		if c.size == 1 || c.Choose(len(send)) == Tree {
+		if c.size == 1 {
 			copy(work, send)
-		}
-		if c.size > 1 {
-			var err error
-			if c.Choose(len(send)) == Tree {
-				err = c.reduceTree(ctx, work, dt, op, root)
-			} else {
-				err = c.reduceRing(ctx, work, send, dt, op, root)
-			}
-			if err != nil {
-				return err
-			}
+		} else if err := c.runChosen(ctx, KindReduce, work, send, dt, op, root); err != nil {
+			return err
 		}
 		if c.rank == root {
 			copy(recv, work)

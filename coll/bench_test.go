@@ -29,7 +29,7 @@ func BenchmarkReduce(b *testing.B) {
 // in one process.
 func BenchmarkAllReduceLocal(b *testing.B) {
 	for _, size := range []int{4 << 10, 1 << 20, 16 << 20} {
-		for _, alg := range []Algorithm{Ring, Tree} {
+		for _, alg := range []Algorithm{Ring, Tree, HalvingDoubling} {
 			b.Run(fmt.Sprintf("%v/%dKiB", alg, size>>10), func(b *testing.B) {
 				ts := Local(4)
 				cs := make([]*Comm, 4)

@@ -212,7 +212,7 @@ func counts(n int) []int {
 
 func TestAllReduce(t *testing.T) {
 	for n := 1; n <= 8; n++ {
-		for _, alg := range []Algorithm{Ring, Tree} {
+		for _, alg := range []Algorithm{Ring, Tree, HalvingDoubling} {
 			for _, dt := range DTypes {
 				for _, op := range Ops {
 					for _, count := range counts(n) {
@@ -350,7 +350,7 @@ func TestReduceScatterAllGatherAllToAll(t *testing.T) {
 
 func TestBroadcastReduceBarrier(t *testing.T) {
 	for n := 1; n <= 8; n++ {
-		for _, alg := range []Algorithm{Ring, Tree} {
+		for _, alg := range []Algorithm{Ring, Tree, HalvingDoubling} {
 			for _, dt := range []DType{Float64, BFloat16, Int32, Uint8} {
 				for _, count := range counts(n) {
 					root := (n - 1) / 2

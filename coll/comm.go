@@ -13,9 +13,10 @@ import (
 type Algorithm uint8
 
 const (
-	// Auto picks per call from the α–β model of the links (Config.Alpha,
-	// Config.Rate): the ring for large buffers, recursive doubling or a
-	// binomial tree for small ones.
+	// Auto picks per call the cheapest of the collective's algorithms
+	// (rows.go) under the model of the links (Config.Alpha, Rate,
+	// ReduceRate): the ring for large buffers, recursive doubling or a
+	// binomial tree for small ones, halving-doubling between.
 	Auto Algorithm = iota
 	// Ring: bandwidth-optimal. AllReduce is a reduce-scatter then an
 	// allgather around the ring (2(n−1)/n of the buffer over each link);
@@ -24,28 +25,33 @@ const (
 	// Tree: latency-optimal, log2(n) steps. AllReduce is recursive
 	// doubling; Broadcast and Reduce binomial trees.
 	Tree
+	// HalvingDoubling: AllReduce as a reduce-scatter by recursive halving
+	// and an allgather by recursive doubling — the ring's bytes in
+	// 2 log2(n) messages. Other collectives forced to it run Auto's pick.
+	HalvingDoubling
+	maxAlgorithm = HalvingDoubling
 )
 
+var algorithmNames = [...]string{Auto: "auto", Ring: "ring", Tree: "tree", HalvingDoubling: "halving-doubling"}
+
 func (a Algorithm) String() string {
-	switch a {
-	case Auto:
-		return "auto"
-	case Ring:
-		return "ring"
-	case Tree:
-		return "tree"
+	if a <= maxAlgorithm {
+		return algorithmNames[a]
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm reads auto, ring or tree.
+// Valid reports whether a is a known algorithm (Auto included).
+func (a Algorithm) Valid() bool { return a <= maxAlgorithm }
+
+// ParseAlgorithm reads auto, ring, tree or halving-doubling.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := Auto; a <= Tree; a++ {
+	for a := Auto; a <= maxAlgorithm; a++ {
 		if s == a.String() {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("coll: unknown algorithm %q (auto, ring, tree)", s)
+	return 0, fmt.Errorf("coll: unknown algorithm %q (auto, ring, tree, halving-doubling)", s)
 }
 
 // Config tunes a communicator. Zero values take the defaults.
@@ -61,6 +67,16 @@ type Config struct {
 	// are used as they are.
 	Alpha time.Duration
 	Rate  float64
+	// ReduceRate is how fast a rank reduces, in bytes per second (0: the
+	// model counts reductions as free). Measured with Alpha and Rate.
+	ReduceRate float64
+	// ModelFile keeps measured models across runs (a JSON file, written
+	// by rank 0), one per Topology: a communicator of a topology it holds
+	// takes rank 0's entry instead of measuring. Empty: measure each time.
+	ModelFile string
+	// Topology names what the model depends on — the nodes and links
+	// the ranks sit on — for ModelFile; the size and chunk are added.
+	Topology string
 	// Algorithm forces an algorithm (default Auto).
 	Algorithm Algorithm
 	// SendTimeout bounds one message's send (default 5 s). Over the

@@ -106,7 +106,7 @@ func TestGroupOverPeers(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5} {
 		gs := openGroup(t, n, Config{Chunk: 16 << 10})
 		for _, count := range []int{1, 3, 100_001} {
-			for _, alg := range []Algorithm{Ring, Tree} {
+			for _, alg := range []Algorithm{Ring, Tree, HalvingDoubling} {
 				for _, g := range gs {
 					g.cfg.Algorithm = alg
 				}
@@ -141,7 +141,7 @@ func TestCollectivesOverPeers(t *testing.T) {
 		return ts
 	}
 	for _, n := range []int{2, 3, 4} {
-		for _, alg := range []Algorithm{Ring, Tree} {
+		for _, alg := range []Algorithm{Ring, Tree, HalvingDoubling} {
 			for _, dt := range []DType{Float32, Float64, BFloat16, Int32} {
 				for _, op := range []Op{Sum, Max} {
 					for _, count := range []int{1, 7, 1001, 100_003} {

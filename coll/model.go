@@ -4,69 +4,32 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/hecsys/hec/shared/rail"
 )
 
-// The α–β model that picks an algorithm (Choose) starts from
-// Config.Alpha and Config.Rate. Unless those are given, or an algorithm
-// is forced, a communicator measures its own links at its first
-// collective that chooses (AllReduce, Broadcast, Reduce): allreduces of
-// calibBytes by the ring and by recursive doubling, calibRuns of each in
-// turn after one untimed of each, and fits α and the rate to the slowest
-// rank's median times. Every rank fits the same numbers, so every rank
-// chooses alike. On the two-vCPU machine this was written on, four ranks
-// with an agent each measured α at 0.16 ms, three times the default:
-// recursive doubling, which the measured model picks for a 1 MiB
+// The model that picks an algorithm (Choose: each algorithm a row of
+// rows.go, with its cost in messages, bytes and bytes reduced) starts from
+// Config.Alpha, Rate and ReduceRate. Unless those are given, or an
+// algorithm is forced, a communicator measures its own links at its first
+// collective that chooses (AllReduce, Broadcast, Reduce): allreduces by
+// every allreduce row at calibSizes, calibRuns of each in turn after one
+// untimed of each, and fits α, the rate and the reduce rate to the
+// slowest rank's median times by least squares (relative errors: the
+// times span orders of magnitude). Every rank fits the same numbers, so
+// every rank chooses alike. With Config.ModelFile, rank 0 keeps the fit
+// per topology and a later communicator of the same topology takes it
+// without measuring. On the two-vCPU machine this was written on, four
+// ranks with an agent each measured α at 0.16 ms, three times the
+// default: recursive doubling, which the measured model picks for a 1 MiB
 // allreduce, took 1.8-2.0 ms where the ring, which the defaults picked,
 // took 2.0-2.4 ms (six alternations).
-const (
-	calibBytes = 256 << 10
-	calibRuns  = 5
-)
+const calibRuns = 5
 
-// ringTime and treeTime are the model's times for an allreduce of n bytes.
-func (c *Comm) ringTime(n int) float64 {
-	a, b := c.ringCoeffs(n)
-	return a*c.cfg.Alpha.Seconds() + b/c.cfg.Rate
-}
-
-func (c *Comm) treeTime(n int) float64 {
-	a, b := c.treeCoeffs(n)
-	return a*c.cfg.Alpha.Seconds() + b/c.cfg.Rate
-}
-
-// ringCoeffs are the ring's messages in sequence (α's factor) and bytes
-// over each link (the rate's divisor) for an allreduce of n bytes: 2(p−1)
-// steps, plus the pipeline's fill where a segment is several chunks.
-func (c *Comm) ringCoeffs(n int) (msgs, bytes float64) {
-	p := float64(c.size)
-	chunks := max(1, float64(n)/p/float64(c.cfg.Chunk))
-	return 2*(p-1) + chunks - 1, 2 * (p - 1) / p * float64(n)
-}
-
-// treeCoeffs are recursive doubling's: log2 p steps of the whole buffer,
-// two more where p is not a power of two.
-func (c *Comm) treeCoeffs(n int) (msgs, bytes float64) {
-	steps := float64(bits.Len(uint(c.size - 1)))
-	if c.size&(c.size-1) != 0 {
-		steps += 2
-	}
-	return steps, steps * float64(n)
-}
-
-// Choose returns the algorithm an allreduce of n bytes uses.
-func (c *Comm) Choose(n int) Algorithm {
-	if c.cfg.Algorithm != Auto {
-		return c.cfg.Algorithm
-	}
-	if c.treeTime(n) < c.ringTime(n) {
-		return Tree
-	}
-	return Ring
-}
+// calibSizes are the allreduce sizes the calibration measures: one where
+// the messages' fixed cost weighs, one where the bytes do.
+var calibSizes = [...]int{4 << 10, 256 << 10}
 
 // Model returns the α and rate (bytes per second) Choose uses: the
 // configured ones, or what the communicator measured (calibrate).
@@ -76,79 +39,164 @@ func (c *Comm) Model() (alpha time.Duration, rate float64) {
 	return c.cfg.Alpha, c.cfg.Rate
 }
 
+// ReduceRate is the reduce rate Choose uses (0: reductions free).
+func (c *Comm) ReduceRate() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.ReduceRate
+}
+
+// point is one measured time of an algorithm's collective, in the model's
+// terms.
+type point struct {
+	t       terms
+	seconds float64
+}
+
 // calibrate measures the model on the communicator's first collective
-// that chooses an algorithm (with c.mu held, inside run). Its
-// allreduces are numbered as collectives of their own, and so is the
-// caller's after them: every rank numbers alike.
+// that chooses an algorithm (with c.mu held, inside run), or takes rank
+// 0's from the model file. Its collectives are numbered as collectives of
+// their own, and so is the caller's after them: every rank numbers alike.
 func (c *Comm) calibrate(ctx context.Context) error {
 	if c.calibrated {
 		return nil
 	}
 	c.calibrated = true
-	buf := make([]byte, calibBytes)
-	var ring, tree []float64
+	if ok, err := c.loadModel(ctx); err != nil || ok {
+		return err
+	}
+	var algs []*row
+	for i := range rows {
+		if rows[i].kind == KindAllReduce {
+			algs = append(algs, &rows[i])
+		}
+	}
+	buf := make([]byte, calibSizes[len(calibSizes)-1])
+	times := make([][]float64, len(algs)*len(calibSizes))
 	for i := -1; i < calibRuns; i++ {
-		for _, alg := range [2]Algorithm{Ring, Tree} {
+		for j := range algs {
 			if i%2 != 0 {
-				alg = Ring + Tree - alg // the other first, every other round
+				j = len(algs) - 1 - j // the other order every other round
 			}
-			c.nextSeq()
-			t0 := time.Now()
-			var err error
-			if alg == Tree {
-				err = c.allReduceRD(ctx, buf, nil, Float32, Sum)
-			} else {
-				err = c.allReduceRing(ctx, buf, nil, Float32, Sum)
-			}
-			if err != nil {
-				return err
-			}
-			if i < 0 {
-				continue
-			}
-			if d := time.Since(t0).Seconds(); alg == Tree {
-				tree = append(tree, d)
-			} else {
-				ring = append(ring, d)
+			for k, n := range calibSizes {
+				c.nextSeq()
+				t0 := time.Now()
+				if err := algs[j].run(c, ctx, buf[:n], nil, Float32, Sum, 0); err != nil {
+					return err
+				}
+				if i >= 0 {
+					times[j*len(calibSizes)+k] = append(times[j*len(calibSizes)+k], time.Since(t0).Seconds())
+				}
 			}
 		}
 	}
-	// The slowest rank's: what every collective waits for, and the same
-	// numbers on every rank.
-	agreed := make([]byte, 16)
-	binary.LittleEndian.PutUint64(agreed, math.Float64bits(rail.Median(ring)))
-	binary.LittleEndian.PutUint64(agreed[8:], math.Float64bits(rail.Median(tree)))
+	// The slowest rank's medians: what every collective waits for, and
+	// the same numbers on every rank.
+	agreed := make([]byte, 8*len(times))
+	for i, ts := range times {
+		binary.LittleEndian.PutUint64(agreed[8*i:], math.Float64bits(rail.Median(ts)))
+	}
 	c.nextSeq()
 	if err := c.allReduceRD(ctx, agreed, nil, Float64, Max); err != nil {
 		return err
 	}
 	c.nextSeq()
-	tr := math.Float64frombits(binary.LittleEndian.Uint64(agreed))
-	tt := math.Float64frombits(binary.LittleEndian.Uint64(agreed[8:]))
-	if alpha, rate, ok := c.fit(calibBytes, tr, tt); ok {
-		c.cfg.Alpha, c.cfg.Rate = alpha, rate
+	pts := make([]point, 0, len(times))
+	for j, a := range algs {
+		for k, n := range calibSizes {
+			pts = append(pts, point{a.cost(c, n), math.Float64frombits(binary.LittleEndian.Uint64(agreed[8*(j*len(calibSizes)+k):]))})
+		}
+	}
+	if alpha, rate, reduce, ok := fit(pts); ok {
+		c.cfg.Alpha, c.cfg.Rate, c.cfg.ReduceRate = alpha, rate, reduce
+		if c.rank == 0 {
+			c.saveModel()
+		}
 	}
 	return nil
 }
 
-// fit solves the model for α and the rate from an allreduce of n bytes
-// that took ring seconds by the ring and tree by recursive doubling; ok
-// is false where the times admit no model with a positive rate (the
-// defaults then stay). A negative α, from noise, is taken as none.
-func (c *Comm) fit(n int, ring, tree float64) (alpha time.Duration, rate float64, ok bool) {
-	a1, b1 := c.ringCoeffs(n)
-	a2, b2 := c.treeCoeffs(n)
-	det := a1*b2 - a2*b1
-	if det == 0 || !(ring > 0) || !(tree > 0) {
-		return 0, 0, false
+// fit solves for α, the rate and the reduce rate that best explain the
+// points (least squares of the relative errors); ok is false where the
+// points admit no model with a positive rate (the defaults then stay).
+// A parameter that comes out negative — noise, or a term the points
+// cannot tell from another — is left out and the rest fitted again:
+// first the reductions (reduceRate 0: free), then α (taken as 1 ns).
+func fit(pts []point) (alpha time.Duration, rate, reduceRate float64, ok bool) {
+	for _, use := range [][3]bool{{true, true, true}, {true, true, false}, {false, true, false}} {
+		x, solved := leastSquares(pts, use)
+		if !solved || x[0] < 0 || !(x[1] > 0) || x[2] < 0 || math.IsInf(x[1], 0) {
+			continue
+		}
+		if x[2] > 1e-15 { // below a femtosecond a byte: free, as the points see it
+			reduceRate = 1 / x[2]
+		}
+		return max(time.Duration(math.Round(x[0]*float64(time.Second))), time.Nanosecond), 1 / x[1], reduceRate, true
 	}
-	al := (ring*b2 - tree*b1) / det
-	inv := (a1*tree - a2*ring) / det // seconds per byte
-	if al < 0 {
-		al, inv = 0, tree/b2
+	return 0, 0, 0, false
+}
+
+// leastSquares minimises Σ ((t − m·x0 − b·x1 − r·x2) / t)² over the
+// parameters marked in use (the others 0), by the normal equations.
+func leastSquares(pts []point, use [3]bool) (x [3]float64, ok bool) {
+	var idx []int
+	for i, u := range use {
+		if u {
+			idx = append(idx, i)
+		}
 	}
-	if !(inv > 0) || math.IsInf(inv, 0) {
-		return 0, 0, false
+	k := len(idx)
+	// Each term scaled by its largest value: messages count in ones,
+	// bytes in millions, and the equations are solved in like units.
+	var scale [3]float64
+	for _, p := range pts {
+		scale[0] = max(scale[0], p.t.msgs)
+		scale[1] = max(scale[1], p.t.bytes)
+		scale[2] = max(scale[2], p.t.reduced)
 	}
-	return max(time.Duration(math.Round(al*float64(time.Second))), time.Nanosecond), 1 / inv, true
+	for _, i := range idx {
+		if scale[i] == 0 {
+			return x, false
+		}
+	}
+	var a [3][4]float64 // the augmented normal equations
+	for _, p := range pts {
+		if !(p.seconds > 0) || math.IsInf(p.seconds, 0) {
+			return x, false
+		}
+		w := 1 / (p.seconds * p.seconds)
+		f := [3]float64{p.t.msgs / scale[0], p.t.bytes / scale[1], p.t.reduced / scale[2]}
+		for i := 0; i < k; i++ {
+			for j := 0; j < k; j++ {
+				a[i][j] += w * f[idx[i]] * f[idx[j]]
+			}
+			a[i][k] += w * f[idx[i]] * p.seconds
+		}
+	}
+	// Gaussian elimination with partial pivoting.
+	for col := 0; col < k; col++ {
+		piv := col
+		for r := col + 1; r < k; r++ {
+			if math.Abs(a[r][col]) > math.Abs(a[piv][col]) {
+				piv = r
+			}
+		}
+		if math.Abs(a[piv][col]) < 1e-300 {
+			return x, false
+		}
+		a[col], a[piv] = a[piv], a[col]
+		for r := 0; r < k; r++ {
+			if r == col {
+				continue
+			}
+			f := a[r][col] / a[col][col]
+			for cc := col; cc <= k; cc++ {
+				a[r][cc] -= f * a[col][cc]
+			}
+		}
+	}
+	for i := 0; i < k; i++ {
+		x[idx[i]] = a[i][k] / a[i][i] / scale[idx[i]]
+	}
+	return x, true
 }

@@ -5,28 +5,45 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
 	"time"
 )
 
-// TestFitRecoversTheModel: times made by the model from a known α and
-// rate give them back, for every communicator size.
+// modelPoints are the calibration's points as the model gives them for
+// a communicator of p ranks: every allreduce row at every calibSizes.
+func modelPoints(c *Comm) []point {
+	var pts []point
+	for i := range rows {
+		if rows[i].kind == KindAllReduce {
+			for _, n := range calibSizes {
+				t := rows[i].cost(c, n)
+				pts = append(pts, point{t, c.seconds(t)})
+			}
+		}
+	}
+	return pts
+}
+
+// TestFitRecoversTheModel: times made by the model from a known α, rate
+// and reduce rate give them back, for every communicator size, by least
+// squares over every allreduce row.
 func TestFitRecoversTheModel(t *testing.T) {
 	for p := 2; p <= 8; p++ {
 		for _, tt := range []struct {
-			alpha time.Duration
-			rate  float64
+			alpha        time.Duration
+			rate, reduce float64
 		}{
-			{200 * time.Microsecond, 1.4e9},
-			{5 * time.Microsecond, 12e9},
-			{2 * time.Millisecond, 25e6}, // a slow link
+			{200 * time.Microsecond, 1.4e9, 4e9},
+			{5 * time.Microsecond, 12e9, 2e9}, // reductions slower than the link
+			{2 * time.Millisecond, 25e6, 0},   // a slow link, reductions free
 		} {
-			t.Run(fmt.Sprintf("p%d/%v/%g", p, tt.alpha, tt.rate), func(t *testing.T) {
-				c := &Comm{size: p, cfg: Config{Chunk: 512 << 10, Alpha: tt.alpha, Rate: tt.rate}}
-				ring, tree := c.ringTime(calibBytes), c.treeTime(calibBytes)
-				alpha, rate, ok := c.fit(calibBytes, ring, tree)
-				if !ok || math.Abs(float64(alpha-tt.alpha)) > float64(tt.alpha)*1e-6 || math.Abs(rate-tt.rate) > tt.rate*1e-6 {
-					t.Fatalf("fit(%v, %v) = %v, %g, %v; want %v, %g", ring, tree, alpha, rate, ok, tt.alpha, tt.rate)
+			t.Run(fmt.Sprintf("p%d/%v/%g/%g", p, tt.alpha, tt.rate, tt.reduce), func(t *testing.T) {
+				c := &Comm{size: p, cfg: Config{Chunk: 512 << 10, Alpha: tt.alpha, Rate: tt.rate, ReduceRate: tt.reduce}}
+				alpha, rate, reduce, ok := fit(modelPoints(c))
+				near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-6*want }
+				if !ok || !near(float64(alpha), float64(tt.alpha)) || !near(rate, tt.rate) || !near(reduce, tt.reduce) {
+					t.Fatalf("fit = %v, %g, %g, %v; want %v, %g, %g", alpha, rate, reduce, ok, tt.alpha, tt.rate, tt.reduce)
 				}
 			})
 		}
@@ -34,22 +51,28 @@ func TestFitRecoversTheModel(t *testing.T) {
 }
 
 func TestFitRejectsWhatNoModelGives(t *testing.T) {
-	c := &Comm{size: 4, cfg: Config{Chunk: 512 << 10}}
+	c := &Comm{size: 4, cfg: Config{Chunk: 512 << 10, Alpha: 100 * time.Microsecond, Rate: 1e9}}
+	good := modelPoints(c)
+	scaled := func(f func(i int, p point) float64) []point {
+		out := append([]point(nil), good...)
+		for i := range out {
+			out[i].seconds = f(i, out[i])
+		}
+		return out
+	}
 	for _, tt := range []struct {
-		name       string
-		ring, tree float64
-		ok         bool
+		name string
+		pts  []point
+		ok   bool
 	}{
-		{"zero times", 0, 0, false},
-		{"NaN", math.NaN(), 1e-3, false},
-		{"ring over 3× tree (p = 4: more than latency alone explains)", 10e-3, 1e-3, false},
-		{"ring 2.5× tree: mostly latency", 2.5e-3, 1e-3, true},
-		{"tree far slower: α would be negative, taken as none", 1e-3, 10e-3, true},
+		{"zero times", scaled(func(int, point) float64 { return 0 }), false},
+		{"NaN", scaled(func(i int, p point) float64 { return map[bool]float64{true: math.NaN(), false: p.seconds}[i == 0] }), false},
+		{"the model's times, 20 % noise", scaled(func(i int, p point) float64 { return p.seconds * (1 + 0.2*float64(i%3-1)) }), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			alpha, rate, ok := c.fit(calibBytes, tt.ring, tt.tree)
-			if ok != tt.ok || ok && (alpha <= 0 || !(rate > 0) || math.IsInf(rate, 0)) {
-				t.Fatalf("fit = %v, %g, %v; want ok %v with α > 0 and a finite rate > 0", alpha, rate, ok, tt.ok)
+			alpha, rate, reduce, ok := fit(tt.pts)
+			if ok != tt.ok || ok && (alpha <= 0 || !(rate > 0) || math.IsInf(rate, 0) || reduce < 0) {
+				t.Fatalf("fit = %v, %g, %g, %v; want ok %v with α > 0, a finite rate > 0, a reduce rate ≥ 0", alpha, rate, reduce, ok, tt.ok)
 			}
 		})
 	}
@@ -93,7 +116,7 @@ func TestCalibrationChoosesAlike(t *testing.T) {
 				s := &got[c.Rank()]
 				s.alpha, s.rate = c.Model()
 				for _, sz := range sizes {
-					s.picks = append(s.picks, c.Choose(sz))
+					s.picks = append(s.picks, c.Choose(KindAllReduce, sz))
 				}
 				return nil
 			})
@@ -143,5 +166,55 @@ func TestCalibrationChoosesAlike(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestModelFileKeepsTheFit: a communicator that measured its model leaves
+// it in the model file under its topology; the next one of that topology
+// takes it without measuring — every rank, though only rank 0's file has
+// it — and one of another topology measures and adds its own.
+func TestModelFileKeepsTheFit(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "coll-models.json")
+	type model struct {
+		alpha        time.Duration
+		rate, reduce float64
+	}
+	run := func(topology string, file string) []model {
+		got := make([]model, 3)
+		errs := onRanks(t, 3, Config{ModelFile: file, Topology: topology}, func(c *Comm) error {
+			if c.Rank() != 0 {
+				c.cfg.ModelFile = "" // only rank 0's is read
+			}
+			buf := make([]byte, 64)
+			if err := c.AllReduce(context.Background(), buf, buf, Float32, Sum); err != nil {
+				return err
+			}
+			a, r := c.Model()
+			got[c.Rank()] = model{a, r, c.ReduceRate()}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		return got
+	}
+	first := run("nodes 1,2,3", file)
+	stored := readModels(file)
+	if len(stored) != 1 {
+		t.Fatalf("model file holds %d entries after one topology, want 1: %v", len(stored), stored)
+	}
+	for i := range 3 { // the same numbers every time: nothing measured again
+		again := run("nodes 1,2,3", file)
+		for r, m := range again {
+			if m != first[0] {
+				t.Fatalf("run %d, rank %d took %+v, want the stored %+v", i, r, m, first[0])
+			}
+		}
+	}
+	run("nodes 4,5,6", file)
+	if n := len(readModels(file)); n != 2 {
+		t.Fatalf("model file holds %d entries after two topologies, want 2", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,8 @@ const defaultCollStall = time.Minute
 // ranks' agents over the peer layer, reducing in its own memory, and
 // writes the result back.
 type collService struct {
-	ep *coll.Endpoint
+	ep     *coll.Endpoint
+	models string // the communicators' measured models, kept per topology (coll.Config.ModelFile)
 
 	mu    sync.Mutex
 	comms map[uint64]*collComm
@@ -203,6 +205,9 @@ func newCollService() *collService {
 func (s *collService) Name() string { return "coll" }
 
 func (s *collService) Open(_ context.Context, env *Env) error {
+	if env.StateDir != "" {
+		s.models = filepath.Join(env.StateDir, "coll-models.json")
+	}
 	if env.Shared != nil && env.Shared.Peer != nil {
 		s.ep = coll.NewEndpoint(env.Shared.Peer)
 	}
@@ -284,7 +289,7 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		return
 	}
 	alg := coll.Algorithm(spec.Algorithm)
-	if alg > coll.Tree || spec.Chunk > coll.MaxChunk {
+	if !alg.Valid() || spec.Chunk > coll.MaxChunk {
 		failWith(req, resp, wire.StatusBadArg, fmt.Errorf("algorithm %d, chunk %d", spec.Algorithm, spec.Chunk))
 		return
 	}
@@ -308,7 +313,8 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		failWith(req, resp, wire.StatusBadArg, err)
 		return
 	}
-	c, err := coll.New(t, coll.Config{Algorithm: alg, Chunk: int(spec.Chunk)})
+	c, err := coll.New(t, coll.Config{Algorithm: alg, Chunk: int(spec.Chunk),
+		ModelFile: s.models, Topology: fmt.Sprintf("agents %v", spec.Nodes)})
 	if err != nil {
 		t.Close()
 		failWith(req, resp, wire.StatusBadArg, err)
