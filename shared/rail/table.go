@@ -298,31 +298,39 @@ func (t *Table) lastIn(b *band) int {
 func (t *Table) Explain() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rails run at once cost %.2f× their model; objective %v\n", t.cost, t.obj)
-	lo := int64(1)
+	first := 0 // the first band of the run of bands alike
 	for k := 0; k <= maxBand; k++ {
 		if k < maxBand && sameDecision(&t.bands[k], &t.bands[k+1]) {
 			continue
 		}
-		hi := int64(1) << k
-		p := t.bands[k].plan
+		sizes := fmt.Sprintf("(%s, %s]", Bytes(int64(1)<<max(first-1, 0)), Bytes(int64(1)<<k))
+		switch {
+		case first == 0:
+			sizes = "≤ " + Bytes(int64(1)<<k)
+		case k == maxBand:
+			sizes = "> " + Bytes(int64(1)<<(first-1))
+		}
 		what := "nothing to run on"
-		if len(p.Shares) > 0 {
+		if p := t.bands[k].plan; len(p.Shares) > 0 {
 			what = Words(p)
 		}
-		upTo := fmt.Sprintf("≤ %s", Bytes(hi))
-		if k == maxBand {
-			upTo = "larger"
+		// The model's times where the run starts: at the middle of its
+		// first band.
+		at := t.bands[first].plan.Size
+		fmt.Fprintf(&b, "  %s: %s (model at %s:", sizes, what, Bytes(at))
+		for i, r := range t.rails {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s %v", sep, r.Name, r.Time(at).Round(time.Microsecond))
 		}
-		fmt.Fprintf(&b, "  %s … %s: %s", Bytes(lo), upTo, what)
-		for _, r := range t.rails {
-			fmt.Fprintf(&b, "; %s %v", r.Name, r.Time(p.Size).Round(time.Microsecond))
-		}
-		fmt.Fprintf(&b, " (at %s)", Bytes(p.Size))
+		b.WriteString(")")
 		if pin := t.bands[k].pinned; pin != "" {
-			fmt.Fprintf(&b, "; measured: %s", pin)
+			fmt.Fprintf(&b, "; measured at %s: %s", Bytes(t.bands[k].plan.Size), pin)
 		}
 		b.WriteString("\n")
-		lo = hi + 1
+		first = k + 1
 	}
 	return b.String()
 }

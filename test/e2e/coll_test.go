@@ -209,6 +209,26 @@ func TestCollAutoRunsSmallOnOneRail(t *testing.T) {
 	}
 }
 
+// TestRailsPlanSaysWhy: hecctl rails plan runs the size among the ranks
+// and prints auto's table, the band it tuned with each candidate's
+// measured and predicted time.
+func TestRailsPlanSaysWhy(t *testing.T) {
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, hecctl, "rails", "plan", "--net", "loopback", "--world", "2", "--size", "1M").CombinedOutput()
+	t.Logf("hecctl rails plan --size 1M --world 2:\n%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"auto's plan by size", "rails run at once cost", "(512 KiB, 1 MiB]", "measured at 1 MiB: ", "(model at "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in the output", want)
+		}
+	}
+}
+
 // findProcess returns the pid of a process whose command line contains
 // s, or 0.
 func findProcess(s string) int {

@@ -45,6 +45,7 @@ type benchOptions struct {
 	world              int
 	rails              []string
 	objective          string
+	explain            bool
 	kind, dtype, redop string
 	sizes              []string
 	iters, warmup      int
@@ -93,6 +94,12 @@ A rank or agent that dies makes every other rank fail within --deadline
 with an error naming it: the command then stops them all and says so.`,
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.collBench(cmd.Context(), o) }}
+	collBenchFlags(cmd, &o)
+	return uses(cmd, useOutput)
+}
+
+// collBenchFlags defines coll bench's flags on cmd (rails plan's too).
+func collBenchFlags(cmd *cobra.Command, o *benchOptions) {
 	f := cmd.Flags()
 	f.IntVar(&o.world, "world", 4, "ranks (1 to 64)")
 	railsFlag(f, &o.rails, rail.Choices, rail.Choices, "rails to run, in order: host, dpu, auto (comma-separated)")
@@ -100,6 +107,7 @@ with an error naming it: the command then stops them all and says so.`,
 	f.MarkDeprecated("rail", "use --rails")
 	f.StringVar(&o.kind, "op", "allreduce", "collective: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
 	f.StringVar(&o.objective, "objective", "time", "what auto chooses for: time, or host-cpu (the least host CPU within 1.1× of the fastest)")
+	f.BoolVar(&o.explain, "explain", false, "after the rows, print auto's plan for every size band and why (each candidate's predicted and measured time)")
 	f.StringVar(&o.dtype, "dtype", "float32", "float32, float64, float16, bfloat16, int32, int64, uint8")
 	f.StringVar(&o.redop, "redop", "sum", "sum, prod, min, max, avg")
 	f.StringSliceVar(&o.sizes, "sizes", []string{"8", "64K", "1M", "16M", "64M"}, "sizes in bytes (K, M, G: powers of 1024)")
@@ -114,7 +122,6 @@ with an error naming it: the command then stops them all and says so.`,
 	f.IntVar(&o.vms, "vm", 0, "the last N agents are arm64 VMs (netns only; make image first)")
 	f.StringVar(&o.bundle, "bundle", "", "the VMs' image bundle (default .cache/images/qemu)")
 	f.BoolVar(&o.bind, "bind", true, "run each rank's host process and agent on its share of the cores (core i mod cores where the ranks outnumber them)")
-	return uses(cmd, useOutput)
 }
 
 func (o *benchOptions) check() error {
@@ -392,7 +399,7 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 	for r := range o.world {
 		pl := places[r]
 		argv := append(slices.Clone(pl.prefix), self, "coll", "rank", "--root", root, "--rank", strconv.Itoa(r),
-			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rails", strings.Join(o.rails, ","), "--objective", o.objective, "--op", o.kind,
+			"--world", strconv.Itoa(o.world), "--key-file", keyFile, "--rails", strings.Join(o.rails, ","), "--objective", o.objective, "--explain="+strconv.FormatBool(o.explain), "--op", o.kind,
 			"--dtype", o.dtype, "--redop", o.redop, "--sizes", strings.Join(o.sizes, ","), "--iters", strconv.Itoa(o.iters),
 			"--warmup", strconv.Itoa(o.warmup), "--deadline", o.deadline.String())
 		if needAgents {
@@ -446,7 +453,15 @@ func (a *app) collBench(ctx context.Context, o benchOptions) error {
 		}
 		close(allDone)
 	}()
+	var plan string // auto's table, as rank 0 explained it
 	show := func(res rankResult) {
+		if res.Explain != "" {
+			plan = res.Explain
+			if a.jsonOut() {
+				json.NewEncoder(a.out).Encode(res)
+			}
+			return
+		}
 		rows = append(rows, res)
 		if a.jsonOut() {
 			json.NewEncoder(a.out).Encode(res)
@@ -496,6 +511,9 @@ loop:
 		if r.Wrong != 0 {
 			return fmt.Errorf("coll bench: %d wrong elements on the %s rail at %d bytes", r.Wrong, r.Rail, r.Size)
 		}
+	}
+	if plan != "" && !a.jsonOut() {
+		fmt.Fprintf(a.out, "# auto's plan by size (the planner's table after calibrating and tuning):\n%s", plan)
 	}
 	if o.plot != "" {
 		if err := plotBusBW(o, rows); err != nil {

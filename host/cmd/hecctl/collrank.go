@@ -30,6 +30,7 @@ type rankOptions struct {
 	rank, world          int
 	rails                []string
 	objective            string
+	explain              bool
 	kind                 string
 	dtype, redop         string
 	sizes                []string
@@ -51,6 +52,9 @@ type rankResult struct {
 	HostCPU  float64 `json:"host_cpu_ms"` // host CPU per collective, mean over the ranks
 	HostFrac float64 `json:"host_fraction,omitempty"`
 	Plan     string  `json:"plan,omitempty"` // auto: where the planner ran it, in words
+	// Explain, in a row of its own, is auto's table after tuning
+	// (rail.Table.Explain), with --explain.
+	Explain string `json:"explain,omitempty"`
 }
 
 func collRankCmd() *cobra.Command {
@@ -76,6 +80,7 @@ func collRankCmd() *cobra.Command {
 	railsFlag(f, &o.rails, nil, rail.Choices, "")
 	f.StringVar(&o.kind, "op", "allreduce", "")
 	f.StringVar(&o.objective, "objective", "time", "")
+	f.BoolVar(&o.explain, "explain", false, "")
 	f.StringVar(&o.dtype, "dtype", "float32", "")
 	f.StringVar(&o.redop, "redop", "sum", "")
 	f.StringSliceVar(&o.sizes, "sizes", nil, "")
@@ -158,6 +163,9 @@ func runRank(ctx context.Context, o rankOptions) error {
 	if slices.Contains(o.rails, rail.Auto) {
 		if err := b.calibrate(ctx, sizes); err != nil {
 			return fmt.Errorf("calibrating the rails: %w", err)
+		}
+		if o.rank == 0 && o.explain {
+			json.NewEncoder(os.Stdout).Encode(rankResult{Rail: rail.Auto, Explain: b.multi.Table().Explain()})
 		}
 	}
 	// Each size on every rail in turn: what the machine does meanwhile

@@ -79,7 +79,36 @@ func railsCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&recalibrate, "recalibrate", false, "measure the host rail now, not from the cache")
+	cmd.AddCommand(railsPlanCmd(a))
 	return uses(cmd, useAgent|useMgmt|useOutput)
+}
+
+// railsPlanCmd is rails plan: what auto does with an allreduce of a size
+// among N ranks on this machine, and why.
+func railsPlanCmd(a *app) *cobra.Command {
+	var o benchOptions
+	var size string
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "where auto runs an allreduce of --size among --world ranks here, and why: each candidate's predicted and measured time",
+		Long: `plan starts --world ranks as coll bench does (each a host process and an
+agent; as root in network namespaces), has auto calibrate the rails and
+tune the size's band as a job's first allreduces would, runs it three
+times, and prints the row and the planner's table: for every size band
+the plan, the model's time on each rail, and for the band tuned the
+candidates' measured and predicted times.`,
+		Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.sizes, o.rails, o.explain, o.iters = []string{size}, []string{rail.Auto}, true, 3
+			return a.collBench(cmd.Context(), o)
+		}}
+	collBenchFlags(cmd, &o)
+	f := cmd.Flags()
+	f.StringVar(&size, "size", "16M", "the allreduce's size in bytes (K, M, G: powers of 1024)")
+	for _, name := range []string{"rails", "rail", "sizes", "iters", "plot", "explain"} {
+		f.MarkHidden(name) //nolint:errcheck // set by plan
+	}
+	return uses(cmd, useOutput)
 }
 
 // railsReport is what rails prints with -o json.
