@@ -178,6 +178,7 @@ var scenarios = []scenario{
 	{"ec-objects", benchECObjects},
 	{"peers", benchPeers},
 	{"coll", benchColl},
+	{"coll-auto", benchCollAuto},
 	{"torch", benchTorch},
 	{"xdp", benchXDP},
 }
