@@ -33,15 +33,11 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 			return fmt.Errorf("%s not installed (make bench installs openmpi-bin and libopenmpi-dev as root): %w", bin, err)
 		}
 	}
-	dir, hecd, err := scratchHecd("coll")
+	dir, hecd, hecctl, err := collBinaries("coll")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecctl, err := testutil.Build("./host/cmd/hecctl")
-	if err != nil {
-		return err
-	}
 	mpiBin := filepath.Join(dir, "mpi_allreduce")
 	src := filepath.Join(testutil.ModuleRoot(), "test", "bench", "mpi", "allreduce.c")
 	if out, err := exec.Command("mpicc", "-O2", "-o", mpiBin, src).CombinedOutput(); err != nil {
@@ -284,21 +280,16 @@ func runMPI(ctx context.Context, bin string, n, iters int, btl string, sizes []s
 // lost at every size — allreduce of 16 B, 64 KiB, 1 MiB and 16 MiB on the
 // host rail, the DPU rail and auto (calibrated and tuned first, as a job's
 // first collectives tune it), each size on every rail in turn (each
-// repetition in another order); auto's
-// busbw over the better single rail's at each size (bound ≥ 0.95), and
-// the same with --objective host-cpu, whose host CPU per allreduce is
-// reported beside time's.
+// repetition in another order); auto's busbw over the better single
+// rail's at each size (bound ≥ 0.95), and the same with --objective
+// host-cpu, whose host CPU per allreduce is reported beside time's.
 func benchCollAuto(ctx context.Context, rep *Report, quick bool) error {
 	const s = "coll-auto"
-	dir, hecd, err := scratchHecd("coll-auto")
+	dir, hecd, hecctl, err := collBinaries("coll-auto")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	hecctl, err := testutil.Build("./host/cmd/hecctl")
-	if err != nil {
-		return err
-	}
 	// Small sizes take microseconds: many iterations; 16 MiB ten. As
 	// many untimed first: a rail measured right after the DPU rail's
 	// iterations with five untimed ones ran a fifth slower than in
@@ -367,4 +358,18 @@ func benchCollAuto(ctx context.Context, rep *Report, quick bool) error {
 		}
 	}
 	return nil
+}
+
+// collBinaries is a scratch directory with an agent for scenario name
+// (scratchHecd) and the CLI that drives coll bench; the caller removes
+// dir.
+func collBinaries(name string) (dir, hecd, hecctl string, err error) {
+	if dir, hecd, err = scratchHecd(name); err != nil {
+		return "", "", "", err
+	}
+	if hecctl, err = testutil.Build("./host/cmd/hecctl"); err != nil {
+		os.RemoveAll(dir)
+		return "", "", "", err
+	}
+	return dir, hecd, hecctl, nil
 }
