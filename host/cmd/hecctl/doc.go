@@ -56,6 +56,7 @@
 //	qemu status                  whether the VM runs, and how to reach it
 //	qemu up                      boot a VM; prints how to reach every service
 //	rails                        this host's CPUs, NICs, DPUs and GPUs, the agent's platform and DPU profile, and each rail's rates
+//	rails plan                   where auto runs an allreduce of --size among --world ranks here, and why: each candidate's predicted and measured time
 //	status                       the agent's version, generation, services, queue pairs and op counts
 //	version                      hecctl's version
 //
