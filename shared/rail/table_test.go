@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -207,5 +208,74 @@ func TestObjectiveHostCPU(t *testing.T) {
 	}
 	if _, err := ParseObjective("speed"); err == nil {
 		t.Error("ParseObjective(speed): no error")
+	}
+}
+
+// startedShare is a Starter's share in TestExecuteStartsBeforeTheHostShare.
+type startedShare struct {
+	done  *atomic.Bool
+	waits *int
+}
+
+func (s startedShare) Done() bool  { return s.done.Load() }
+func (s startedShare) Wait() error { *s.waits++; return nil }
+
+type startRunner struct {
+	started *bool
+	s       startedShare
+}
+
+func (r startRunner) Run(context.Context, int64, int64) error { return errors.New("Run, not Start") }
+func (r startRunner) Start(context.Context, int64, int64) (Started, error) {
+	*r.started = true
+	return r.s, nil
+}
+
+type pieceRunner struct {
+	started *bool
+	done    *atomic.Bool
+	pieces  *int
+}
+
+func (r pieceRunner) Run(context.Context, int64, int64) error {
+	return errors.New("Run, not RunPieces")
+}
+func (r pieceRunner) RunPieces(_ context.Context, _, _ int64, between func()) error {
+	if !*r.started {
+		return errors.New("the host share ran before the other was started")
+	}
+	for i := range 4 {
+		*r.pieces++
+		if i == 1 {
+			time.Sleep(time.Millisecond)
+			r.done.Store(true) // the started share ends during the second piece
+		}
+		between()
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// TestExecuteStartsBeforeTheHostShare: a Starter's share is started
+// before the host's share runs (on the calling goroutine, in pieces),
+// its end is seen between pieces — so its time is that of the piece it
+// ended in, not the host share's end — and it is waited for once.
+func TestExecuteStartsBeforeTheHostShare(t *testing.T) {
+	p := Plan{Size: 10, Shares: []Share{{Rail: Host, Kind: HostCPU, Bytes: 4}, {Rail: DPU, Kind: DPUCores, Offset: 4, Bytes: 6}}}
+	var started bool
+	var done atomic.Bool
+	var waits, pieces int
+	took, err := Execute(context.Background(), p, Runners{
+		Host: pieceRunner{started: &started, done: &done, pieces: &pieces},
+		DPU:  startRunner{started: &started, s: startedShare{done: &done, waits: &waits}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pieces != 4 || waits != 1 {
+		t.Fatalf("%d pieces, %d waits; want 4 and 1", pieces, waits)
+	}
+	if took[1] <= 0 || took[1] >= took[0] {
+		t.Fatalf("the started share took %v, the host share %v: want it seen ending before the host share", took[1], took[0])
 	}
 }
