@@ -1,9 +1,11 @@
 package host
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/hecsys/hec/shared/crc32c"
@@ -84,74 +86,30 @@ func (c *Client) ChecksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail) (uint32, rail.Plan, []time.Duration, error) {
 	plan := rail.Split(rails, int64(len(b)), 4096)
 	parts := make([]uint32, len(plan.Shares))
-	took := make([]time.Duration, len(plan.Shares))
-	errs := make([]error, len(plan.Shares))
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	hostShare := -1
-	var inWindow []int // agent shares submitted as one op each, awaited below
-	calls := make([]*Call, len(plan.Shares))
-	for i, s := range plan.Shares {
-		part := b[s.Offset : s.Offset+s.Bytes]
-		switch {
-		case s.Rail == RailHost:
-			hostShare = i
-		case s.Rail == RailDPU && c.t.inWindow(part):
-			// Submitted now, waited for after the host share: no goroutine
-			// of ours competes with the host share for its core.
-			call, err := c.Go(ctx, Request{Op: wire.OpChecksum, In: [][]byte{part}})
-			if err != nil {
-				wg.Wait()
-				return 0, plan, nil, err
-			}
-			calls[i] = call
-			inWindow = append(inWindow, i)
-		case s.Rail == RailDPU:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				parts[i], errs[i] = c.Checksum(ctx, part)
-				took[i] = time.Since(t0)
-			}()
-		default:
-			wg.Wait()
-			return 0, plan, nil, fmt.Errorf("host: checksum on rail %q: %w", s.Rail, wire.StatusUnsupported)
-		}
+	at := func(off int64) *uint32 { // the part of the share at off
+		i, _ := slices.BinarySearchFunc(plan.Shares, off, func(s rail.Share, off int64) int { return cmp.Compare(s.Offset, off) })
+		return &parts[i]
 	}
-	if hostShare >= 0 {
-		// In pieces, looking for the agent's completions between them, so
-		// each share's time is known (within a piece) for the model.
-		const piece = 2 << 20
-		s := plan.Shares[hostShare]
-		h := b[s.Offset : s.Offset+s.Bytes]
-		poller, _ := c.t.(interface{ poll() })
-		var crc uint32
-		for off := 0; off < len(h); off += piece {
-			crc = crc32c.Update(crc, h[off:min(off+piece, len(h))])
-			if poller != nil {
-				poller.poll()
-			}
-			for _, i := range inWindow {
-				if took[i] == 0 && calls[i].Done() {
-					took[i] = time.Since(t0)
-				}
-			}
-		}
-		parts[hostShare], took[hostShare] = crc, time.Since(t0)
+	runners := rail.Runners{RailHost: hostChecksum{c: c, b: b, at: at}}
+	if c.t.inWindow(b) {
+		// Submitted before the host share runs and waited for after it:
+		// no goroutine of ours competes with the host share for its core.
+		runners[RailDPU] = agentChecksum{c: c, b: b, at: at}
+	} else {
+		runners[RailDPU] = rail.RunnerFunc(func(ctx context.Context, off, n int64) (err error) {
+			*at(off), err = c.Checksum(ctx, b[off:off+n])
+			return err
+		})
 	}
-	for _, i := range inWindow {
-		r, err := c.Wait(ctx, calls[i])
-		parts[i], errs[i] = uint32(r.Arg0), err
-		if took[i] == 0 {
-			took[i] = time.Since(t0)
-		}
+	took, err := rail.Execute(ctx, plan, runners)
+	if errors.Is(err, rail.ErrNoRunner) {
+		return 0, plan, nil, fmt.Errorf("host: checksum: %w: %w", err, wire.StatusUnsupported)
 	}
-	wg.Wait()
+	if err != nil {
+		return 0, plan, nil, err
+	}
 	var crc uint32
 	for i, s := range plan.Shares {
-		if errs[i] != nil {
-			return 0, plan, nil, errs[i]
-		}
 		if i == 0 {
 			crc = parts[0]
 			continue
@@ -159,6 +117,73 @@ func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 		crc = crc32c.Combine(crc, parts[i], s.Bytes)
 	}
 	return crc, plan, took, nil
+}
+
+// hostChecksum is the host rail's checksum runner: crc32c here, in
+// pieces, looking for the agent's completions between them (rail.Piecewise).
+type hostChecksum struct {
+	c  *Client
+	b  []byte
+	at func(off int64) *uint32
+}
+
+// checksumPiece is how much the host checksums between looks at the
+// agent's completions.
+const checksumPiece = 2 << 20
+
+func (h hostChecksum) Run(ctx context.Context, off, n int64) error {
+	return h.RunPieces(ctx, off, n, func() {})
+}
+
+func (h hostChecksum) RunPieces(_ context.Context, off, n int64, between func()) error {
+	poller, _ := h.c.t.(interface{ poll() })
+	var crc uint32
+	for p := off; p < off+n; p += checksumPiece {
+		crc = crc32c.Update(crc, h.b[p:min(p+checksumPiece, off+n)])
+		if poller != nil {
+			poller.poll()
+		}
+		between()
+	}
+	*h.at(off) = crc
+	return nil
+}
+
+// agentChecksum is the DPU rail's checksum runner for a buffer in the
+// window: one op each share, submitted (rail.Starter) and awaited.
+type agentChecksum struct {
+	c  *Client
+	b  []byte
+	at func(off int64) *uint32
+}
+
+func (a agentChecksum) Run(ctx context.Context, off, n int64) (err error) {
+	*a.at(off), err = a.c.Checksum(ctx, a.b[off:off+n])
+	return err
+}
+
+func (a agentChecksum) Start(ctx context.Context, off, n int64) (rail.Started, error) {
+	call, err := a.c.Go(ctx, Request{Op: wire.OpChecksum, In: [][]byte{a.b[off : off+n]}})
+	if err != nil {
+		return nil, err
+	}
+	return agentCall{ctx: ctx, c: a.c, call: call, dst: a.at(off)}, nil
+}
+
+// agentCall is a submitted checksum share.
+type agentCall struct {
+	ctx  context.Context
+	c    *Client
+	call *Call
+	dst  *uint32
+}
+
+func (a agentCall) Done() bool { return a.call.Done() }
+
+func (a agentCall) Wait() error {
+	r, err := a.c.Wait(a.ctx, a.call)
+	*a.dst = uint32(r.Arg0)
+	return err
 }
 
 // ChecksumModel is a multi-rail checksum whose model learns: each split's
