@@ -32,6 +32,24 @@ func (f FS) ParentPID(pid int) (int, error) {
 	return ppid, nil
 }
 
+// StartTime returns when process pid started, in clock ticks since boot
+// (/proc/PID/stat's starttime): with the pid, it names one process, which
+// a later one given the same pid does not share.
+func (f FS) StartTime(pid int) (uint64, error) {
+	st, err := f.stat(pid)
+	if err != nil {
+		return 0, err
+	}
+	if len(st) < 20 {
+		return 0, fmt.Errorf("sysinfo: /proc/%d/stat: no start time", pid)
+	}
+	t, err := strconv.ParseUint(st[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sysinfo: /proc/%d/stat: start time %q", pid, st[19])
+	}
+	return t, nil
+}
+
 // stat returns the fields of /proc/PID/stat after the command's name,
 // from the state on: at least the state and the parent.
 func (f FS) stat(pid int) ([]string, error) {

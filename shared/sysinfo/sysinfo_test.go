@@ -190,3 +190,27 @@ func TestEndedWhileThreadsRun(t *testing.T) {
 		t.Fatal("ended, and its port still answers")
 	}
 }
+
+// TestStartTimeNamesOneProcess: a child's start time reads the same while
+// it lives, is not this process's, and is gone once it has been reaped.
+func TestStartTimeNamesOneProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no sleep(1):", err)
+	}
+	pid := cmd.Process.Pid
+	a, err := FS{}.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := FS{}.StartTime(pid)
+	self, _ := FS{}.StartTime(os.Getpid())
+	if a != b || a == 0 || a < self {
+		t.Fatalf("start times: child %d then %d, this process %d", a, b, self)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := (FS{}).StartTime(pid); err == nil {
+		t.Fatalf("a reaped child %d still has a start time", pid)
+	}
+}
