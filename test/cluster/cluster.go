@@ -759,6 +759,12 @@ func Down(name, stateDir string, log io.Writer) error {
 	}
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
+	started := map[int]uint64{} // each process's start: a pid taken again is another
+	for _, pid := range pids {
+		if t, err := (sysinfo.FS{}).StartTime(pid); err == nil {
+			started[pid] = t
+		}
+	}
 	// Stop politely, then for good.
 	for _, pid := range pids {
 		unix.Kill(pid, unix.SIGTERM)
@@ -786,6 +792,23 @@ func Down(name, stateDir string, log io.Writer) error {
 		if !left {
 			break
 		}
+	}
+	// And reaped: an ended process stays in the process table (ps and
+	// pgrep list it) until its parent — PID 1 once hecctl cluster up has
+	// returned, which reaps when it will — collects it.
+	unreaped := func() (left []int) {
+		for _, pid := range pids {
+			if t, err := (sysinfo.FS{}).StartTime(pid); err == nil && t == started[pid] {
+				left = append(left, pid)
+			}
+		}
+		return left
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(unreaped()) > 0; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if left := unreaped(); len(left) > 0 {
+		fmt.Fprintf(log, "cluster %s: processes %v ended but their parent has not reaped them\n", name, left)
 	}
 	var errs []error
 	for _, ns := range nss {

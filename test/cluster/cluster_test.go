@@ -190,3 +190,41 @@ func TestClusterEtcdMembership(t *testing.T) {
 	testutil.WaitFor(t, 15*time.Second, "member set", func() bool { return !members()[3] })
 	t.Logf("node 3 killed: gone from node 1's member set after %v", time.Since(t0).Round(100*time.Millisecond))
 }
+
+// TestDownReturnsOnceProcessesAreGone: when Down returns, no process of
+// the cluster is left in the process table — not even as a zombie its
+// parent (PID 1, the agents' parent once hecctl cluster up returned) has
+// yet to reap, which ps and pgrep list as hecd for a second or two after
+// (this machine's PID 1 reaps every 1.2-1.5 s).
+func TestDownReturnsOnceProcessesAreGone(t *testing.T) {
+	bin := hecd(t)
+	const name = "tgone"
+	dir := filepath.Join(t.TempDir(), "state")
+	Down(name, dir, nil)
+	// As a user makes one: hecctl cluster up returns, and the agents are
+	// left to PID 1 (or the nearest subreaper).
+	up := exec.Command(testutil.Hecctl(t), "cluster", "up", "--name", name, "--agents", "2", "--hecd", bin, "--state", dir)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("hecctl cluster up: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { Down(name, dir, nil) })
+	st, err := Load(name, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, n := range st.Nodes {
+		pids = append(pids, n.PID)
+	}
+	var log bytes.Buffer
+	if err := Down(name, dir, &log); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if err := unix.Kill(pid, 0); err != unix.ESRCH {
+			state, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			t.Errorf("agent %d still in the process table after Down (kill 0: %v): %s", pid, err, state)
+		}
+	}
+	t.Logf("%s", log.String())
+}
