@@ -40,9 +40,9 @@ run: build ## start the agent in local emulation and tour every service (stops i
 	test/tour
 
 .PHONY: test
-test: test-deps ## vet, then all tests with -race (the QEMU ones included), then shared/ and ec/ as arm64 binaries under qemu-user
+test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 10 slowest listed at the end), then shared/ and ec/ as arm64 binaries under qemu-user
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
+	bash -o pipefail -c '$(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./test/testsum -slowest 10'
 	$(MAKE) test-arm64
 
 .PHONY: test-deps
