@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/hecsys/hec/dpu/profile"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/sysinfo"
 )
 
 // Off is the value that disables a listener, the region or a service.
@@ -112,15 +111,11 @@ func (c *AgentConfig) withDefaults() error {
 	defInt(&c.MaxFrame, 64<<20)
 	defString(&c.DPUProfile, "none")
 	if c.StateDir == "" {
-		base := os.Getenv("XDG_STATE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return fmt.Errorf("--state-dir: no default (%v): %w", err, ErrConfig)
-			}
-			base = filepath.Join(home, ".local", "state")
+		dir, err := sysinfo.StateDir()
+		if err != nil {
+			return fmt.Errorf("--state-dir: no default (%v): %w", err, ErrConfig)
 		}
-		c.StateDir = filepath.Join(base, "hec")
+		c.StateDir = dir
 	}
 	return nil
 }

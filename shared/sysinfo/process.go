@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,4 +96,19 @@ func Ended(pid int) bool {
 	}
 	threads, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	return err != nil || len(threads) <= 1
+}
+
+// StateDir is where HEC keeps what it learns on this machine for the
+// user: $XDG_STATE_HOME/hec, or ~/.local/state/hec. The agent's default
+// --state-dir; the host processes' measured models.
+func StateDir() (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "hec"), nil
 }
