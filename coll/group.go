@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hecsys/hec/shared/peer"
@@ -42,6 +43,7 @@ type Group struct {
 
 	ep     *Endpoint
 	addr   string
+	hosts  []string // the ranks' hosts, in rank order (SetPeers)
 	gcfg   GroupConfig
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -157,8 +159,14 @@ func (g *Group) Addr() string { return g.addr }
 // SetPeers tells this rank every rank's peer address, in rank order.
 func (g *Group) SetPeers(addrs []string) {
 	peers := map[uint32]string{}
+	g.hosts = g.hosts[:0]
 	for i, a := range addrs {
 		peers[uint32(i)+1] = a
+		h, _, err := net.SplitHostPort(a)
+		if err != nil {
+			h = a
+		}
+		g.hosts = append(g.hosts, h)
 	}
 	g.Node.SetPeers(peers)
 }
@@ -174,7 +182,13 @@ func (g *Group) Join(comm uint64) error {
 	if err != nil {
 		return err
 	}
-	c, err := New(t, g.gcfg.Comm)
+	cfg := g.gcfg.Comm
+	if cfg.Topology == "" {
+		// The model depends on where the ranks are, not on the ports
+		// they drew: a group of the same hosts takes the same entry.
+		cfg.Topology = "hosts " + strings.Join(g.hosts, ",")
+	}
+	c, err := New(t, cfg)
 	if err != nil {
 		t.Close()
 		return err

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -487,5 +488,38 @@ func TestAbortTellsTheFirstReason(t *testing.T) {
 	t2.mu.Unlock()
 	if why != "rank 1's host went away" {
 		t.Fatalf("rank 2 was told %q, want the first reason", why)
+	}
+}
+
+// TestGroupKeepsItsModelByHosts: a group given a model file keeps its
+// fit under its hosts (not the ports its ranks drew), so the next group
+// on the same hosts takes it without measuring.
+func TestGroupKeepsItsModelByHosts(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "coll-models.json")
+	model := func() (time.Duration, float64) {
+		gs := openGroup(t, 2, Config{ModelFile: file})
+		errs := make([]error, len(gs))
+		var wg sync.WaitGroup
+		for i, g := range gs {
+			wg.Go(func() {
+				buf := make([]byte, 64)
+				errs[i] = g.AllReduce(context.Background(), buf, buf, Float32, Sum)
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		return gs[0].Model()
+	}
+	a1, r1 := model()
+	stored := readModels(file)
+	if _, ok := stored["hosts 127.0.0.1,127.0.0.1|ranks=2|chunk=524288"]; !ok || len(stored) != 1 {
+		t.Fatalf("model file after one group: %v", stored)
+	}
+	if a2, r2 := model(); a2 != a1 || r2 != r1 {
+		t.Fatalf("the second group measured again: α %v rate %g, the first's %v %g", a2, r2, a1, r1)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/shared/sysinfo"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -119,7 +121,15 @@ func runRank(ctx context.Context, o rankOptions) error {
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if b.g, err = coll.Open(octx, coll.GroupConfig{Root: o.root, Listen: o.listen, Rank: o.rank, Size: o.world, Key: key, Deadline: o.deadline}); err != nil {
+	// The host rail's measured model, kept per topology (the ranks'
+	// hosts) where the agent keeps its own: a later run of the same
+	// ranks takes it without measuring.
+	var comm coll.Config
+	if dir, err := sysinfo.StateDir(); err == nil {
+		comm.ModelFile = filepath.Join(dir, "coll-models.json")
+	}
+	if b.g, err = coll.Open(octx, coll.GroupConfig{Root: o.root, Listen: o.listen, Rank: o.rank, Size: o.world, Key: key,
+		Deadline: o.deadline, Comm: comm}); err != nil {
 		return err
 	}
 	defer b.g.Close()
