@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hecsys/hec/coll/bench"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -187,14 +188,8 @@ func sizeName(z int) string {
 	return fmt.Sprintf("%d KiB", z>>10)
 }
 
-type collRow struct {
-	Rail     string  `json:"rail"`
-	Size     int     `json:"size"`
-	BusBW    float64 `json:"busbw_gbs"`
-	Wrong    int64   `json:"wrong"`
-	HostCPU  float64 `json:"host_cpu_ms"`
-	HostFrac float64 `json:"host_fraction"`
-}
+// collRow is a row of hecctl coll bench -o json: the CLI's own type.
+type collRow = bench.Row
 
 // collWarmup is the untimed iterations of each size before the timed
 // ones, for our rails and for Open MPI alike: nccl-tests' default (its

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/coll/bench"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/sysinfo"
@@ -41,23 +42,7 @@ type rankOptions struct {
 }
 
 // rankResult is one row of the table, as rank 0 prints it (JSON lines).
-type rankResult struct {
-	Rail     string  `json:"rail"`
-	Size     int     `json:"size"`
-	Count    int     `json:"count"`
-	Type     string  `json:"type"`
-	Redop    string  `json:"redop"`
-	TimeUS   float64 `json:"time_us"`
-	AlgBW    float64 `json:"algbw_gbs"`
-	BusBW    float64 `json:"busbw_gbs"`
-	Wrong    int64   `json:"wrong"`
-	HostCPU  float64 `json:"host_cpu_ms"` // host CPU per collective, mean over the ranks
-	HostFrac float64 `json:"host_fraction,omitempty"`
-	Plan     string  `json:"plan,omitempty"` // auto: where the planner ran it, in words
-	// Explain, in a row of its own, is auto's table after tuning
-	// (rail.Table.Explain), with --explain.
-	Explain string `json:"explain,omitempty"`
-}
+type rankResult = bench.Row
 
 func collRankCmd() *cobra.Command {
 	var o rankOptions
