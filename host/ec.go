@@ -36,6 +36,7 @@ type ECOption func(*ecOptions)
 
 type ecOptions struct {
 	rails       string
+	objective   rail.Objective
 	concurrency int
 	model       []rail.Rail
 	progress    func(done, total int64)
@@ -50,6 +51,12 @@ func WithObjectProgress(f func(done, total int64)) ECOption {
 // WithRails sets where coding runs: RailsHost, RailsDPU or RailsAuto
 // (default: RailsAuto with an agent, RailsHost without one).
 func WithRails(r string) ECOption { return func(o *ecOptions) { o.rails = r } }
+
+// WithObjective sets what auto plans for: rail.Time (the default), or
+// rail.HostCPUTime — the plan with the least on the host among those the
+// model puts within 1.1× of the fastest (often the agent alone: freeing
+// the host's cores is what the offload is for).
+func WithObjective(o rail.Objective) ECOption { return func(e *ecOptions) { e.objective = o } }
 
 // WithHostConcurrency sets the goroutines the host rail codes on (default
 // 1: freeing the host's cores is what the offload is for).
@@ -70,6 +77,7 @@ type EC struct {
 	c     *Client
 	k, m  int
 	rails string
+	obj   rail.Objective // auto's (WithObjective)
 	local *ec.Coder
 	// hostWide: the host rail codes on several goroutines
 	// (WithHostConcurrency), whose CPU time is not the caller's wall time.
@@ -158,7 +166,7 @@ func NewEC(c *Client, k, m int, opt ...ECOption) (*EC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EC{c: c, k: k, m: m, rails: o.rails, local: local, hostWide: o.concurrency > 1, splitCost: 1,
+	e := &EC{c: c, k: k, m: m, rails: o.rails, obj: o.objective, local: local, hostWide: o.concurrency > 1, splitCost: 1,
 		stats: ECStats{RailBytes: map[string]int64{}}, progress: o.progress}
 	if o.model != nil {
 		e.setModel(o.model)
@@ -340,6 +348,9 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 		cost = e.splitCost
 		e.mu.Unlock()
 		plan = rail.SplitIfGain(rails, size, int64(e.k)*ec.Align, autoMinGain, cost)
+		if e.obj == rail.HostCPUTime {
+			plan = leastHostCPU(plan, rails, size)
+		}
 	}
 	out := dst[:0]
 	for _, s := range plan.Shares {
@@ -350,6 +361,21 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 		out[len(out)-1].c1 = w // the last share takes the rest
 	}
 	return plan, out, cost, nil
+}
+
+// leastHostCPU is, of plan and each rail alone, the one with the least
+// on the host within rail.ObjectiveSlack of the fastest, by the model.
+func leastHostCPU(plan rail.Plan, rails []rail.Rail, size int64) rail.Plan {
+	plans, times := []rail.Plan{plan}, []time.Duration{plan.Predicted}
+	for _, r := range rails {
+		if r.Rate > 0 {
+			t := r.Time(size)
+			plans = append(plans, rail.Plan{Size: size, BestOne: r.Name, BestTime: t, Predicted: t,
+				Shares: []rail.Share{{Rail: r.Name, Kind: r.Kind, Bytes: size, Predicted: t}}})
+			times = append(times, t)
+		}
+	}
+	return plans[rail.Choose(rail.HostCPUTime, plans, times, 0)]
 }
 
 // onePlan is the plan of an op of size data bytes on the one rail e codes

@@ -406,3 +406,37 @@ func TestECWindowLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestECObjectiveHostCPU: where the agent alone is within 10 % of the
+// fastest plan by the model, auto with the host-cpu objective leaves the
+// host's cores alone; with the time objective it takes the faster host.
+func TestECObjectiveHostCPU(t *testing.T) {
+	shm, _, stop := startAgent()
+	defer stop()
+	ctx := context.Background()
+	c, err := host.Dial(ctx, "shm://"+shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// 1 MiB of data: the host alone 0.95 ms, the agent alone 1.01 ms (its
+	// fixed cost is more than the host's whole time: no split pays).
+	model := []rail.Rail{{Name: host.RailHost, Kind: rail.HostCPU, Rate: 1.1e9},
+		{Name: host.RailDPU, Kind: rail.DPUCores, Alpha: time.Millisecond, Rate: 100e9}}
+	for _, tt := range []struct {
+		objective rail.Objective
+		want      string
+	}{{rail.Time, host.RailHost}, {rail.HostCPUTime, host.RailDPU}} {
+		e, err := c.EC(4, 2, host.WithRails(host.RailsAuto), host.WithModel(model), host.WithObjective(tt.objective))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Encode(ctx, stripe(t, c, 4, 2, 256<<10, true, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Plan.Shares) != 1 || res.Plan.Shares[0].Rail != tt.want {
+			t.Errorf("objective %v: %s, want %s alone", tt.objective, rail.Words(res.Plan), tt.want)
+		}
+	}
+}

@@ -25,8 +25,9 @@ func ecCmd(a *app) *cobra.Command {
 
 // ecFlags are the code's shape and where it runs.
 type ecFlags struct {
-	k, m  int
-	rails string
+	k, m      int
+	rails     string
+	objective string
 }
 
 func (f *ecFlags) register(cmd *cobra.Command, shape bool) {
@@ -35,6 +36,7 @@ func (f *ecFlags) register(cmd *cobra.Command, shape bool) {
 		cmd.Flags().IntVar(&f.m, "parity", 4, "parity shards (m); k+m at most 256")
 	}
 	railFlag(cmd.Flags(), &f.rails, rail.Auto, rail.Choices, "where coding runs: host (this process), dpu (the agent) or auto (split by columns so both finish together)")
+	cmd.Flags().StringVar(&f.objective, "objective", "time", "what auto plans for: time, or host-cpu (the least host CPU within 1.1× of the fastest)")
 }
 
 // coder returns the EC of the flags' rails: this process alone for host,
@@ -43,19 +45,19 @@ func (a *app) coder(ctx context.Context, f ecFlags, opts ...host.ECOption) (*hos
 	if err := ec.CheckCounts(f.k, f.m); err != nil {
 		return nil, nil, usageError{fmt.Errorf("--data %d --parity %d: want at least one of each, at most %d shards in all", f.k, f.m, ec.MaxShards)}
 	}
-	switch f.rails {
-	case host.RailsHost:
+	obj, err := rail.ParseObjective(f.objective)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	if f.rails == host.RailsHost {
 		e, err := host.NewEC(nil, f.k, f.m)
 		return e, func() {}, err
-	case host.RailsDPU, host.RailsAuto:
-	default:
-		return nil, nil, usageError{fmt.Errorf("--rails %q: want host, dpu or auto", f.rails)}
 	}
 	cl, err := a.dial(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := cl.EC(f.k, f.m, append(opts, host.WithRails(f.rails))...)
+	e, err := cl.EC(f.k, f.m, append(opts, host.WithRails(f.rails), host.WithObjective(obj))...)
 	if err != nil {
 		cl.Close()
 		return nil, nil, err
