@@ -45,9 +45,12 @@ func (a *app) coder(ctx context.Context, f ecFlags, opts ...host.ECOption) (*hos
 	if err := ec.CheckCounts(f.k, f.m); err != nil {
 		return nil, nil, usageError{fmt.Errorf("--data %d --parity %d: want at least one of each, at most %d shards in all", f.k, f.m, ec.MaxShards)}
 	}
-	obj, err := rail.ParseObjective(f.objective)
-	if err != nil {
-		return nil, nil, usageError{err}
+	obj := rail.Time // commands without --objective (ec put, get)
+	if f.objective != "" {
+		var err error
+		if obj, err = rail.ParseObjective(f.objective); err != nil {
+			return nil, nil, usageError{err}
+		}
 	}
 	if f.rails == host.RailsHost {
 		e, err := host.NewEC(nil, f.k, f.m)
