@@ -140,12 +140,10 @@ func chainBcastCost(c *Comm, n int) terms {
 	return terms{float64(c.size-1) + chunks - 1, float64(n), 0}
 }
 
-// ringReduceCost: a ring reduce-scatter, then every segment to root.
-func ringReduceCost(c *Comm, n int) terms {
-	p := float64(c.size)
-	chunks := max(1, float64(n)/p/float64(c.cfg.Chunk))
-	return terms{2*(p-1) + chunks - 1, 2 * (p - 1) / p * float64(n), (p - 1) / p * float64(n)}
-}
+// ringReduceCost: a ring reduce-scatter, then every segment to root —
+// the ring allreduce's messages and bytes, the gather in place of the
+// allgather.
+var ringReduceCost = ringAllReduceCost
 
 // treeCost: a binomial tree, ⌈log2 p⌉ sends of the whole buffer on the
 // root's link (reducing each where reduce).

@@ -349,7 +349,7 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 		e.mu.Unlock()
 		plan = rail.SplitIfGain(rails, size, int64(e.k)*ec.Align, autoMinGain, cost)
 		if e.obj == rail.HostCPUTime {
-			plan = leastHostCPU(plan, rails, size)
+			plan = rail.LeastHostCPU(plan, rails, size)
 		}
 	}
 	out := dst[:0]
@@ -361,21 +361,6 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 		out[len(out)-1].c1 = w // the last share takes the rest
 	}
 	return plan, out, cost, nil
-}
-
-// leastHostCPU is, of plan and each rail alone, the one with the least
-// on the host within rail.ObjectiveSlack of the fastest, by the model.
-func leastHostCPU(plan rail.Plan, rails []rail.Rail, size int64) rail.Plan {
-	plans, times := []rail.Plan{plan}, []time.Duration{plan.Predicted}
-	for _, r := range rails {
-		if r.Rate > 0 {
-			t := r.Time(size)
-			plans = append(plans, rail.Plan{Size: size, BestOne: r.Name, BestTime: t, Predicted: t,
-				Shares: []rail.Share{{Rail: r.Name, Kind: r.Kind, Bytes: size, Predicted: t}}})
-			times = append(times, t)
-		}
-	}
-	return plans[rail.Choose(rail.HostCPUTime, plans, times, 0)]
 }
 
 // onePlan is the plan of an op of size data bytes on the one rail e codes

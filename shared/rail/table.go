@@ -99,13 +99,11 @@ func hostBytes(p Plan) int64 {
 // maxBand is the largest band: sizes above 2^maxBand use it.
 const maxBand = 40
 
-// band is a size band's decision: one rail (frac nil) or each rail's
-// fraction of the bytes.
+// band is a size band's decision: the plan at the band's middle (one
+// rail alone, or a split whose proportions every size of the band takes).
 type band struct {
-	one    Share     // the rail that runs the band alone (Bytes unset)
-	fracs  []float64 // a split: rails[i] takes fracs[i] of the bytes
-	plan   Plan      // the plan at the band's middle, for Explain
-	pinned string    // set by Pin: the measurements that chose it
+	plan   Plan
+	pinned string // set by Pin: the measurements that chose it
 }
 
 // NewTable decides every band from rails (each with its α and rate),
@@ -121,17 +119,24 @@ func NewTable(rails []Rail, align int64, minGain, cost float64, objective Object
 		mid := max(int64(math.Round(math.Exp2(float64(k)-0.5))), 1)
 		p := SplitIfGain(t.rails, mid, 1, minGain, t.cost)
 		if objective == HostCPUTime {
-			plans, times := []Plan{p}, []time.Duration{p.Predicted}
-			for _, r := range t.rails {
-				if r.Rate > 0 {
-					plans, times = append(plans, onOne(r, mid, r.Time(mid), "")), append(times, r.Time(mid))
-				}
-			}
-			p = plans[Choose(objective, plans, times, 0)]
+			p = LeastHostCPU(p, t.rails, mid)
 		}
-		t.decide(&t.bands[k], p)
+		t.bands[k].plan = p
 	}
 	return t
+}
+
+// LeastHostCPU is, of plan and each rail alone, the one HostCPUTime
+// picks for size bytes: the least on the host among those the model puts
+// within ObjectiveSlack of the fastest.
+func LeastHostCPU(plan Plan, rails []Rail, size int64) Plan {
+	plans, times := []Plan{plan}, []time.Duration{plan.Predicted}
+	for _, r := range rails {
+		if r.Rate > 0 {
+			plans, times = append(plans, onOne(r, size, r.Time(size), "")), append(times, r.Time(size))
+		}
+	}
+	return plans[Choose(HostCPUTime, plans, times, 0)]
 }
 
 // Objective is what the table's plans were chosen for.
@@ -153,63 +158,32 @@ func bandOf(size int64) int {
 func (t *Table) Cost() float64 { return t.cost }
 
 // Lookup is the plan for size bytes: its band's rail alone, or its band's
-// split scaled to size (each share aligned, the last taking the rest).
-// Predicted times are the rails' models'.
+// split scaled to size (Plan.Scale). Predicted times are the rails'
+// models', a split's times its measured cost.
 func (t *Table) Lookup(size int64) Plan {
-	b := &t.bands[bandOf(size)]
-	if b.fracs == nil {
-		if b.one.Rail == "" {
-			return Plan{Size: size}
+	p := t.bands[bandOf(size)].plan.Scale(size, t.align)
+	for i := range p.Shares {
+		s := &p.Shares[i]
+		s.Predicted = t.railNamed(s.Rail).Time(s.Bytes)
+		if len(p.Shares) > 1 {
+			s.Predicted = time.Duration(float64(s.Predicted) * t.cost)
 		}
-		s := b.one
-		s.Bytes, s.Offset = size, 0
-		for _, r := range t.rails {
-			if r.Name == s.Rail {
-				s.Predicted = r.Time(size)
-			}
-		}
-		return Plan{Size: size, Shares: []Share{s}, Predicted: s.Predicted, BestOne: s.Rail, BestTime: s.Predicted}
-	}
-	p := Plan{Size: size, Shares: make([]Share, 0, len(t.rails)), BestOne: b.plan.BestOne}
-	var off int64
-	for i, r := range t.rails {
-		if b.fracs[i] == 0 {
-			continue
-		}
-		n := int64(b.fracs[i]*float64(size)) / t.align * t.align
-		if off+n > size || i == t.lastIn(b) {
-			n = size - off
-		}
-		if n <= 0 {
-			continue
-		}
-		s := Share{Rail: r.Name, Kind: r.Kind, Offset: off, Bytes: n, Predicted: time.Duration(float64(r.Time(n)) * t.cost)}
-		p.Shares = append(p.Shares, s)
 		p.Predicted = max(p.Predicted, s.Predicted)
-		if r.Name == p.BestOne {
-			p.BestTime = r.Time(size)
-		}
-		off += n
+	}
+	if p.BestOne != "" {
+		p.BestTime = t.railNamed(p.BestOne).Time(size)
 	}
 	return p
 }
 
-// decide sets b from plan p (one share: its rail alone).
-func (t *Table) decide(b *band, p Plan) {
-	b.plan, b.one, b.fracs = p, Share{}, nil
-	switch {
-	case len(p.Shares) == 1:
-		b.one = p.Shares[0]
-	case len(p.Shares) > 1:
-		b.fracs = make([]float64, len(t.rails))
-		for _, s := range p.Shares {
-			for i, r := range t.rails {
-				if r.Name == s.Rail {
-					b.fracs[i] = float64(s.Bytes) / float64(p.Size)
-				}
-			}
+// railNamed is the table's rail of that name (a zero Rail: none).
+func (t *Table) railNamed(name string) Rail {
+	for _, r := range t.rails {
+		if r.Name == name {
+			return r
 		}
 	}
+	return Rail{}
 }
 
 // Candidates are the plans worth trying for size bytes, because the
@@ -253,9 +227,7 @@ func sameShares(a, b Plan) bool {
 // in its proportions), with why (the measurements behind it) for Explain.
 func (t *Table) Pin(size int64, p Plan, why string) *Table {
 	c := *t
-	b := &c.bands[bandOf(size)]
-	c.decide(b, p)
-	b.pinned = why
+	c.bands[bandOf(size)] = band{plan: p, pinned: why}
 	return &c
 }
 
@@ -281,16 +253,6 @@ func (p Plan) Scale(size, align int64) Plan {
 		off += n
 	}
 	return out
-}
-
-// lastIn is the index of the last rail with a share in b.
-func (t *Table) lastIn(b *band) int {
-	for i := len(b.fracs) - 1; i >= 0; i-- {
-		if b.fracs[i] > 0 {
-			return i
-		}
-	}
-	return -1
 }
 
 // Explain is one line per run of bands with the same decision: the sizes,
@@ -336,13 +298,11 @@ func (t *Table) Explain() string {
 }
 
 func sameDecision(a, b *band) bool {
-	if a.pinned != "" || b.pinned != "" || (a.fracs == nil) != (b.fracs == nil) {
+	// Splits differ by size: each band its own line.
+	if a.pinned != "" || b.pinned != "" || len(a.plan.Shares) != len(b.plan.Shares) || len(a.plan.Shares) > 1 {
 		return false
 	}
-	if a.fracs == nil {
-		return a.one.Rail == b.one.Rail
-	}
-	return false // splits differ by size: each band its own line
+	return len(a.plan.Shares) == 0 || a.plan.Shares[0].Rail == b.plan.Shares[0].Rail
 }
 
 // Words says a plan's shares in words: "host alone", "host 46%, dpu 54%".
