@@ -82,7 +82,11 @@ func (t *wtxn) SetEntry(e *badger.Entry) error {
 		t.ttl.Store(true)
 	}
 	if t.log != nil {
-		t.log.add(walSet, e.Key, e.Value, e.ExpiresAt)
+		op := byte(walSet)
+		if e.UserMeta != 0 {
+			op = walSetKind | e.UserMeta
+		}
+		t.log.add(op, e.Key, e.Value, e.ExpiresAt)
 	}
 	return nil
 }
@@ -104,7 +108,8 @@ func (t *wtxn) Delete(key []byte) error {
 func cleanErr(err error) bool {
 	var refused refusedError
 	return errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMismatch) ||
-		errors.Is(err, ErrNotNumber) || errors.Is(err, ErrOverflow) || errors.As(err, &refused)
+		errors.Is(err, ErrNotNumber) || errors.Is(err, ErrOverflow) || errors.Is(err, ErrWrongType) ||
+		errors.As(err, &refused)
 }
 
 // refusedError is an error a Modify function returned: the write changed

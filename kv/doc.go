@@ -48,6 +48,15 @@
 // small machines. Open caps memtables, caches and the value-log threshold;
 // MemoryBudget reports the configured bound, read cache included.
 //
+// # Kinds
+//
+// A key holds a string, or a typed value that the Redis front end keeps
+// (a list, a set, a hash, a sorted set: kind.go). The kind travels with
+// the value — Badger's user metadata, a record of its own in the log —
+// and the store never hands a typed value to a caller that reads strings
+// (Get, Modify, IncrBy …: ErrWrongType), so the handoff, UDP GETs and the
+// XDP cache serve strings only; the read cache holds strings only.
+//
 // # What the XDP fast path needs
 //
 // Every entry has a version — Badger's commit timestamp, or for a write

@@ -338,7 +338,7 @@ func recoverWAL(db *badger.DB, dir string, log *slog.Logger) (*wal, error) {
 		if r.op == walDelete {
 			return txn.Delete(bytes.Clone(r.key))
 		}
-		e := badger.NewEntry(bytes.Clone(r.key), bytes.Clone(r.value))
+		e := badger.NewEntry(bytes.Clone(r.key), bytes.Clone(r.value)).WithMeta(byte(r.kind))
 		e.ExpiresAt = r.expires
 		return txn.SetEntry(e)
 	})
@@ -416,6 +416,7 @@ func (s *Store) Close() error {
 // Entry is a stored value with what a cache needs to know about it.
 type Entry struct {
 	Value     []byte
+	Kind      Kind      // KindString but from Lookup
 	Version   uint64    // changes with every write of the key, never back to an earlier value
 	ExpiresAt time.Time // zero: never
 }
@@ -512,16 +513,26 @@ func entryOf(item *badger.Item, dst []byte) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	e := Entry{Value: v, Version: item.Version()}
+	e := Entry{Value: v, Version: item.Version(), Kind: Kind(item.UserMeta())}
 	if exp := item.ExpiresAt(); exp != 0 {
 		e.ExpiresAt = time.UnixMilli(int64(expiryMs(exp)))
 	}
 	return e, nil
 }
 
-// Get returns the entry of key, or ErrNotFound. The value is appended to
-// dst[:0] (pass nil to allocate).
+// Get returns the entry of key, or ErrNotFound, or ErrWrongType when the
+// key holds a typed value (see Kind). The value is appended to dst[:0]
+// (pass nil to allocate).
 func (s *Store) Get(key, dst []byte) (Entry, error) {
+	e, err := s.Lookup(key, dst)
+	if err == nil && e.Kind != KindString {
+		return Entry{Kind: e.Kind}, ErrWrongType
+	}
+	return e, err
+}
+
+// Lookup is Get of a key of any kind: Entry.Kind says which.
+func (s *Store) Lookup(key, dst []byte) (Entry, error) {
 	if err := checkKey(key); err != nil {
 		return Entry{}, err
 	}
@@ -557,7 +568,7 @@ func (s *Store) Get(key, dst []byte) (Entry, error) {
 		}
 		return Entry{}, ErrNotFound
 	}
-	if err == nil && s.cache != nil {
+	if err == nil && s.cache != nil && e.Kind == KindString {
 		s.cache.fill(key, e, false, seq)
 	}
 	return e, err
@@ -721,6 +732,9 @@ func (s *Store) putWrite(key, value []byte, o PutOptions, priorOut *[]byte) Pend
 				}
 				exp = item.ExpiresAt()
 				if o.ReturnPrior {
+					if item.UserMeta() != byte(KindString) {
+						return ErrWrongType
+					}
 					if prior, err = item.ValueCopy(nil); err != nil {
 						return err
 					}
@@ -863,7 +877,7 @@ func (s *Store) expireAt(key []byte, at uint64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		e := badger.NewEntry(key, v)
+		e := badger.NewEntry(key, v).WithMeta(item.UserMeta())
 		e.ExpiresAt = at
 		return txn.SetEntry(e)
 	})
@@ -886,6 +900,9 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 		case err != nil:
 			return err
 		default:
+			if item.UserMeta() != byte(KindString) {
+				return ErrWrongType
+			}
 			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
@@ -912,6 +929,7 @@ func (s *Store) IncrBy(key []byte, delta int64) (int64, error) {
 type Cell struct {
 	Key     []byte
 	Value   []byte // the current value (f may keep it: it is f's)
+	Kind    Kind   // the current kind, and the kind Write stores
 	Expires uint64 // the current expiry, Unix milliseconds (0: never)
 	Exists  bool
 	// Set by f: Write stores Value with Expires; Delete deletes the key;
@@ -951,7 +969,7 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 			if cells[i].Value, err = item.ValueCopy(nil); err != nil {
 				return err
 			}
-			cells[i].Expires, cells[i].Exists = expiryMs(item.ExpiresAt()), true
+			cells[i].Expires, cells[i].Exists, cells[i].Kind = expiryMs(item.ExpiresAt()), true, Kind(item.UserMeta())
 		}
 		if err := f(cells); err != nil {
 			return refusedError{err}
@@ -968,7 +986,10 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 		for _, c := range cells {
 			switch {
 			case c.Write:
-				e := badger.NewEntry(c.Key, c.Value)
+				if c.Kind > maxKind {
+					return refusedError{fmt.Errorf("kind %d: %w", c.Kind, ErrWrongType)}
+				}
+				e := badger.NewEntry(c.Key, c.Value).WithMeta(byte(c.Kind))
 				e.ExpiresAt = c.Expires
 				if err := txn.SetEntry(e); err != nil {
 					return err
@@ -983,15 +1004,19 @@ func (s *Store) Update(keys [][]byte, maxSize int, f func(cells []Cell) error) e
 	})
 }
 
-// Modify replaces key's value with what f makes of the current one,
+// Modify replaces key's string with what f makes of the current one,
 // atomically with every other write, keeping the key's expiry: f gets
 // the value (exists false: none) and returns the new value, or del to
-// delete the key, or an error to change nothing (Modify returns it).
+// delete the key, or an error to change nothing (Modify returns it). A
+// key holding a typed value is ErrWrongType, f not called.
 // maxSize bounds the new value. f runs on the store's committer, inside
 // its transaction: it must be quick.
 func (s *Store) Modify(key []byte, maxSize int, f func(cur []byte, exists bool) (next []byte, del bool, err error)) error {
 	return s.Update([][]byte{key}, maxSize, func(cells []Cell) error {
 		c := &cells[0]
+		if c.Exists && c.Kind != KindString {
+			return ErrWrongType
+		}
 		next, del, err := f(c.Value, c.Exists)
 		if err != nil {
 			return err
@@ -1045,7 +1070,7 @@ func (s *Store) CompareAndSwap(key, old, new []byte) error {
 		case err != nil:
 			return err
 		default:
-			if old == nil {
+			if old == nil || item.UserMeta() != byte(KindString) {
 				return ErrMismatch
 			}
 			eq := false
@@ -1106,6 +1131,7 @@ func (s *Store) Batch(ops []Op) error {
 // KV is a key and its value, from Scan.
 type KV struct {
 	Key, Value []byte
+	Kind       Kind
 }
 
 // Scan returns up to limit pairs whose keys start with prefix, from the
@@ -1141,7 +1167,7 @@ func (s *Store) Scan(prefix, cursor []byte, limit int, keysOnly bool) ([]KV, []b
 				next = item.KeyCopy(nil)
 				return nil
 			}
-			kv := KV{Key: item.KeyCopy(nil)}
+			kv := KV{Key: item.KeyCopy(nil), Kind: Kind(item.UserMeta())}
 			if !keysOnly {
 				v, err := item.ValueCopy(nil)
 				if err != nil {

@@ -57,6 +57,9 @@ const (
 	walSet    = 1
 	walDelete = 2
 	walCommit = 3 // ends a round
+	// walSetKind|k sets a value of Kind k (1 to maxKind); walSet is a
+	// string's. A log from before kinds has none.
+	walSetKind = 0x10
 
 	walRounds = 1 << 63 // generations of logs whose rounds end with a commit record
 
@@ -91,6 +94,7 @@ type wal struct {
 
 type walRecord struct {
 	op         byte
+	kind       Kind // walSetKind records
 	key, value []byte
 	expires    uint64
 	count      uint64 // walCommit: records in the round
@@ -441,7 +445,11 @@ func decodeWALBody(b []byte) (walRecord, error) {
 		rec.count, rec.sum = n, binary.LittleEndian.Uint32(b[k:])
 		return rec, nil
 	}
-	if rec.op != walSet && rec.op != walDelete {
+	switch {
+	case rec.op == walSet || rec.op == walDelete:
+	case rec.op > walSetKind && rec.op <= walSetKind|byte(maxKind):
+		rec.kind = Kind(rec.op &^ walSetKind)
+	default:
 		return rec, errWALRecord
 	}
 	field := func(max int) ([]byte, error) {

@@ -60,7 +60,7 @@ func testLogCrash(t *testing.T, mode string) {
 	defer s.Close()
 	lost := 0
 	for k, v := range acked {
-		if e, err := s.Get([]byte(k), nil); err != nil || string(e.Value) != v {
+		if e, err := s.Lookup([]byte(k), nil); err != nil || string(e.Value) != v || e.Kind != kindOf(k) {
 			if lost < 3 {
 				t.Errorf("%s = %q (%v), acknowledged %q", k, e.Value, err, v)
 			}
@@ -87,16 +87,24 @@ func testLogCrash(t *testing.T, mode string) {
 	}
 	defer r.Close()
 	for k, v := range acked {
-		if e, err := r.Get([]byte(k), nil); err != nil || string(e.Value) != v {
+		if e, err := r.Lookup([]byte(k), nil); err != nil || string(e.Value) != v || e.Kind != kindOf(k) {
 			t.Fatalf("after a second open %s = %q (%v), acknowledged %q", k, e.Value, err, v)
 		}
 	}
 }
 
+// kindOf is the kind TestLogCrashHelper writes key as.
+func kindOf(key string) Kind {
+	if strings.HasPrefix(key, "list/") {
+		return KindList
+	}
+	return KindString
+}
+
 // TestLogCrashHelper runs in the helper process: 8 writers, each plain
-// Puts of its own keys (cached) and INCRs of its own counter (through the
-// committer, which flushes the cache first), each printed once
-// acknowledged; then SIGKILL.
+// Puts of its own keys (cached), INCRs of its own counter (through the
+// committer, which flushes the cache first) and updates of a typed value
+// of its own, each printed once acknowledged; then SIGKILL.
 func TestLogCrashHelper(t *testing.T) {
 	dir := os.Getenv("HEC_KV_CRASH_DIR")
 	if dir == "" {
@@ -126,11 +134,20 @@ func TestLogCrashHelper(t *testing.T) {
 						panic(err)
 					}
 					acks <- fmt.Sprintf("%s %d", ctr, n)
+					list, v := fmt.Sprintf("list/%d", w), fmt.Sprintf("items-%d", i)
+					err = s.Update([][]byte{[]byte(list)}, 64, func(c []Cell) error {
+						c[0].Value, c[0].Kind, c[0].Write = []byte(v), KindList, true
+						return nil
+					})
+					if err != nil {
+						panic(err)
+					}
+					acks <- list + " " + v
 				}
 			}
 		}()
 	}
-	for range 8 * 110 {
+	for range 8 * 120 {
 		fmt.Printf("acked %s\n", <-acks)
 	}
 	if d == Async {
@@ -198,6 +215,7 @@ func FuzzWALBody(f *testing.F) {
 	l.add(walSet, []byte("key"), []byte("value"), 12345)
 	f.Add(l.buf[walHeader:])
 	f.Add([]byte{walDelete, 1, 'k', 0, 0})
+	f.Add([]byte{walSetKind | byte(KindHash), 1, 'k', 1, 'v', 0})
 	f.Add(appendCommit(nil, 2, 0xfeedface, 0)[walHeader:])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := decodeWALBody(b)
