@@ -52,6 +52,7 @@ test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext
 	@test/need cpio cpio || true
 	@test/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
 	@test/need redis-server redis-server || echo "SKIP: the test comparing hecd's replies with Redis's will skip (no redis-server)"
+	@test/need tclsh tcl || echo "SKIP: Redis's own test suite will skip (no tclsh)"
 	@test/need etcd etcd-server || echo "SKIP: the etcd membership tests will skip (no etcd-server)"
 	@test/need ip iproute2 || echo "SKIP: the cluster tests will skip (no ip)"
 	@test/need clang clang llvm libbpf-dev || echo "SKIP: the check that bpf/'s generated bindings are fresh will skip (no clang)"

@@ -113,6 +113,10 @@ func (c *client) lcs(_ context.Context, args [][]byte) {
 	var ab [2][]byte
 	for i := range ab {
 		e, err := c.s.Store.Get(args[1+i], nil)
+		if errors.Is(err, kv.ErrWrongType) {
+			c.w.Error("ERR The specified keys must contain string values")
+			return
+		}
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
 			c.storeErr(err)
 			return

@@ -65,9 +65,10 @@ func (c *client) stat(cmd *command) *cmdStats {
 
 func (cmd *command) runsOnLoop() bool { return cmd.flags&onLoop != 0 }
 
-// commandTable lists every command served. Commands of other data types
-// (lists, hashes, sets, sorted sets, streams) are not: they get Redis's
-// unknown-command error. (Filled in init: COMMAND reads it.)
+// commandTable lists every command served: strings, the keyspace, and
+// the common commands of lists, sets, hashes and sorted sets (typed.go).
+// Others (streams, blocking pops, scripting, pub/sub) are not: they get
+// Redis's unknown-command error. (Filled in init: COMMAND reads it.)
 var commandTable []*command
 
 // commands is commandTable by upper-case name.
@@ -145,6 +146,71 @@ func init() {
 		{name: "UNWATCH", arity: 1, flags: onLoop | txControl, run: (*client).unwatch},
 		{name: "RESET", arity: 1, flags: onLoop | noAuth | txControl, run: (*client).resetCmd},
 		{name: "QUIT", arity: -1, flags: onLoop | noAuth | txControl, run: func(c *client, _ context.Context, _ [][]byte) { c.w.OK(); c.quit = true }},
+
+		{name: "LPUSH", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).push},
+		{name: "RPUSH", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).push},
+		{name: "LPUSHX", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).push},
+		{name: "RPUSHX", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).push},
+		{name: "LPOP", arity: -2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).pop},
+		{name: "RPOP", arity: -2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).pop},
+		{name: "LLEN", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).llen},
+		{name: "LRANGE", arity: 4, firstKey: 1, lastKey: 1, step: 1, run: (*client).lrange},
+		{name: "LINDEX", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).lindex},
+		{name: "LSET", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).lset},
+		{name: "LREM", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).lrem},
+		{name: "LTRIM", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).ltrim},
+		{name: "LINSERT", arity: 5, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).linsert},
+		{name: "LPOS", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).lpos},
+		{name: "LMOVE", arity: 5, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).lmove},
+		{name: "RPOPLPUSH", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).lmove},
+
+		{name: "SADD", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).sadd},
+		{name: "SREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).srem},
+		{name: "SCARD", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindSet)},
+		{name: "SMEMBERS", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).smembers},
+		{name: "SISMEMBER", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).sismember},
+		{name: "SMISMEMBER", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).sismember},
+		{name: "SPOP", arity: -2, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).spop},
+		{name: "SRANDMEMBER", arity: -2, firstKey: 1, lastKey: 1, step: 1, run: (*client).srandmember},
+		{name: "SMOVE", arity: 4, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).smove},
+		{name: "SINTER", arity: -2, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SUNION", arity: -2, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SDIFF", arity: -2, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SINTERSTORE", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SUNIONSTORE", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SDIFFSTORE", arity: -3, flags: write, firstKey: 1, lastKey: -1, step: 1, run: (*client).setAlgebra},
+		{name: "SSCAN", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: func(c *client, _ context.Context, a [][]byte) { c.scanTyped(kv.KindSet, a) }},
+
+		{name: "HSET", arity: -4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hset},
+		{name: "HMSET", arity: -4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hset},
+		{name: "HSETNX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hsetnx},
+		{name: "HGET", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hget},
+		{name: "HMGET", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hget},
+		{name: "HDEL", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hdel},
+		{name: "HLEN", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindHash)},
+		{name: "HEXISTS", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hexists},
+		{name: "HSTRLEN", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hexists},
+		{name: "HGETALL", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).hgetall},
+		{name: "HKEYS", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).hgetall},
+		{name: "HVALS", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).hgetall},
+		{name: "HINCRBY", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hincrby},
+		{name: "HINCRBYFLOAT", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hincrbyfloat},
+		{name: "HSCAN", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: func(c *client, _ context.Context, a [][]byte) { c.scanTyped(kv.KindHash, a) }},
+
+		{name: "ZADD", arity: -4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zadd},
+		{name: "ZINCRBY", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zincrby},
+		{name: "ZREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrem},
+		{name: "ZCARD", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindZSet)},
+		{name: "ZSCORE", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zscore},
+		{name: "ZMSCORE", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zscore},
+		{name: "ZRANK", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrank},
+		{name: "ZREVRANK", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrank},
+		{name: "ZRANGE", arity: -4, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrange},
+		{name: "ZREVRANGE", arity: -4, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrange},
+		{name: "ZRANGEBYSCORE", arity: -4, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrange},
+		{name: "ZREVRANGEBYSCORE", arity: -4, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrange},
+		{name: "ZCOUNT", arity: 4, firstKey: 1, lastKey: 1, step: 1, run: (*client).zcount},
+		{name: "ZSCAN", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: func(c *client, _ context.Context, a [][]byte) { c.scanTyped(kv.KindZSet, a) }},
 	}
 	commands = make(map[string]*command, len(commandTable))
 	for i, cmd := range commandTable {
@@ -287,7 +353,7 @@ func (c *client) del(_ context.Context, args [][]byte) {
 func (c *client) exists(_ context.Context, args [][]byte) {
 	n := 0
 	for _, k := range args[1:] {
-		if _, err := c.s.Store.Get(k, nil); err == nil {
+		if _, err := c.s.Store.Lookup(k, nil); err == nil {
 			n++
 		} else if !errors.Is(err, kv.ErrNotFound) {
 			c.storeErr(err)
@@ -452,7 +518,7 @@ func (c *client) expire(_ context.Context, args [][]byte) {
 }
 
 func (c *client) persist(_ context.Context, args [][]byte) {
-	e, err := c.s.Store.Get(args[1], nil)
+	e, err := c.s.Store.Lookup(args[1], nil)
 	if err != nil || e.ExpiresAt.IsZero() {
 		c.w.Int(0)
 		return
@@ -467,7 +533,7 @@ func (c *client) persist(_ context.Context, args [][]byte) {
 
 // ttl serves TTL and PTTL.
 func (c *client) ttl(_ context.Context, args [][]byte) {
-	e, err := c.s.Store.Get(args[1], nil)
+	e, err := c.s.Store.Lookup(args[1], nil)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		c.w.Int(-2)
@@ -598,9 +664,9 @@ func (c *client) commandEntry(cmd *command) {
 }
 
 func (c *client) typeCmd(_ context.Context, args [][]byte) {
-	switch _, err := c.s.Store.Get(args[1], nil); {
+	switch e, err := c.s.Store.Lookup(args[1], nil); {
 	case err == nil:
-		c.w.Simple("string") // the only type hecd stores
+		c.w.Simple(e.Kind.String())
 	case errors.Is(err, kv.ErrNotFound):
 		c.w.Simple("none")
 	default:
@@ -688,7 +754,7 @@ func (c *client) getset(_ context.Context, args [][]byte) {
 // expiretime serves EXPIRETIME and PEXPIRETIME: -1 without an expiry, -2
 // for a missing key.
 func (c *client) expiretime(_ context.Context, args [][]byte) {
-	e, err := c.s.Store.Get(args[1], nil)
+	e, err := c.s.Store.Lookup(args[1], nil)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		c.w.Int(-2)
@@ -784,11 +850,9 @@ func (c *client) setrange(_ context.Context, args [][]byte) {
 		c.w.Error("ERR offset is out of range")
 		return
 	}
-	// As Redis: an empty value sets nothing and is not held to the size.
-	if len(args[3]) > 0 && off > kv.MaxValueSize-int64(len(args[3])) { // not off+len: it overflows for an offset near 2^63
-		c.w.Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
-		return
-	}
+	// As Redis: an empty value sets nothing and is not held to the size;
+	// a key of another kind is refused before the size is looked at.
+	tooBig := len(args[3]) > 0 && off > kv.MaxValueSize-int64(len(args[3])) // not off+len: it overflows for an offset near 2^63
 	if len(args[3]) == 0 {
 		// Nothing to write: the length, and no write (a WATCH of the key
 		// holds).
@@ -797,6 +861,9 @@ func (c *client) setrange(_ context.Context, args [][]byte) {
 	}
 	var n int
 	c.modify(args[1], kv.MaxValueSize, func(cur []byte, exists bool) ([]byte, bool, error) {
+		if tooBig {
+			return nil, false, errReply("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+		}
 		next := cur
 		if end := int(off) + len(args[3]); end > len(next) {
 			next = append(next, make([]byte, end-len(next))...)
@@ -819,19 +886,19 @@ func (c *client) getdel(_ context.Context, args [][]byte) {
 
 // incrbyfloat serves INCRBYFLOAT key increment, as Redis formats floats.
 func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
-	incr, ok := parseLongDouble(args[2])
-	if !ok {
-		c.w.Error("ERR value is not a valid float")
-		return
-	}
 	var out []byte
 	c.modify(args[1], 5<<10, func(cur []byte, exists bool) ([]byte, bool, error) {
+		// Redis's order: the key's kind, its value, then the increment.
 		v := new(big.Float).SetPrec(64)
 		if exists {
 			var ok bool
 			if v, ok = parseLongDouble(cur); !ok {
 				return nil, false, errReply("ERR value is not a valid float")
 			}
+		}
+		incr, ok := parseLongDouble(args[2])
+		if !ok {
+			return nil, false, errReply("ERR value is not a valid float")
 		}
 		if v.IsInf() || incr.IsInf() { // C's inf (or NaN, where they differ in sign; big.Float would panic)
 			return nil, false, errReply("ERR increment would produce NaN or Infinity")
@@ -911,7 +978,7 @@ func (c *client) rename(_ context.Context, args [][]byte) {
 		if bytes.Equal(src.Key, dst.Key) || nx && dst.Exists {
 			return nil // nothing moves
 		}
-		dst.Value, dst.Expires, dst.Write = src.Value, src.Expires, true
+		dst.Value, dst.Kind, dst.Expires, dst.Write = src.Value, src.Kind, src.Expires, true
 		src.Delete, moved = true, true
 		return nil
 	}, func() {
@@ -954,7 +1021,7 @@ func (c *client) copyCmd(_ context.Context, args [][]byte) {
 		if !src.Exists || bytes.Equal(src.Key, dst.Key) || dst.Exists && !replace {
 			return nil
 		}
-		dst.Value, dst.Expires, dst.Write = src.Value, src.Expires, true
+		dst.Value, dst.Kind, dst.Expires, dst.Write = src.Value, src.Kind, src.Expires, true
 		copied = true
 		return nil
 	}, func() { c.w.Int(b2i(copied)) })
@@ -980,7 +1047,7 @@ func (c *client) msetnx(_ context.Context, args [][]byte) {
 			}
 		}
 		for i := range cells {
-			cells[i].Value, cells[i].Expires, cells[i].Write = args[2+2*i], 0, true
+			cells[i].Value, cells[i].Kind, cells[i].Expires, cells[i].Write = args[2+2*i], kv.KindString, 0, true
 		}
 		set = true
 		return nil
@@ -1077,6 +1144,9 @@ func (c *client) getex(_ context.Context, args [][]byte) {
 	var found bool
 	c.update([][]byte{args[1]}, kv.MaxValueSize, func(cells []kv.Cell) error {
 		cell := &cells[0]
+		if cell.Exists && cell.Kind != kv.KindString {
+			return kv.ErrWrongType // before the time is looked at, as in Redis
+		}
 		v, found = cell.Value, cell.Exists
 		if !found || !change || bad != "" {
 			return nil
@@ -1135,19 +1205,31 @@ func (c *client) randomkey(_ context.Context, _ [][]byte) {
 	c.w.Bulk(page[rand.IntN(len(page))].Key)
 }
 
-// object serves OBJECT ENCODING key (every value is a string: "int",
-// "embstr" or "raw", as Redis would say) and OBJECT HELP-less others.
+// object serves OBJECT REFCOUNT key (1: no value is shared) and OBJECT
+// ENCODING key: for a string "int", "embstr" or
+// "raw", as Redis would say; for a typed value the encoding Redis would
+// hold it in (typed.go).
 func (c *client) object(_ context.Context, args [][]byte) {
-	if !eq(args[1], "ENCODING") || len(args) != 3 {
+	refcount := eq(args[1], "REFCOUNT")
+	if !eq(args[1], "ENCODING") && !refcount || len(args) != 3 {
 		c.w.Error("ERR unknown subcommand '" + string(cut(args[1])) + "'. Try OBJECT HELP.")
 		return
 	}
-	e, err := c.s.Store.Get(args[2], nil)
+	e, err := c.s.Store.Lookup(args[2], nil)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		c.w.NullBulk()
 	case err != nil:
 		c.storeErr(err)
+	case refcount:
+		c.w.Int(1) // hecd shares no value between keys
+	case e.Kind != kv.KindString:
+		v, err := decodeTyped(e.Kind, e.Value)
+		if err != nil {
+			c.storeErr(err)
+			return
+		}
+		c.w.BulkString(v.encodingName())
 	case len(e.Value) <= 20 && func() bool { _, ok := kv.ParseInt(e.Value); return ok }():
 		c.w.BulkString("int")
 	case len(e.Value) <= 44:
@@ -1164,7 +1246,7 @@ func (c *client) memory(_ context.Context, args [][]byte) {
 		c.w.Error("ERR unknown subcommand '" + string(cut(args[1])) + "'. Try MEMORY HELP.")
 		return
 	}
-	e, err := c.s.Store.Get(args[2], nil)
+	e, err := c.s.Store.Lookup(args[2], nil)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		c.w.NullBulk()

@@ -145,10 +145,21 @@ func (d *diffConn) run(cmds [][]string) ([]string, error) {
 // normalise writes down a reply to c as it compares: KEYS as a set (in
 // order), TTLs by sign (the two servers' clocks read apart by a few ms).
 func normalise(c []string, r string) string {
-	if strings.EqualFold(c[0], "KEYS") && strings.HasPrefix(r, "*[") {
+	if unordered[strings.ToUpper(c[0])] && strings.HasPrefix(r, "*[") {
 		items := splitReplies(strings.TrimSuffix(strings.TrimPrefix(r, "*["), "]"))
 		slices.Sort(items)
 		return "*[" + strings.Join(items, " ") + "]"
+	}
+	name := strings.ToUpper(c[0])
+	if scans[name] > 0 && strings.HasPrefix(r, `*[$"0" *[`) {
+		inner := strings.TrimSuffix(strings.TrimPrefix(r, `*[$"0" *[`), "]]")
+		return `*[$"0" *[` + sortedGroups(splitReplies(inner), scans[name]) + "]]"
+	}
+	if n := unorderedPairs[name]; n > 0 && strings.HasPrefix(r, "*[") {
+		return "*[" + sortedGroups(splitReplies(strings.TrimSuffix(strings.TrimPrefix(r, "*["), "]")), n) + "]"
+	}
+	if strings.EqualFold(c[0], "OBJECT") && (r == `$"int"` || r == `$"embstr"` || r == `$"raw"`) {
+		return "$string" // a string's encoding is told apart (case 27)
 	}
 	if ttlCommands[strings.ToUpper(c[0])] && strings.HasPrefix(r, ":") && !strings.HasPrefix(r, ":-") && r != ":0" {
 		return ":positive"
@@ -198,6 +209,29 @@ func splitReplies(s string) []string {
 	return out
 }
 
+// unordered commands answer a set in an order of the server's own (its
+// hash table's): compared as sets. (SSCAN's members come after a cursor:
+// the whole reply is sorted, the cursor "0" with them.)
+var unordered = map[string]bool{"KEYS": true, "SMEMBERS": true, "SINTER": true, "SUNION": true, "SDIFF": true}
+
+// A big hash's and a big set's order is their hash table's: HGETALL's
+// field-value pairs (HKEYS' and HVALS' items) and SSCAN's, HSCAN's and
+// ZSCAN's are compared as sets, in groups of the count given.
+var (
+	unorderedPairs = map[string]int{"HGETALL": 2, "HKEYS": 1, "HVALS": 1}
+	scans          = map[string]int{"SSCAN": 1, "HSCAN": 2, "ZSCAN": 2}
+)
+
+// sortedGroups sorts items in groups of n and joins them.
+func sortedGroups(items []string, n int) string {
+	var groups []string
+	for i := 0; i+n <= len(items); i += n {
+		groups = append(groups, strings.Join(items[i:i+n], " "))
+	}
+	slices.Sort(groups)
+	return strings.Join(groups, " ")
+}
+
 // ttlCommands answer a time left or an expiry: compared by sign.
 var ttlCommands = map[string]bool{"TTL": true, "PTTL": true, "EXPIRETIME": true, "PEXPIRETIME": true}
 
@@ -217,7 +251,7 @@ var (
 func diffCommand(r *rand.Rand) []string {
 	pick := func(s []string) string { return s[r.IntN(len(s))] }
 	k, v := pick(diffKeys), pick(diffVals)
-	switch r.IntN(37) {
+	switch r.IntN(37 + len(diffTypedCommands)) {
 	case 0:
 		return []string{"SET", k, v}
 	case 1:
@@ -308,9 +342,137 @@ func diffCommand(r *rand.Rand) []string {
 	case 36:
 		return append([]string{"LCS", k, pick(diffKeys)}, pickArgs(r, [][]string{{}, {"LEN"}, {"IDX"}, {"IDX", "WITHMATCHLEN"},
 			{"IDX", "MINMATCHLEN", pick(diffInts)}, {"LEN", "IDX"}, {"BAD"}, {"MINMATCHLEN"}})...)
-	default:
+	case 33:
 		return []string{"FLUSHDB"}
+	default:
+		return diffTypedCommands[r.IntN(len(diffTypedCommands))](r, k)
 	}
+}
+
+// Typed values' arguments: members, scores, score bounds and indexes.
+var (
+	diffMembers = []string{"a", "b", "c", "1", "2", "10", "-1", "", "\x00m"}
+	diffScores  = []string{"0", "1", "-1", "1.5", "2", "inf", "-inf", "+inf", "nan", "abc", "1e308", "", "5.0e3", "0.1"}
+	diffBounds  = []string{"0", "1", "-1", "(1", "(0", "-inf", "+inf", "(inf", "abc", "2", "1.5"}
+	diffIndexes = []string{"0", "1", "-1", "2", "-2", "10", "-10", "abc", "9223372036854775807", "-9223372036854775808"}
+)
+
+// diffTypedCommands draw commands of lists, sets, hashes and sorted sets
+// on key k (the same keys as the strings': a key of the wrong kind is
+// drawn as often as one of the right kind).
+var diffTypedCommands = []func(r *rand.Rand, k string) []string{
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "LPUSH", "RPUSH", "LPUSHX", "RPUSHX"), k}, diffSome(r, diffMembers)...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "LPOP", "RPOP"), k}, pickArgs(r, [][]string{{}, {"0"}, {"1"}, {"2"}, {"10"}, {"-1"}, {"abc"}})...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"LRANGE", k, pickS(r, diffIndexes...), pickS(r, diffIndexes...)}
+	},
+	func(r *rand.Rand, k string) []string { return []string{pickS(r, "LLEN", "SCARD", "HLEN", "ZCARD"), k} },
+	func(r *rand.Rand, k string) []string { return []string{"LINDEX", k, pickS(r, diffIndexes...)} },
+	func(r *rand.Rand, k string) []string {
+		return []string{"LSET", k, pickS(r, diffIndexes...), pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"LREM", k, pickS(r, "0", "1", "-1", "2", "-2", "abc"), pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"LTRIM", k, pickS(r, diffIndexes...), pickS(r, diffIndexes...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"LINSERT", k, pickS(r, "BEFORE", "AFTER", "BAD"), pickS(r, diffMembers...), pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{"LPOS", k, pickS(r, diffMembers...)}, pickArgs(r, [][]string{{}, {"RANK", pickS(r, diffIndexes...)},
+			{"COUNT", pickS(r, "0", "1", "2", "-1")}, {"MAXLEN", pickS(r, "0", "1", "-1")}, {"RANK", "-1", "COUNT", "0"}, {"BAD", "1"}})...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{"LMOVE", k, pickS(r, diffKeys...)}, pickArgs(r, [][]string{{"LEFT", "RIGHT"}, {"RIGHT", "LEFT"}, {"LEFT", "LEFT"}, {"UP", "LEFT"}})...)
+	},
+	func(r *rand.Rand, k string) []string { return []string{"RPOPLPUSH", k, pickS(r, diffKeys...)} },
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "SADD", "SREM", "SMISMEMBER"), k}, diffSome(r, diffMembers)...)
+	},
+	func(r *rand.Rand, k string) []string { return []string{"SISMEMBER", k, pickS(r, diffMembers...)} },
+	func(r *rand.Rand, k string) []string {
+		return []string{pickS(r, "SMEMBERS", "SINTER", "SUNION", "SDIFF"), k, pickS(r, diffKeys...)}[:2+r.IntN(2)]
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{pickS(r, "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"), k, pickS(r, diffKeys...), pickS(r, diffKeys...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"SMOVE", k, pickS(r, diffKeys...), pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		args := []string{pickS(r, "HSET", "HMSET"), k}
+		for range 1 + r.IntN(3) {
+			args = append(args, pickS(r, diffMembers...), pickS(r, diffVals...))
+		}
+		return args[:len(args)-r.IntN(2)] // an odd count now and then
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{pickS(r, "HGET", "HEXISTS", "HSTRLEN", "HSETNX"), k, pickS(r, diffMembers...), pickS(r, diffVals...)}[:3+r.IntN(2)]
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "HMGET", "HDEL"), k}, diffSome(r, diffMembers)...)
+	},
+	func(r *rand.Rand, k string) []string { return []string{pickS(r, "HGETALL", "HKEYS", "HVALS"), k} },
+	func(r *rand.Rand, k string) []string {
+		return []string{"HINCRBY", k, pickS(r, diffMembers...), pickS(r, diffInts...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"HINCRBYFLOAT", k, pickS(r, diffMembers...), pickS(r, diffFloat...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		args := append([]string{"ZADD", k}, pickArgs(r, [][]string{{}, {"NX"}, {"XX"}, {"GT"}, {"LT"}, {"CH"}, {"INCR"}, {"XX", "CH"},
+			{"GT", "CH"}, {"NX", "XX"}, {"GT", "LT"}, {"NX", "GT"}, {"INCR", "XX"}, {"LT", "INCR"}})...)
+		for range 1 + r.IntN(3) {
+			args = append(args, pickS(r, diffScores...), pickS(r, diffMembers...))
+		}
+		return args[:len(args)-r.IntN(2)]
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{"ZINCRBY", k, pickS(r, diffScores...), pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "ZREM", "ZMSCORE"), k}, diffSome(r, diffMembers)...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{pickS(r, "ZSCORE", "ZRANK", "ZREVRANK"), k, pickS(r, diffMembers...)}
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "ZRANGE", "ZREVRANGE"), k, pickS(r, diffIndexes...), pickS(r, diffIndexes...)},
+			pickArgs(r, [][]string{{}, {"WITHSCORES"}, {"REV"}, {"REV", "WITHSCORES"}, {"BAD"}})...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{pickS(r, "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZCOUNT"), k, pickS(r, diffBounds...), pickS(r, diffBounds...)},
+			pickArgs(r, [][]string{{}, {"WITHSCORES"}, {"LIMIT", "0", "1"}, {"LIMIT", "1", "-1"}, {"LIMIT", "-1", "2"}, {"WITHSCORES", "LIMIT", "1", "2"}, {"BAD"}})...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return append([]string{"ZRANGE", k, pickS(r, diffBounds...), pickS(r, diffBounds...), "BYSCORE"},
+			pickArgs(r, [][]string{{}, {"REV"}, {"WITHSCORES"}, {"LIMIT", "0", "2"}, {"REV", "LIMIT", "1", "1", "WITHSCORES"}})...)
+	},
+	func(r *rand.Rand, k string) []string {
+		return []string{pickS(r, "SSCAN", "HSCAN", "ZSCAN"), k, "0", "MATCH", pickS(r, "*", "a*", "1*", "?")}
+	},
+	func(r *rand.Rand, k string) []string {
+		// OBJECT ENCODING of a typed value only: a string's is told
+		// apart (case 27).
+		return [][]string{{"TYPE", k}, {"OBJECT", "ENCODING", k}}[r.IntN(2)]
+	},
+}
+
+func pickS(r *rand.Rand, s ...string) string { return s[r.IntN(len(s))] }
+
+// diffSome is one to three of s.
+func diffSome(r *rand.Rand, s []string) []string {
+	out := make([]string, 1+r.IntN(3))
+	for i := range out {
+		out[i] = pickS(r, s...)
+	}
+	return out
 }
 
 // diffTxCommand draws a command for inside MULTI: not KEYS, whose order

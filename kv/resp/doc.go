@@ -6,8 +6,10 @@
 // commands of Redis 7 (commandTable in commands.go lists them; COMMAND
 // shows them), with Redis's replies and error texts — TestSameAnswersAsRedis
 // runs one redis-cli session against hecd and against redis-server and
-// compares. Commands of the other data types (lists, hashes, sets, sorted
-// sets, streams) answer Redis's unknown-command error. One database (0).
+// compares. Lists, sets, hashes and sorted sets (typed.go, lists.go,
+// sets.go, hashes.go, zsets.go) are each one value of its kind in the store
+// (kv.Kind), read and written whole in one commit; streams, blocking pops
+// and scripting answer Redis's unknown-command error. One database (0).
 // INCRBYFLOAT computes in a C long double as x86 Redis does. Expiry is to
 // the millisecond, as in Redis.
 //

@@ -172,6 +172,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return nil
 	}
 	s.started = time.Now()
+	s.limits.init()
 	s.Limits = s.Limits.withDefaults()
 	if s.WriteTimeout == 0 {
 		s.WriteTimeout = 30 * time.Second

@@ -90,7 +90,7 @@ func (c *client) watchCmd(_ context.Context, args [][]byte) {
 		return
 	}
 	for _, k := range args[1:] {
-		e, err := c.s.Store.Get(k, nil)
+		e, err := c.s.Store.Lookup(k, nil)
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
 			c.storeErr(err)
 			return
@@ -121,7 +121,7 @@ func (c *client) execCmd(ctx context.Context, _ [][]byte) {
 	c.s.Store.Gate().Lock()
 	defer c.s.Store.Gate().Unlock()
 	for _, w := range c.tx.watched {
-		e, err := c.s.Store.Get(w.key, nil)
+		e, err := c.s.Store.Lookup(w.key, nil)
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
 			c.storeErr(err)
 			return

@@ -89,6 +89,7 @@ type Server struct {
 	registry                             registry // connected clients (clients.go)
 
 	cursors scanCursors
+	limits  encodingLimits // Redis's thresholds of OBJECT ENCODING (typed.go)
 }
 
 // Clients returns the number of connected clients.
@@ -255,6 +256,8 @@ func (c *client) storeErr(err error) {
 	switch {
 	case errors.Is(err, kv.ErrNotNumber):
 		c.w.Error("ERR value is not an integer or out of range")
+	case errors.Is(err, kv.ErrWrongType):
+		c.w.Error(wrongType)
 	case errors.Is(err, kv.ErrOverflow):
 		c.w.Error("ERR increment or decrement would overflow")
 	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrValueSize):
@@ -393,7 +396,11 @@ func (c *client) setReply(err error, wantGet bool, prior, key []byte) {
 	switch {
 	case errors.Is(err, kv.ErrExists), errors.Is(err, kv.ErrNotFound):
 		if wantGet && errors.Is(err, kv.ErrExists) {
-			e, _ := c.s.Store.Get(key, nil)
+			e, err := c.s.Store.Get(key, nil)
+			if errors.Is(err, kv.ErrWrongType) {
+				c.storeErr(err)
+				return
+			}
 			c.w.Bulk(e.Value)
 			return
 		}
@@ -517,7 +524,6 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 			}
 			count = int(min(n, 100000))
 		case "TYPE":
-			// Every key is a string: another type matches none.
 			onlyType = strings.ToLower(string(args[i+1]))
 		default:
 			c.w.Error("ERR syntax error")
@@ -533,15 +539,15 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 		}
 	}
 	prefix := literalPrefix(pattern)
-	page, next, err := c.s.Store.Scan(prefix, from, count, true)
+	page, next, err := c.s.Store.Scan(prefix, from, count, true) // keys only: the kinds come along
 	if err != nil {
 		c.storeErr(err)
 		return
 	}
 	var keys [][]byte
-	for _, kv := range page {
-		if (pattern == nil || globMatch(pattern, kv.Key)) && (onlyType == "" || onlyType == "string") {
-			keys = append(keys, kv.Key)
+	for _, p := range page {
+		if (pattern == nil || globMatch(pattern, p.Key)) && (onlyType == "" || onlyType == p.Kind.String()) {
+			keys = append(keys, p.Key)
 		}
 	}
 	var nextID uint64
@@ -693,11 +699,71 @@ func (s *Server) configValues() map[string]string {
 	if s.Store.Durability() == kv.Sync {
 		app = "yes"
 	}
-	return map[string]string{"save": save, "appendonly": app, "appendfsync": map[bool]string{true: "always", false: "no"}[app == "yes"],
+	vals := map[string]string{"save": save, "appendonly": app, "appendfsync": map[bool]string{true: "always", false: "no"}[app == "yes"],
 		"databases": "1", "maxmemory": strconv.FormatInt(s.Store.MemoryBudget(), 10), "timeout": "0",
 		"proto-max-bulk-len": strconv.Itoa(s.Limits.MaxBulk),
 		// No replication: the agent's peers are another layer.
 		"replicaof": "", "slaveof": ""}
+	for name, p := range s.limits.params() {
+		vals[name] = strconv.FormatInt(p.Load(), 10)
+	}
+	return vals
+}
+
+// memoryValue reports whether b reads as Redis's memory values do: a
+// number and an optional unit (k, kb, m, mb, g, gb; any case).
+func memoryValue(b []byte) bool {
+	s := strings.ToLower(string(b))
+	for _, unit := range []string{"kb", "mb", "gb", "k", "m", "g", "b"} {
+		if strings.HasSuffix(s, unit) {
+			s = strings.TrimSuffix(s, unit)
+			break
+		}
+	}
+	_, ok := parseInt([]byte(s))
+	return ok
+}
+
+// configSet serves CONFIG SET name value …: only the thresholds of the
+// typed values' encodings (typed.go) are the client's to change; the rest
+// is the agent's configuration. All or nothing.
+func (c *client) configSet(args [][]byte) {
+	if len(args) < 4 || len(args)%2 != 0 {
+		c.wrongArgs("CONFIG|SET")
+		return
+	}
+	params := c.s.limits.params()
+	vals := make([]int64, 0, len(args)/2)
+	seen := map[*atomic.Int64]bool{} // a parameter, under either of its names
+	for i := 2; i < len(args); i += 2 {
+		name := strings.ToLower(string(args[i]))
+		p, ok := params[name]
+		if !ok && name == "maxmemory" && !memoryValue(args[i+1]) {
+			// As Redis answers a value it cannot read, before saying
+			// that the store's memory is the agent's to set.
+			c.w.Error("ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument couldn't be parsed into a memory value")
+			return
+		}
+		if !ok {
+			c.w.Error("ERR CONFIG SET of '" + string(cut(args[i])) + "' is not supported by hecd; configure the agent instead")
+			return
+		}
+		if seen[p] {
+			c.w.Error("ERR CONFIG SET failed (possibly related to argument '" + name + "') - duplicate parameter")
+			return
+		}
+		seen[p] = true
+		n, ok := parseInt(args[i+1])
+		if !ok || n < 0 {
+			c.w.Error("ERR CONFIG SET failed (possibly related to argument '" + name + "') - argument couldn't be parsed into an integer")
+			return
+		}
+		vals = append(vals, n)
+	}
+	for i := 2; i < len(args); i += 2 {
+		params[strings.ToLower(string(args[i]))].Store(vals[(i-2)/2])
+	}
+	c.w.OK()
 }
 
 func (c *client) config(_ context.Context, args [][]byte) {
@@ -725,7 +791,9 @@ func (c *client) config(_ context.Context, args [][]byte) {
 		for _, s := range out {
 			c.w.BulkString(s)
 		}
-	case "SET", "RESETSTAT", "REWRITE":
+	case "SET":
+		c.configSet(args)
+	case "RESETSTAT", "REWRITE":
 		c.w.Error("ERR CONFIG " + strings.ToUpper(string(args[1])) + " is not supported by hecd; configure the agent instead")
 	default:
 		c.w.Error("ERR unknown subcommand '" + string(args[1]) + "'. Try CONFIG HELP.")
