@@ -240,10 +240,14 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		room := req.Spans[2]
 		var buf []byte
 		n := 0
-		for _, p := range page {
+		var cut *kv.KV // the first that did not fit
+		for i, p := range page {
+			if p.Kind != kv.KindString {
+				continue // the handoff serves strings; RESP's typed values are RESP's
+			}
 			rec := 8 + len(p.Key) + len(p.Value)
 			if uint64(len(buf)+rec+len(p.Key)) > uint64(room.Len) {
-				next = p.Key // the rest does not fit: continue from here
+				next, cut = p.Key, &page[i] // the rest does not fit: continue from here
 				break
 			}
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(len(p.Key)))
@@ -252,8 +256,8 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 			buf = append(buf, p.Value...)
 			n++
 		}
-		if n == 0 && len(page) > 0 {
-			resp.Status, resp.Arg0 = wire.StatusTooLarge, uint64(8+len(page[0].Key)*2+len(page[0].Value))
+		if n == 0 && cut != nil {
+			resp.Status, resp.Arg0 = wire.StatusTooLarge, uint64(8+len(cut.Key)*2+len(cut.Value))
 			return
 		}
 		recs := len(buf)
@@ -340,7 +344,8 @@ func kvStatus(err error) wire.Status {
 		return wire.StatusExists
 	case errors.Is(err, kv.ErrMismatch):
 		return wire.StatusMismatch
-	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrNotNumber), errors.Is(err, kv.ErrOverflow):
+	case errors.Is(err, kv.ErrKeySize), errors.Is(err, kv.ErrNotNumber), errors.Is(err, kv.ErrOverflow),
+		errors.Is(err, kv.ErrWrongType): // a key the RESP front end made a list, set, hash or sorted set
 		return wire.StatusBadArg
 	case errors.Is(err, kv.ErrValueSize):
 		return wire.StatusTooLarge

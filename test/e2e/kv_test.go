@@ -86,6 +86,37 @@ func TestKVEverywhere(t *testing.T) {
 	}
 }
 
+// TestHandoffServesStringsOnly: a list, set, hash or sorted set written
+// over RESP is never handed to a host as bytes: its GET is refused as a
+// bad argument, SCAN passes over it, and a host's PUT replaces it (as
+// Redis's SET does).
+func TestHandoffServesStringsOnly(t *testing.T) {
+	cfg := agentConfig(t)
+	_, rc := startRESPAgent(t, cfg)
+	ctx := context.Background()
+	rc.RPush(ctx, "typed:list", "a", "b")
+	rc.SAdd(ctx, "typed:set", "m")
+	rc.HSet(ctx, "typed:hash", "f", "v")
+	rc.ZAdd(ctx, "typed:zset", redis.Z{Score: 1, Member: "m"})
+	rc.Set(ctx, "typed:string", "s", 0)
+	kv := dial(t, "shm://"+cfg.Agent.Shm).KV()
+	for _, k := range []string{"typed:list", "typed:set", "typed:hash", "typed:zset"} {
+		if v, _, err := kv.Get(ctx, []byte(k), nil); !errors.Is(err, wire.StatusBadArg) {
+			t.Errorf("handoff GET of %s: %q %v, want a bad-argument refusal", k, v, err)
+		}
+	}
+	pairs, next, err := kv.Scan(ctx, []byte("typed:"), nil, 10)
+	if err != nil || next != nil || len(pairs) != 1 || string(pairs[0].Key) != "typed:string" {
+		t.Fatalf("handoff SCAN typed:: %q %q %v, want the string alone", pairs, next, err)
+	}
+	if err := kv.Put(ctx, []byte("typed:list"), []byte("bytes"), host.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rc.Get(ctx, "typed:list").Result(); err != nil || v != "bytes" {
+		t.Errorf("RESP GET after the host's PUT over a list: %q %v", v, err)
+	}
+}
+
 // TestExecIsolatedFromTheHandoff: a RESP client runs MULTI; SET iso:a v;
 // SET iso:b v; EXEC with v counting up, while a handoff client scans
 // iso: over and over. Every scan sees a and b equal: no handoff op runs
