@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hecsys/hec/shared/mono"
 )
 
 // Runner runs one rail's share of an operation: its bytes [off, off+n).
@@ -65,86 +67,143 @@ var ErrNoRunner = errors.New("rail: no runner for the rail")
 // plan names a rail runners lacks; when a Start fails, the shares started
 // are waited for and nothing else runs.
 func Execute(ctx context.Context, plan Plan, runners Runners) ([]time.Duration, error) {
+	took := make([]time.Duration, len(plan.Shares))
+	err := ExecuteTo(ctx, plan, runners, mono.Now(), took)
+	return took, err
+}
+
+// maxStackShares is how many shares ExecuteTo keeps its state for on the
+// stack (a plan of more allocates it).
+const maxStackShares = 4
+
+// ExecuteTo is Execute writing each share's time since t0 (the caller's
+// start of the operation: its clock read is the executor's too) to took
+// (len(took) ≥ len(plan.Shares)), for a service that runs many small
+// operations: a plan of one share allocates nothing (when its runner is a
+// value the service keeps) and reads the clock once; one of several
+// allocates a few words, for the piece-end notifier and any share that
+// runs on a goroutine of its own.
+func ExecuteTo(ctx context.Context, plan Plan, runners Runners, t0 time.Time, took []time.Duration) error {
+	if len(took) < len(plan.Shares) {
+		return fmt.Errorf("rail: room for %d shares' times, %d shares", len(took), len(plan.Shares))
+	}
+	took = took[:len(plan.Shares)]
+	clear(took)
+	if len(plan.Shares) == 1 {
+		s := plan.Shares[0]
+		r := runners[s.Rail]
+		if r == nil {
+			return fmt.Errorf("%w: %q", ErrNoRunner, s.Rail)
+		}
+		if err := r.Run(ctx, s.Offset, s.Bytes); err != nil {
+			return railErr(s.Rail, err)
+		}
+		took[0] = time.Since(t0)
+		return nil
+	}
 	inline := -1 // the share run here: the host's, else the last one not a Starter
 	for i, s := range plan.Shares {
 		r := runners[s.Rail]
 		if r == nil {
-			return nil, fmt.Errorf("%w: %q", ErrNoRunner, s.Rail)
+			return fmt.Errorf("%w: %q", ErrNoRunner, s.Rail)
 		}
 		if _, starts := r.(Starter); !starts && (inline < 0 || plan.Shares[inline].Kind != HostCPU) {
 			inline = i
 		}
 	}
-	took := make([]time.Duration, len(plan.Shares))
-	t0 := time.Now()
-	if len(plan.Shares) == 1 {
-		s := plan.Shares[0]
-		if err := runners[s.Rail].Run(ctx, s.Offset, s.Bytes); err != nil {
-			return took, fmt.Errorf("%s rail: %w", s.Rail, err)
-		}
-		took[0] = time.Since(t0)
-		return took, nil
+	return executeShares(ctx, plan, runners, took, inline, t0)
+}
+
+// railErr is a share's error, naming its rail.
+func railErr(rail string, err error) error { return fmt.Errorf("%s rail: %w", rail, err) }
+
+// executeShares is ExecuteTo of a plan of several shares.
+func executeShares(ctx context.Context, plan Plan, runners Runners, took []time.Duration, inline int, t0 time.Time) error {
+	n := len(plan.Shares)
+	var errsA [maxStackShares]error
+	var startedA [maxStackShares]Started
+	var cellsA [maxStackShares]*shareCell
+	errs, started, cells := errsA[:n:n], startedA[:n:n], cellsA[:n:n]
+	if n > maxStackShares {
+		errs, started, cells = make([]error, n), make([]Started, n), make([]*shareCell, n)
 	}
-	errs := make([]error, len(plan.Shares))
-	started := make([]Started, len(plan.Shares))
-	run := func(i int) {
-		s := plan.Shares[i]
-		if err := runners[s.Rail].Run(ctx, s.Offset, s.Bytes); err != nil {
-			errs[i] = fmt.Errorf("%s rail: %w", s.Rail, err)
-			return
-		}
-		took[i] = time.Since(t0)
-	}
-	// wait waits for the started shares (and the goroutines), noting when
-	// each ended where no piece saw it.
 	var wg sync.WaitGroup
+	// wait waits for the started shares and the goroutines, noting when
+	// each ended where no piece saw it.
 	wait := func() {
 		for i, st := range started {
 			if st == nil {
 				continue
 			}
 			if err := st.Wait(); err != nil {
-				errs[i], took[i] = fmt.Errorf("%s rail: %w", plan.Shares[i].Rail, err), 0
+				errs[i], took[i] = railErr(plan.Shares[i].Rail, err), 0
 			} else if took[i] == 0 {
 				took[i] = time.Since(t0)
 			}
 		}
 		wg.Wait()
+		for i, c := range cells {
+			if c != nil {
+				took[i], errs[i] = c.took, c.err
+			}
+		}
 	}
 	for i, s := range plan.Shares {
 		if i == inline {
 			continue
 		}
-		if st, ok := runners[s.Rail].(Starter); ok {
+		r := runners[s.Rail]
+		if st, ok := r.(Starter); ok {
 			var err error
 			if started[i], err = st.Start(ctx, s.Offset, s.Bytes); err != nil {
 				started[i] = nil
 				wait()
-				return took, fmt.Errorf("%s rail: %w", s.Rail, err)
+				return railErr(s.Rail, err)
 			}
 			continue
 		}
-		wg.Go(func() { run(i) })
+		cells[i] = runOnGoroutine(ctx, &wg, r, s, t0)
 	}
 	if inline >= 0 {
 		s := plan.Shares[inline]
+		var err error
 		if pw, ok := runners[s.Rail].(Piecewise); ok {
-			err := pw.RunPieces(ctx, s.Offset, s.Bytes, func() {
+			err = pw.RunPieces(ctx, s.Offset, s.Bytes, func() {
 				for i, st := range started {
 					if st != nil && took[i] == 0 && st.Done() {
 						took[i] = time.Since(t0)
 					}
 				}
 			})
-			if err != nil {
-				errs[inline] = fmt.Errorf("%s rail: %w", s.Rail, err)
-			} else {
-				took[inline] = time.Since(t0)
-			}
 		} else {
-			run(inline)
+			err = runners[s.Rail].Run(ctx, s.Offset, s.Bytes)
+		}
+		if err != nil {
+			errs[inline] = railErr(s.Rail, err)
+		} else {
+			took[inline] = time.Since(t0)
 		}
 	}
 	wait()
-	return took, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// shareCell is where a share run on a goroutine of its own leaves its
+// time and error.
+type shareCell struct {
+	took time.Duration
+	err  error
+}
+
+// runOnGoroutine runs s on r on a new goroutine (wg counts it).
+func runOnGoroutine(ctx context.Context, wg *sync.WaitGroup, r Runner, s Share, t0 time.Time) *shareCell {
+	c := new(shareCell)
+	wg.Go(func() {
+		if err := r.Run(ctx, s.Offset, s.Bytes); err != nil {
+			c.err = railErr(s.Rail, err)
+			return
+		}
+		c.took = time.Since(t0)
+	})
+	return c
 }

@@ -105,6 +105,28 @@ func TestExecuteErrors(t *testing.T) {
 	}
 }
 
+// TestExecuteToOneShareAllocatesNothing: a service that keeps its
+// runners pays no allocation for running a one-share plan through the
+// executor (EC's host rail must allocate nothing per op).
+func TestExecuteToOneShareAllocatesNothing(t *testing.T) {
+	sum := 0
+	runners := Runners{Host: RunnerFunc(func(_ context.Context, off, n int64) error { sum += int(n); return nil })}
+	p := Plan{Size: 64, Shares: []Share{{Rail: Host, Kind: HostCPU, Bytes: 64}}}
+	var took [2]time.Duration
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := ExecuteTo(ctx, p, runners, time.Now(), took[:]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || sum == 0 {
+		t.Fatalf("%.1f allocations per one-share plan (ran %d bytes), want 0", allocs, sum)
+	}
+	if err := ExecuteTo(ctx, p, runners, time.Now(), took[:0]); err == nil {
+		t.Fatal("ExecuteTo with no room for the times: no error")
+	}
+}
+
 // TestTableNeverSplitsRailsThatSlowEachOther: rails like the issue's
 // (host α 200 µs, DPU α 435 µs, rates alike) split large operations
 // when running them at once costs what the model says, and never when
