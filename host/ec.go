@@ -322,15 +322,9 @@ func stripeWidth(groups ...[][]byte) (int, error) {
 }
 
 // share is one rail's columns of an op.
-type share struct {
-	rail   string
-	c0, c1 int
-}
-
-// split plans an op over w columns and turns the plan into column ranges;
-// cost is the split cost the prediction was multiplied by (1 for one rail).
-// The ranges are appended to dst[:0].
-func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share, float64, error) {
+// split plans an op over w columns; cost is the split cost the
+// prediction was multiplied by (1 for one rail).
+func (e *EC) split(ctx context.Context, w int) (rail.Plan, float64, error) {
 	size := int64(e.k) * int64(w)
 	plan, cost := rail.Plan{}, 1.0
 	switch e.rails {
@@ -341,7 +335,7 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 		if rails == nil {
 			var err error
 			if rails, err = e.Calibrate(ctx, false); err != nil {
-				return plan, nil, 1, err
+				return plan, 1, err
 			}
 		}
 		e.mu.Lock()
@@ -352,15 +346,7 @@ func (e *EC) split(ctx context.Context, w int, dst []share) (rail.Plan, []share,
 			plan = rail.LeastHostCPU(plan, rails, size)
 		}
 	}
-	out := dst[:0]
-	for _, s := range plan.Shares {
-		c0 := int(s.Offset / int64(e.k))
-		out = append(out, share{rail: s.Rail, c0: c0, c1: c0 + int(s.Bytes/int64(e.k))})
-	}
-	if len(out) > 0 {
-		out[len(out)-1].c1 = w // the last share takes the rest
-	}
-	return plan, out, cost, nil
+	return plan, cost, nil
 }
 
 // onePlan is the plan of an op of size data bytes on the one rail e codes
@@ -370,119 +356,198 @@ func (e *EC) onePlan(size int64) rail.Plan {
 	if p := e.lastPlan.Load(); p != nil && p.Size == size {
 		return *p
 	}
-	p := &rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Bytes: size}}}
+	p := &rail.Plan{Size: size, BestOne: e.rails, Shares: []rail.Share{{Rail: e.rails, Kind: railKind(e.rails), Bytes: size}}}
 	e.lastPlan.Store(p)
 	return *p
+}
+
+// railKind is the resource a rail of EC's runs on.
+func railKind(name string) rail.Kind {
+	if name == RailDPU {
+		return rail.DPUCores
+	}
+	return rail.HostCPU
 }
 
 // hostPiece is the data the host rail codes between two looks at the
 // agent's completions.
 const hostPiece = 256 << 10
 
-// run codes an op's shares: the agent's submitted first, then the host's
-// here in pieces (polling the agent's completions between them so each
-// share's time is known), then the agent's awaited. Each share's time
-// refines the model (auto).
-func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share, cost float64, host func(c0, c1 int) error,
-	dpu func(p *pieces, c0, c1 int) error) (ECResult, error) {
-	res := ECResult{Plan: plan, Bytes: plan.Size}
-	// Two reads of the clock in an op of one share, here and at the end
-	// (its submission, pieces.submit, takes t0 for its time).
-	t0 := mono.Now()
-	// Each share's time and (the agent's) pieces, submitted: on the stack
-	// for as many shares as there are rails (host, DPU, a GPU's to come).
-	var tookA [3]time.Duration
-	var piecesA [3]*pieces
-	var sentA [3]bool
-	took, ps, sent := tookA[:], piecesA[:], sentA[:]
-	if n := len(shares); n > len(tookA) {
-		took, ps, sent = make([]time.Duration, n), make([]*pieces, n), make([]bool, n)
-	} else {
-		took, ps, sent = took[:n], ps[:n], sent[:n]
-	}
-	// The op's CPU meter is the first agent share's (its pieces are on
-	// the heap anyway), else here.
-	var first *pieces
-	for i, s := range shares {
-		if s.rail == RailDPU {
-			if first == nil {
-				first = newPieces(ctx, e, nil)
-				first.own.start = t0
-				ps[i] = first
-			} else {
-				ps[i] = newPieces(ctx, e, first.meter)
-			}
-			ps[i].t0 = t0
-		}
-	}
-	local := cpuMeter{start: t0}
-	meter := &local
-	if first != nil {
-		meter = first.meter
-	}
-	for _, s := range shares {
-		if s.rail == RailHost && e.hostWide {
-			meter.park() // other goroutines code too: read the clock from the start
-		}
-	}
-	for i, s := range shares {
-		if s.rail != RailDPU {
-			continue
-		}
-		if err := dpu(ps[i], s.c0, s.c1); err != nil {
-			for j, p := range ps {
-				if sent[j] {
-					p.wait() //nolint:errcheck // already failing
-				}
-			}
-			return res, err // none released: ps[i]'s own call may still be with the transport
-		}
-		sent[i] = true
-	}
-	var hostErr error
-	for i, s := range shares {
-		if s.rail != RailHost {
-			continue
-		}
-		piece := max(hostPiece/e.k/ec.Align*ec.Align, ec.Align)
-		for c := s.c0; c < s.c1 && hostErr == nil; c += piece {
-			hostErr = host(c, min(c+piece, s.c1))
-			if e.c != nil {
-				if p, ok := e.c.t.(interface{ poll() }); ok {
-					p.poll()
-				}
-			}
-			for j, p := range ps {
-				if sent[j] && took[j] == 0 && p.done() {
-					took[j] = time.Since(t0)
-				}
-			}
-		}
-		took[i] = time.Since(t0)
-	}
-	err := hostErr
-	var end time.Duration // when the last wait was over
-	for i, p := range ps {
-		if !sent[i] {
-			continue
-		}
-		if werr := p.wait(); werr != nil && err == nil {
-			err = werr
-		}
-		end = time.Since(t0)
-		if took[i] == 0 {
-			took[i] = end
-		}
-	}
-	if end == 0 { // the host's shares alone
-		end = time.Since(t0)
-	}
-	res.Took, res.HostCPU = end, meter.totalAt(end)
-	for _, p := range ps {
-		if p != nil {
+// ecOp is one op's state and the runners rail.ExecuteTo runs its shares
+// on: the host's (coding here, in pieces, looking at the agent's
+// completions between them, so each share's time is known) and the
+// agent's (a rail.Starter: its pieces submitted at once, awaited after).
+// Ops take one from ecOps and give it back, so that an op allocates
+// neither its runners nor its bookkeeping.
+type ecOp struct {
+	e    *EC
+	op   wire.Op // OpECEncode or OpECReconstruct
+	w    int     // the stripe's width: the last share's columns end there
+	size int64   // k × w
+	// The op's shards: encode's data and parity; reconstruct's shards,
+	// those it reads (present) and those it rebuilds (want).
+	data, parity, shards [][]byte
+	present, want        []int
+
+	t0      time.Time
+	local   cpuMeter  // the op's meter, unless an agent share's pieces have it
+	first   *pieces   // the first agent share's pieces (its meter is the op's)
+	ps      []*pieces // every agent share's, to release
+	psA     [3]*pieces
+	tookA   [3]time.Duration
+	failed  bool // a submission failed: its pieces may still be with the transport
+	host    ecHostRunner
+	dpu     ecDPURunner
+	runners rail.Runners
+}
+
+var ecOps = sync.Pool{New: func() any {
+	o := new(ecOp)
+	o.host.o, o.dpu.o = o, o
+	o.runners = rail.Runners{RailHost: &o.host, RailDPU: &o.dpu}
+	return o
+}}
+
+// newECOp returns an op of e's of kind op over w columns, started now.
+func (e *EC) newECOp(op wire.Op, w int) *ecOp {
+	o := ecOps.Get().(*ecOp)
+	o.e, o.op, o.w, o.size = e, op, w, int64(e.k)*int64(w)
+	o.t0 = mono.Now()
+	o.local = cpuMeter{start: o.t0}
+	o.ps = o.psA[:0]
+	return o
+}
+
+// release gives o back, with its pieces (unless a submission failed).
+func (o *ecOp) release() {
+	if !o.failed {
+		for _, p := range o.ps {
 			p.release()
 		}
 	}
+	runners, host, dpu := o.runners, o.host, o.dpu
+	*o = ecOp{runners: runners, host: host, dpu: dpu}
+	ecOps.Put(o)
+}
+
+// meter is the op's CPU meter.
+func (o *ecOp) meter() *cpuMeter {
+	if o.first != nil {
+		return o.first.meter
+	}
+	return &o.local
+}
+
+// columns is the column range of the share of bytes [off, off+n): the
+// last share takes the rest of the stripe.
+func (o *ecOp) columns(off, n int64) (c0, c1 int) {
+	c0, c1 = int(off/int64(o.e.k)), int((off+n)/int64(o.e.k))
+	if off+n >= o.size {
+		c1 = o.w
+	}
+	return c0, c1
+}
+
+// ecHostRunner codes a share on this process's cores.
+type ecHostRunner struct{ o *ecOp }
+
+func (r *ecHostRunner) Run(ctx context.Context, off, n int64) error {
+	return r.RunPieces(ctx, off, n, func() {})
+}
+
+// RunPieces codes the share hostPiece of data at a time, polling the
+// transport (the agent's completions) and calling between after each.
+func (r *ecHostRunner) RunPieces(ctx context.Context, off, n int64, between func()) error {
+	o, e := r.o, r.o.e
+	if e.hostWide {
+		o.meter().park() // other goroutines code too: read the clock from the start
+	}
+	c0, c1 := o.columns(off, n)
+	piece := max(hostPiece/e.k/ec.Align*ec.Align, ec.Align)
+	for c := c0; c < c1; c += piece {
+		if err := o.code(ctx, c, min(c+piece, c1)); err != nil {
+			return err
+		}
+		if e.c != nil {
+			if p, ok := e.c.t.(interface{ poll() }); ok {
+				p.poll()
+			}
+		}
+		between()
+	}
+	return nil
+}
+
+// code codes columns c0..c1 on the host.
+func (o *ecOp) code(ctx context.Context, c0, c1 int) error {
+	if o.op == wire.OpECEncode {
+		return o.e.local.EncodeColumns(ctx, columns(c0, c1, o.data), columns(c0, c1, o.parity))
+	}
+	sub := make([][]byte, len(o.shards))
+	for _, i := range o.present {
+		sub[i] = o.shards[i][c0:c1:c1]
+	}
+	for _, i := range o.want {
+		sub[i] = o.shards[i][c0:c0:c1]
+	}
+	return o.e.local.ReconstructSome(sub, o.want)
+}
+
+// ecDPURunner has the agent code a share.
+type ecDPURunner struct{ o *ecOp }
+
+// Run codes the share on the agent, waiting for it.
+func (r *ecDPURunner) Run(ctx context.Context, off, n int64) error {
+	st, err := r.Start(ctx, off, n)
+	if err != nil {
+		return err
+	}
+	return st.Wait()
+}
+
+// Start submits the share's pieces and returns them (rail.Started).
+func (r *ecDPURunner) Start(ctx context.Context, off, n int64) (rail.Started, error) {
+	o, e := r.o, r.o.e
+	var p *pieces
+	if o.first == nil {
+		p = newPieces(ctx, e, nil)
+		p.own.start = o.t0
+		o.first = p
+	} else {
+		p = newPieces(ctx, e, o.first.meter)
+	}
+	p.t0 = o.t0
+	c0, c1 := o.columns(off, n)
+	var err error
+	if o.op == wire.OpECEncode {
+		err = e.dpuEncode(p, o.data, o.parity, c0, c1)
+	} else {
+		err = e.dpuReconstruct(p, o.shards, o.present, o.want, c0, c1)
+	}
+	if err != nil {
+		o.failed = true // none released: p's own call may still be with the transport
+		return nil, err
+	}
+	o.ps = append(o.ps, p)
+	return p, nil
+}
+
+// run codes an op's plan through rail.ExecuteTo; each share's time
+// refines the model (auto).
+func (e *EC) run(ctx context.Context, o *ecOp, plan rail.Plan, cost float64) (ECResult, error) {
+	defer o.release()
+	res := ECResult{Plan: plan, Bytes: plan.Size}
+	took := o.tookA[:]
+	if len(plan.Shares) > len(took) {
+		took = make([]time.Duration, len(plan.Shares))
+	}
+	took = took[:len(plan.Shares)]
+	err := rail.ExecuteTo(ctx, plan, o.runners, o.t0, took)
+	end := took[0] // one share: its time is the op's (no second read of the clock)
+	if len(took) > 1 || err != nil {
+		end = time.Since(o.t0)
+	}
+	res.Took, res.HostCPU = end, o.meter().totalAt(end)
 	if err != nil {
 		return res, err
 	}
@@ -492,22 +557,23 @@ func (e *EC) run(ctx context.Context, op wire.Op, plan rail.Plan, shares []share
 	e.stats.Bytes += res.Bytes
 	e.stats.Took += res.Took
 	e.stats.HostCPU += res.HostCPU
-	if len(shares) > 1 && plan.Predicted > 0 {
+	if len(plan.Shares) > 1 && plan.Predicted > 0 {
 		// plan.Predicted is the models' time times the cost used.
 		model := float64(plan.Predicted) / cost
 		e.splitCost = min(max(0.8*e.splitCost+0.2*float64(res.Took)/model, 0.5), 20)
 	}
-	for i, s := range shares {
-		n := int64(s.c1-s.c0) * int64(e.k)
-		e.stats.RailBytes[s.rail] += n
-		if s.rail == RailDPU && took[i] > 0 {
+	for i, s := range plan.Shares {
+		c0, c1 := o.columns(s.Offset, s.Bytes)
+		n := int64(c1-c0) * int64(e.k)
+		e.stats.RailBytes[s.Rail] += n
+		if s.Rail == RailDPU && took[i] > 0 {
 			r := float64(n) / took[i].Seconds()
-			if old := e.rate(op); old > 0 {
+			if old := e.rate(o.op); old > 0 {
 				r = 0.8*old + 0.2*r
 			}
-			e.dpuRate[rateSlot(op)].Store(math.Float64bits(r)) // under e.mu: no update lost
+			e.dpuRate[rateSlot(o.op)].Store(math.Float64bits(r)) // under e.mu: no update lost
 		}
-		if est := e.est[s.rail]; est != nil && e.rails == RailsAuto {
+		if est := e.est[s.Rail]; est != nil && e.rails == RailsAuto {
 			est.Observe(n, took[i])
 		}
 	}
@@ -522,18 +588,13 @@ func (e *EC) encode(ctx context.Context, data, parity [][]byte) (ECResult, error
 	if err != nil {
 		return ECResult{}, err
 	}
-	var sharesA [3]share // as many as there are rails: no allocation
-	plan, shares, cost, err := e.split(ctx, w, sharesA[:0])
+	plan, cost, err := e.split(ctx, w)
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
-	host := func(c0, c1 int) error {
-		return e.local.EncodeColumns(ctx, columns(c0, c1, data), columns(c0, c1, parity))
-	}
-	dpu := func(p *pieces, c0, c1 int) error {
-		return e.dpuEncode(p, data, parity, c0, c1)
-	}
-	return e.run(ctx, wire.OpECEncode, plan, shares, cost, host, dpu)
+	o := e.newECOp(wire.OpECEncode, w)
+	o.data, o.parity = data, parity
+	return e.run(ctx, o, plan, cost)
 }
 
 // columns returns columns c0..c1 of every shard of the groups, in order.
@@ -746,6 +807,10 @@ func (p *pieces) wait() error {
 	return err
 }
 
+// Done and Wait make pieces a rail.Started: an agent share under way.
+func (p *pieces) Done() bool  { return p.done() }
+func (p *pieces) Wait() error { return p.wait() }
+
 func (p *pieces) done() bool {
 	for _, c := range p.calls {
 		if !c.Done() {
@@ -847,25 +912,13 @@ func (e *EC) reconstruct(ctx context.Context, shards [][]byte, dataOnly bool) (E
 	if err != nil || len(want) == 0 {
 		return ECResult{}, err
 	}
-	var sharesA [3]share // as many as there are rails: no allocation
-	plan, shares, cost, err := e.split(ctx, w, sharesA[:0])
+	plan, cost, err := e.split(ctx, w)
 	if err != nil {
 		return ECResult{Plan: plan}, err
 	}
-	host := func(c0, c1 int) error {
-		sub := make([][]byte, len(shards))
-		for _, i := range present {
-			sub[i] = shards[i][c0:c1:c1]
-		}
-		for _, i := range want {
-			sub[i] = shards[i][c0:c0:c1]
-		}
-		return e.local.ReconstructSome(sub, want)
-	}
-	dpu := func(p *pieces, c0, c1 int) error {
-		return e.dpuReconstruct(p, shards, present, want, c0, c1)
-	}
-	return e.run(ctx, wire.OpECReconstruct, plan, shares, cost, host, dpu)
+	o := e.newECOp(wire.OpECReconstruct, w)
+	o.shards, o.present, o.want = shards, present, want
+	return e.run(ctx, o, plan, cost)
 }
 
 // dpuReconstruct submits the agent's rebuild of columns c0..c1 of want
@@ -1017,7 +1070,7 @@ func (e *EC) Model() []rail.Rail {
 // Plan is how an op of shards of w bytes would be split now (calibrating
 // first when auto has not yet).
 func (e *EC) Plan(ctx context.Context, w int) (rail.Plan, error) {
-	plan, _, _, err := e.split(ctx, w, nil)
+	plan, _, err := e.split(ctx, w)
 	return plan, err
 }
 
