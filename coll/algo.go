@@ -16,7 +16,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, op Op
 	if len(send) != len(recv) {
 		return fmt.Errorf("coll: allreduce of %d bytes into %d", len(send), len(recv))
 	}
-	return c.run(ctx, "allreduce", func() error {
+	return c.run(ctx, "allreduce", len(recv), dt, func() error {
 		if c.size == 1 {
 			copyIfOther(recv, send)
 			return nil
@@ -192,7 +192,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 	if len(send) != c.size*len(recv) {
 		return fmt.Errorf("coll: reducescatter of %d bytes to %d ranks of %d bytes each", len(send), c.size, len(recv))
 	}
-	return c.run(ctx, "reducescatter", func() error {
+	return c.run(ctx, "reducescatter", len(send), dt, func() error {
 		if c.size == 1 {
 			copy(recv, send)
 			Finish(recv, dt, op, 1)
@@ -218,7 +218,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 	if len(recv) != c.size*len(send) {
 		return fmt.Errorf("coll: allgather of %d bytes from %d ranks into %d", len(send), c.size, len(recv))
 	}
-	return c.run(ctx, "allgather", func() error {
+	return c.run(ctx, "allgather", len(recv), dt, func() error {
 		copy(recv[c.rank*len(send):], send)
 		if c.size == 1 {
 			return nil
@@ -235,7 +235,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf []byte, dt DType, root int) er
 	if root < 0 || root >= c.size {
 		return fmt.Errorf("coll: broadcast from rank %d of %d", root, c.size)
 	}
-	return c.run(ctx, "broadcast", func() error {
+	return c.run(ctx, "broadcast", len(buf), dt, func() error {
 		if c.size == 1 {
 			return nil
 		}
@@ -298,7 +298,7 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DType, op Op, r
 	if c.rank == root && len(recv) != len(send) {
 		return fmt.Errorf("coll: reduce of %d bytes into %d", len(send), len(recv))
 	}
-	return c.run(ctx, "reduce", func() error {
+	return c.run(ctx, "reduce", len(send), dt, func() error {
 		if err := c.calibrate(ctx); err != nil {
 			return err
 		}
@@ -370,7 +370,7 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []byte, dt DType) error 
 		return fmt.Errorf("coll: alltoall of %d bytes into %d: want equal sizes of %d blocks of whole elements", len(send), len(recv), c.size)
 	}
 	blk := len(send) / c.size
-	return c.run(ctx, "alltoall", func() error {
+	return c.run(ctx, "alltoall", len(send), dt, func() error {
 		copy(recv[c.rank*blk:(c.rank+1)*blk], send[c.rank*blk:])
 		for s := 1; s < c.size; s++ {
 			to := mod(c.rank+s, c.size)
@@ -389,7 +389,7 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []byte, dt DType) error 
 // Barrier returns once every rank has entered it (dissemination:
 // ceil(log2 n) rounds of one empty message).
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.run(ctx, "barrier", func() error {
+	return c.run(ctx, "barrier", 0, Uint8, func() error {
 		for k := 1; k < c.size; k <<= 1 {
 			c.send(ctx, mod(c.rank+k, c.size), nil)
 			if err := c.recv(ctx, mod(c.rank-k, c.size), nil, 0, 0, false); err != nil {

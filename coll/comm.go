@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,9 @@ type Config struct {
 	Topology string
 	// Algorithm forces an algorithm (default Auto).
 	Algorithm Algorithm
+	// History is how many collectives the flight recorder keeps
+	// (default DefaultHistory; recorder.go).
+	History int
 	// SendTimeout bounds one message's send (default 5 s). Over the
 	// peer layer a rank that takes nothing of it for the peer deadline
 	// fails it sooner, and an abort ends it.
@@ -110,9 +114,12 @@ type Comm struct {
 
 	sctx sendCtx // the running collective's sends
 
-	sendMu  sync.Mutex // sendErr and closed (Close may come from anywhere)
-	sendErr error
-	closed  bool
+	rec *recorder // the flight recorder
+
+	sendMu    sync.Mutex // sendErr, closed and brokenWhy (Close and Status may come from anywhere)
+	sendErr   error
+	closed    bool
+	brokenWhy string // broken's text, for Status
 }
 
 // New returns a communicator over t.
@@ -140,7 +147,7 @@ func New(t Transport, cfg Config) (*Comm, error) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 5 * time.Second
 	}
-	c := &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size()}
+	c := &Comm{t: t, cfg: cfg, rank: t.Rank(), size: t.Size(), rec: newRecorder(cfg.History)}
 	c.calibrated = given || cfg.Algorithm != Auto || c.size == 1
 	if a, ok := t.(abortSignal); ok {
 		c.sctx.abort = a.abortSignal()
@@ -335,27 +342,53 @@ func (c *Comm) recvAll(ctx context.Context, from int, b []byte, dt DType, op Op,
 // run runs one collective: it takes the communicator, numbers the
 // collective, and on failure aborts it everywhere. Its sends are done
 // when it returns (they are made on this goroutine): the caller may reuse
-// its buffers.
-func (c *Comm) run(ctx context.Context, name string, f func() error) error {
+// its buffers. The flight recorder notes it (bytes of dt: this rank's
+// buffer) as it is called, starts and ends.
+func (c *Comm) run(ctx context.Context, name string, bytes int, dt DType, f func() error) error {
+	h := c.rec.enqueue(name, bytes, dt)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken != nil {
-		return fmt.Errorf("coll: %s: communicator unusable since an earlier failure (rebuild it): %w", name, c.broken)
+		err := fmt.Errorf("coll: %s: communicator unusable since an earlier failure (rebuild it): %w", name, c.broken)
+		c.rec.end(h, c.got.Load(), err)
+		return err
 	}
 	c.nextSeq()
+	c.rec.start(h, c.seq, c.got.Load())
 	err := f()
 	var re *RankError
 	if ferr := c.sendFailed(); err == nil || (ferr != nil && errors.As(ferr, &re) && !errors.As(err, &re)) {
 		err = ferr // a send's failure names the rank that failed
 	}
 	if err == nil {
+		c.rec.end(h, c.got.Load(), nil)
 		return nil
 	}
 	if !errors.Is(err, ErrAborted) {
-		c.t.Abort(fmt.Sprintf("rank %d: %s: %v", c.rank, name, err))
+		c.t.Abort(fmt.Sprintf("rank %d: %s #%d: %v", c.rank, name, c.seq, err))
 	}
 	c.broken = err
-	return fmt.Errorf("coll: %s on rank %d of %d: %w", name, c.rank, c.size, err)
+	err = fmt.Errorf("coll: %s #%d on rank %d of %d (%s): %w", name, c.seq, c.rank, c.size, c.behind(), err)
+	c.rec.end(h, c.got.Load(), err)
+	c.sendMu.Lock()
+	c.brokenWhy = err.Error()
+	c.sendMu.Unlock()
+	return err
+}
+
+// behind says, for a failure of the running collective, which ranks this
+// one last heard at an earlier collective (the ones that did not reach
+// it, as far as this rank can tell) and the last it completed itself.
+func (c *Comm) behind() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "this rank's last completed: #%d", c.rec.lastCompleted())
+	if h, ok := c.t.(heardFrom); ok {
+		st := Status{Rank: c.rank, Started: c.seq, Heard: h.Heard()}
+		for _, r := range st.Stuck() {
+			fmt.Fprintf(&b, "; rank %d last heard at #%d", r.Rank, r.Seq)
+		}
+	}
+	return b.String()
 }
 
 // nextSeq numbers the next collective (with c.mu held).

@@ -41,6 +41,17 @@
 // (registry.go, a root etcd://HOST:PORT/NAME), spoken to over its JSON
 // gateway so that programs linking the host library carry no gRPC.
 //
+// # The flight recorder
+//
+// Each communicator keeps its last collectives (Config.History, default
+// 1,000: number, kind, size, type, state, messages received, times;
+// recorder.go) and notes, by rank, the last collective a message of each
+// other rank came of. Comm.Status reads them without waiting for the
+// collective running; an agent serves its communicators' at GET /v1/coll
+// and `hecctl coll status` gathers them across agents. A failed
+// collective's error says which it was (#number), the last this rank
+// completed, and the ranks it last heard at an earlier one.
+//
 // # Faults
 //
 // Never a hang. A rank waited on that sends nothing for the peer layer's

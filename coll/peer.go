@@ -196,7 +196,10 @@ type PeerTransport struct {
 }
 
 func (t *PeerTransport) Rank() int { return t.rank }
-func (t *PeerTransport) Size() int { return len(t.nodes) }
+
+// Heard is, by rank, the last collective a message came of (Comm.Status).
+func (t *PeerTransport) Heard() []uint32 { return heardOf(t.boxes) }
+func (t *PeerTransport) Size() int       { return len(t.nodes) }
 
 // Nodes are the ranks' node ids; Comm and Epoch the communicator's.
 func (t *PeerTransport) Nodes() []uint32 { return slices.Clone(t.nodes) }

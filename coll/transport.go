@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hecsys/hec/shared/bufpool"
 )
@@ -142,6 +143,25 @@ type mailbox struct {
 	busy     bool          // the deliverer applies a message to plan[filled]
 	progress chan struct{} // capacity 1: a planned sink was filled
 	idle     chan struct{} // capacity 1: busy went false
+
+	heard atomic.Uint32 // the latest collective number a message came of (0: none)
+}
+
+// hear notes a message of collective seq.
+func (m *mailbox) hear(seq uint32) {
+	if h := m.heard.Load(); h == 0 || seqAhead(seq, h) {
+		m.heard.Store(seq) // one deliverer per sender: no lost update
+	}
+}
+
+// heardOf is, by sender, the number of the last collective each was heard
+// at (the flight recorder's Status.Heard).
+func heardOf(boxes []*mailbox) []uint32 {
+	out := make([]uint32, len(boxes))
+	for i, b := range boxes {
+		out[i] = b.heard.Load()
+	}
+	return out
 }
 
 func newMailbox() *mailbox {
@@ -158,6 +178,7 @@ func signal(c chan struct{}) {
 // deliver applies b to the plan's next sink when one waits and nothing is
 // queued before b; else it queues a copy. It returns the bytes queued.
 func (m *mailbox) deliver(from int, seq uint32, b []byte) int {
+	m.hear(seq)
 	m.mu.Lock()
 	if m.filled < len(m.plan) && !m.draining && !m.busy && m.head == len(m.q) {
 		s := &m.plan[m.filled]
@@ -238,6 +259,7 @@ func (m *mailbox) endPlan() {
 
 // push copies b in and returns the bytes now waiting.
 func (m *mailbox) push(seq uint32, b []byte) int {
+	m.hear(seq)
 	m.mu.Lock()
 	n := m.pushLocked(seq, b)
 	m.mu.Unlock()
@@ -326,7 +348,10 @@ type LocalTransport struct {
 }
 
 func (t *LocalTransport) Rank() int { return t.rank }
-func (t *LocalTransport) Size() int { return len(t.g.ts) }
+
+// Heard is, by rank, the last collective a message came of (Comm.Status).
+func (t *LocalTransport) Heard() []uint32 { return heardOf(t.boxes) }
+func (t *LocalTransport) Size() int       { return len(t.g.ts) }
 
 func (t *LocalTransport) Send(ctx context.Context, to int, seq uint32, b []byte) error {
 	if to < 0 || to >= len(t.g.ts) {

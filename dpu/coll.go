@@ -1,10 +1,12 @@
 package dpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,6 +240,29 @@ func (s *collService) Stop() {
 	for _, c := range comms {
 		c.close("")
 	}
+}
+
+// Comms is every communicator's flight recorder (GET /v1/coll), by id.
+func (s *collService) Comms() []api.CollComm {
+	s.mu.Lock()
+	comms := make([]*collComm, 0, len(s.comms))
+	for _, c := range s.comms {
+		comms = append(comms, c)
+	}
+	s.mu.Unlock()
+	out := make([]api.CollComm, 0, len(comms))
+	for _, c := range comms {
+		st := c.c.Status()
+		cc := api.CollComm{Comm: c.t.Comm(), Epoch: c.t.Epoch(), Rank: st.Rank, Size: st.Size, Nodes: c.t.Nodes(),
+			Calls: st.Calls, Started: st.Started, Completed: st.Completed, Heard: st.Heard, Broken: st.Broken}
+		for _, r := range st.Recent {
+			cc.Recent = append(cc.Recent, api.CollRecord{Seq: r.Seq, Kind: r.Kind, Bytes: r.Bytes, DType: r.DType.String(),
+				State: r.State.String(), Messages: r.Messages, Enqueued: r.Enqueued, Started: r.Started, Ended: r.Ended, Err: r.Err})
+		}
+		out = append(out, cc)
+	}
+	slices.SortFunc(out, func(a, b api.CollComm) int { return cmp.Compare(a.Comm, b.Comm) })
+	return out
 }
 
 func (s *collService) Status() api.Service {

@@ -11,11 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/panics"
 )
 
 // mgmtHandler serves the core's routes on the mux the services added
-// theirs to: /metrics, /healthz, /readyz, /v1/status, /v1/poweroff (and,
+// theirs to: /metrics, /healthz, /readyz, /v1/status, /v1/coll (the
+// communicators' flight recorders), /v1/poweroff (and,
 // with --test-hooks, /v1/debug/fatal and /v1/debug/store-panic).
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
@@ -45,6 +47,15 @@ func (a *Agent) mgmtHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, a.Status())
+	})
+	mux.HandleFunc("GET /v1/coll", func(w http.ResponseWriter, r *http.Request) {
+		comms := []api.CollComm{}
+		for _, s := range a.services {
+			if cs, ok := s.(*collService); ok {
+				comms = cs.Comms()
+			}
+		}
+		writeJSON(w, comms)
 	})
 	mux.HandleFunc("POST /v1/poweroff", func(w http.ResponseWriter, r *http.Request) {
 		if a.PowerOff == nil {

@@ -180,6 +180,12 @@ func (m *Mgmt) Status(ctx context.Context) (api.Status, error) {
 	return st, m.getJSON(ctx, "/v1/status", &st)
 }
 
+// Coll is GET /v1/coll: the agent's communicators' flight recorders.
+func (m *Mgmt) Coll(ctx context.Context) ([]api.CollComm, error) {
+	var comms []api.CollComm
+	return comms, m.getJSON(ctx, "/v1/coll", &comms)
+}
+
 // Ready reports whether GET /readyz answers 200 (nil) or why not.
 func (m *Mgmt) Ready(ctx context.Context) error {
 	resp, err := m.Do(ctx, http.MethodGet, "/readyz", nil)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/sysinfo"
 	"github.com/hecsys/hec/test/cluster"
@@ -383,4 +385,70 @@ func childrenOf(pid int) map[int]string {
 		}
 	}
 	return kids
+}
+
+// TestCollStatusNamesTheStoppedRank stops one rank's agent (SIGSTOP:
+// alive, silent, as a hung process) among four while the DPU rail runs
+// allreduces: `hecctl coll status`, given the four agents, shows that
+// rank without an answer, the collective the others last heard it at,
+// and names it behind; at the deadline, the command's error names it.
+func TestCollStatusNamesTheStoppedRank(t *testing.T) {
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	const victim = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hecctl, "coll", "bench", "--world", "4", "--rails", "dpu", "--sizes", "1M", "--iters", "100000",
+		"--deadline", "4s", "--net", "loopback")
+	var out testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agents := make([]int, 4)
+	mgmts := make([]string, 4)
+	testutil.WaitFor(t, 30*time.Second, "the rows to start", func() bool {
+		for i := range agents {
+			shm := "/dev/shm/hec-coll-" + strconv.Itoa(cmd.Process.Pid) + "-" + strconv.Itoa(i)
+			if agents[i] = findProcess("--shm\x00" + shm + "\x00"); agents[i] == 0 {
+				return false
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", agents[i]))
+			args := strings.Split(string(b), "\x00")
+			if j := slices.Index(args, "--mgmt"); j >= 0 && j+1 < len(args) {
+				mgmts[i] = args[j+1]
+			}
+		}
+		return strings.Contains(out.String(), "rail")
+	})
+	testutil.WaitFor(t, 30*time.Second, "allreduces to complete on every agent", func() bool {
+		for _, m := range mgmts {
+			comms, err := host.NewMgmt(m).Coll(ctx)
+			if err != nil || len(comms) == 0 || comms[0].Completed < 5 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := syscall.Kill(agents[victim], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(agents[victim], syscall.SIGKILL)
+	time.Sleep(500 * time.Millisecond) // the others reach the collective it does not
+	st, err := exec.Command(hecctl, append([]string{"coll", "status", "--timeout", "1s"}, mgmts...)...).CombinedOutput()
+	t.Logf("coll status:\n%s", st)
+	if err != nil {
+		t.Fatalf("coll status: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^2\s.*no answer: last heard at #\d+`).Match(st) {
+		t.Errorf("coll status does not show rank 2 silent with the collective it was last heard at")
+	}
+	if !regexp.MustCompile(`behind #\d+: ranks \[2\]`).Match(st) {
+		t.Errorf("coll status does not name rank 2 behind")
+	}
+	err = cmd.Wait()
+	t.Logf("coll bench: %v\n%s", err, out.String())
+	if err == nil || !strings.Contains(out.String(), "rank 2") {
+		t.Fatalf("coll bench after rank 2's agent stopped: %v, want an error naming rank 2", err)
+	}
 }

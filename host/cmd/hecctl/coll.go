@@ -35,8 +35,8 @@ import (
 )
 
 func collCmd(a *app) *cobra.Command {
-	c := groupCmd("coll", "collectives on the host rail, the DPU rail or both: bench")
-	c.AddCommand(collBenchCmd(a), collRankCmd())
+	c := groupCmd("coll", "collectives on the host rail, the DPU rail or both: bench, status")
+	c.AddCommand(collBenchCmd(a), collRankCmd(), collStatusCmd(a))
 	return c
 }
 

@@ -26,8 +26,9 @@
 //	cluster status               the nodes: how to reach each agent, and its peers
 //	cluster stop NODE            kill node NODE's agent (SIGKILL, as a crash); start brings it back
 //	cluster up                   make a cluster and start its agents
-//	coll                         collectives on the host rail, the DPU rail or both: bench
+//	coll                         collectives on the host rail, the DPU rail or both: bench, status
 //	coll bench                   start N ranks (a host process and an agent each) and print nccl-tests' table for each rail
+//	coll status [MGMT-ADDR...]   each communicator's ranks: the last collective called, started and completed, the one running, and the ranks behind
 //	ec                           erasure coding: of files into shard files (encode, decode, verify, plan), and of objects across agents (put, get, rm, ls, stat, repair)
 //	ec decode --in DIR --out FILE rebuild FILE from the valid shards left in DIR (any k of k+m; corrupt ones are found and skipped)
 //	ec encode --in FILE --out DIR code FILE into k data and m parity shard files in DIR, with DIR/manifest.json
