@@ -165,7 +165,7 @@ func init() {
 		{name: "RPOPLPUSH", arity: 3, flags: write, firstKey: 1, lastKey: 2, step: 1, run: (*client).lmove},
 
 		{name: "SADD", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).sadd},
-		{name: "SREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).srem},
+		{name: "SREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: removeOf(kv.KindSet)},
 		{name: "SCARD", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindSet)},
 		{name: "SMEMBERS", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: (*client).smembers},
 		{name: "SISMEMBER", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).sismember},
@@ -186,7 +186,7 @@ func init() {
 		{name: "HSETNX", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hsetnx},
 		{name: "HGET", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hget},
 		{name: "HMGET", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hget},
-		{name: "HDEL", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).hdel},
+		{name: "HDEL", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: removeOf(kv.KindHash)},
 		{name: "HLEN", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindHash)},
 		{name: "HEXISTS", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hexists},
 		{name: "HSTRLEN", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).hexists},
@@ -199,7 +199,7 @@ func init() {
 
 		{name: "ZADD", arity: -4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zadd},
 		{name: "ZINCRBY", arity: 4, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zincrby},
-		{name: "ZREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: (*client).zrem},
+		{name: "ZREM", arity: -3, flags: write, firstKey: 1, lastKey: 1, step: 1, run: removeOf(kv.KindZSet)},
 		{name: "ZCARD", arity: 2, firstKey: 1, lastKey: 1, step: 1, run: countOf(kv.KindZSet)},
 		{name: "ZSCORE", arity: 3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zscore},
 		{name: "ZMSCORE", arity: -3, firstKey: 1, lastKey: 1, step: 1, run: (*client).zscore},

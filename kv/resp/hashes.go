@@ -86,20 +86,6 @@ func (c *client) hexists(_ context.Context, args [][]byte) {
 	})
 }
 
-func (c *client) hdel(_ context.Context, args [][]byte) {
-	removed := 0
-	c.modifyTyped(args[1], kv.KindHash, func(v *typed) (bool, error) {
-		removed = 0
-		for _, f := range args[2:] {
-			if i := v.find(f); i >= 0 {
-				v.removeAt(i)
-				removed++
-			}
-		}
-		return removed > 0, nil
-	}, func() { c.w.Int(int64(removed)) })
-}
-
 // hgetall serves HGETALL, HKEYS and HVALS.
 func (c *client) hgetall(_ context.Context, args [][]byte) {
 	keys, vals := !eq(args[0], "HVALS"), !eq(args[0], "HKEYS")

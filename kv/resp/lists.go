@@ -56,16 +56,23 @@ func (c *client) push(_ context.Context, args [][]byte) {
 	}, func() { c.w.Int(int64(n)) })
 }
 
+// popCount reads LPOP's, RPOP's and SPOP's optional count (1 when
+// absent): ok false for one that is no integer or negative.
+func popCount(args [][]byte) (count int64, given, ok bool) {
+	if len(args) < 3 {
+		return 1, false, true
+	}
+	count, ok = parseInt(args[2])
+	return count, true, ok && count >= 0
+}
+
 // pop serves LPOP and RPOP key [count].
 func (c *client) pop(_ context.Context, args [][]byte) {
 	left := args[0][0]|0x20 == 'l'
-	count, withCount := int64(1), len(args) == 3
-	if withCount {
-		var ok bool
-		if count, ok = parseInt(args[2]); !ok || count < 0 {
-			c.w.Error("ERR value is out of range, must be positive")
-			return
-		}
+	count, withCount, ok := popCount(args)
+	if !ok {
+		c.w.Error("ERR value is out of range, must be positive")
+		return
 	}
 	var out [][]byte
 	found := false

@@ -25,19 +25,21 @@ func (c *client) sadd(_ context.Context, args [][]byte) {
 	}, func() { c.w.Int(int64(added)) })
 }
 
-// srem serves SREM key member…: how many were there.
-func (c *client) srem(_ context.Context, args [][]byte) {
-	removed := 0
-	c.modifyTyped(args[1], kv.KindSet, func(v *typed) (bool, error) {
-		removed = 0
-		for _, m := range args[2:] {
-			if i := v.find(m); i >= 0 {
-				v.removeAt(i)
-				removed++
+// removeOf serves SREM, HDEL and ZREM key member…: how many were there.
+func removeOf(kind kv.Kind) func(*client, context.Context, [][]byte) {
+	return func(c *client, _ context.Context, args [][]byte) {
+		removed := 0
+		c.modifyTyped(args[1], kind, func(v *typed) (bool, error) {
+			removed = 0
+			for _, m := range args[2:] {
+				if i := v.find(m); i >= 0 {
+					v.removeAt(i)
+					removed++
+				}
 			}
-		}
-		return removed > 0, nil
-	}, func() { c.w.Int(int64(removed)) })
+			return removed > 0, nil
+		}, func() { c.w.Int(int64(removed)) })
+	}
 }
 
 // countOf serves SCARD, HLEN and ZCARD.
@@ -78,13 +80,10 @@ func (c *client) sismember(_ context.Context, args [][]byte) {
 
 // spop serves SPOP key [count]: members removed at random.
 func (c *client) spop(_ context.Context, args [][]byte) {
-	count, withCount := int64(1), len(args) == 3
-	if withCount {
-		var ok bool
-		if count, ok = parseInt(args[2]); !ok || count < 0 {
-			c.w.Error("ERR value is out of range, must be positive")
-			return
-		}
+	count, withCount, ok := popCount(args)
+	if !ok {
+		c.w.Error("ERR value is out of range, must be positive")
+		return
 	}
 	var out [][]byte
 	c.modifyTyped(args[1], kv.KindSet, func(v *typed) (bool, error) {

@@ -131,20 +131,6 @@ func (c *client) zincrby(_ context.Context, args [][]byte) {
 	}, func() { c.w.Bulk(formatScore(score)) })
 }
 
-func (c *client) zrem(_ context.Context, args [][]byte) {
-	removed := 0
-	c.modifyTyped(args[1], kv.KindZSet, func(v *typed) (bool, error) {
-		removed = 0
-		for _, m := range args[2:] {
-			if i := v.find(m); i >= 0 {
-				v.removeAt(i)
-				removed++
-			}
-		}
-		return removed > 0, nil
-	}, func() { c.w.Int(int64(removed)) })
-}
-
 // zscore serves ZSCORE key member and ZMSCORE key member….
 func (c *client) zscore(_ context.Context, args [][]byte) {
 	multi := eq(args[0], "ZMSCORE")
