@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/shared/api"
 )
 
 // TestCountWrong: the bench's check counts the elements that differ,
@@ -38,5 +41,34 @@ func TestCountWrong(t *testing.T) {
 	}
 	if n := countWrong(coll.Float32, want, nil); n != 0 {
 		t.Fatalf("%d wrong with nothing expected", n)
+	}
+}
+
+// TestCollByCommNamesTheSilentRank: four agents asked, rank 2's silent;
+// the others at #7, rank 3 heard it last at #5 (and once across the
+// numbers' wrap: #5 the last number before it, #7 = 1): rank 2 is behind,
+// shown with what rank 3 heard.
+func TestCollByCommNamesTheSilentRank(t *testing.T) {
+	const top = 1<<coll.SeqBits - 1
+	for _, base := range []uint32{0, top - 5} {
+		at := func(k uint32) uint32 { return (base + k) & top }
+		var reports []collAgentReport
+		for _, r := range []int{0, 1, 3} {
+			heard := []uint32{at(7), at(7), 0, at(7)}
+			if r == 3 {
+				heard[2] = at(5)
+			}
+			reports = append(reports, collAgentReport{Agent: fmt.Sprint("agent", r),
+				Comms: []api.CollComm{{Comm: 9, Epoch: 1, Rank: r, Size: 4, Started: at(7), Completed: at(6), Heard: heard}}})
+		}
+		reports = append(reports, collAgentReport{Agent: "agent2", Error: "deadline exceeded"})
+		comms := collByComm(reports)
+		if len(comms) != 1 {
+			t.Fatalf("%d communicators", len(comms))
+		}
+		c := comms[0]
+		if c.At != at(7) || !slices.Equal(c.Behind, []int{2}) || c.Ranks[2].Answered || c.Ranks[2].Heard != at(5) || c.Ranks[2].HeardBy != 3 {
+			t.Errorf("base %d: %+v", base, c)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/test/cluster"
@@ -218,9 +219,11 @@ func collByComm(reports []collAgentReport) []collCommReport {
 					break
 				}
 			}
-			c.At = max(c.At, cc.Started)
+			if c.Ranks[cc.Rank].Answered && (c.At == 0 || seqBefore(c.At, cc.Started)) {
+				c.At = cc.Started
+			}
 			for r, h := range cc.Heard {
-				if r < c.Size && r != cc.Rank && h > c.Ranks[r].Heard {
+				if r < c.Size && r != cc.Rank && (c.Ranks[r].Heard == 0 || seqBefore(c.Ranks[r].Heard, h)) {
 					c.Ranks[r].Heard, c.Ranks[r].HeardBy = h, cc.Rank
 				}
 			}
@@ -235,11 +238,18 @@ func collByComm(reports []collAgentReport) []collCommReport {
 			if r.Answered {
 				reached = r.Comm.Started
 			}
-			if reached < c.At {
+			if seqBefore(reached, c.At) {
 				c.Behind = append(c.Behind, r.Rank)
 			}
 		}
 		out = append(out, *c)
 	}
 	return out
+}
+
+// seqBefore reports whether collective a came before b, in the numbers'
+// space that wraps (coll.SeqBits).
+func seqBefore(a, b uint32) bool {
+	d := (b - a) & (1<<coll.SeqBits - 1)
+	return d != 0 && d < 1<<(coll.SeqBits-1)
 }
