@@ -95,6 +95,7 @@ type EC struct {
 	// (pieces.submit, without the lock).
 	dpuRate  [2]atomic.Uint64
 	lastPlan atomic.Pointer[rail.Plan] // onePlan's
+	spare    atomic.Pointer[ecOp]      // the last op's state, for the next (newECOp)
 	stats    ECStats
 	progress func(done, total int64)
 }
@@ -377,8 +378,10 @@ const hostPiece = 256 << 10
 // on: the host's (coding here, in pieces, looking at the agent's
 // completions between them, so each share's time is known) and the
 // agent's (a rail.Starter: its pieces submitted at once, awaited after).
-// Ops take one from ecOps and give it back, so that an op allocates
-// neither its runners nor its bookkeeping.
+// Ops take the EC's spare one, else one from ecOps, and give it back, so
+// that an op allocates neither its runners nor its bookkeeping (and, under
+// the race detector, where a pool drops items at random, a stream of ops
+// on one EC still does not).
 type ecOp struct {
 	e    *EC
 	op   wire.Op // OpECEncode or OpECReconstruct
@@ -410,7 +413,10 @@ var ecOps = sync.Pool{New: func() any {
 
 // newECOp returns an op of e's of kind op over w columns, started now.
 func (e *EC) newECOp(op wire.Op, w int) *ecOp {
-	o := ecOps.Get().(*ecOp)
+	o := e.spare.Swap(nil) // the op before's, unless another op holds it
+	if o == nil {
+		o = ecOps.Get().(*ecOp)
+	}
 	o.e, o.op, o.w, o.size = e, op, w, int64(e.k)*int64(w)
 	o.t0 = mono.Now()
 	o.local = cpuMeter{start: o.t0}
@@ -425,9 +431,11 @@ func (o *ecOp) release() {
 			p.release()
 		}
 	}
-	runners, host, dpu := o.runners, o.host, o.dpu
+	e, runners, host, dpu := o.e, o.runners, o.host, o.dpu
 	*o = ecOp{runners: runners, host: host, dpu: dpu}
-	ecOps.Put(o)
+	if !e.spare.CompareAndSwap(nil, o) {
+		ecOps.Put(o)
+	}
 }
 
 // meter is the op's CPU meter.
