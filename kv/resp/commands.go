@@ -900,11 +900,7 @@ func (c *client) incrbyfloat(_ context.Context, args [][]byte) {
 		if !ok {
 			return nil, false, errReply("ERR value is not a valid float")
 		}
-		if v.IsInf() || incr.IsInf() { // C's inf (or NaN, where they differ in sign; big.Float would panic)
-			return nil, false, errReply("ERR increment would produce NaN or Infinity")
-		}
-		v.Add(v, incr)
-		if v.MantExp(nil) > 16384 { // past a long double's range: C's inf
+		if !addLongDouble(v, incr) {
 			return nil, false, errReply("ERR increment would produce NaN or Infinity")
 		}
 		out = formatLongDouble(v)
@@ -946,6 +942,16 @@ func parseLongDouble(b []byte) (*big.Float, bool) {
 func isInf(b []byte) bool {
 	s := strings.ToLower(string(b))
 	return s == "inf" || s == "infinity"
+}
+
+// addLongDouble adds incr to v as a C long double would, and reports
+// whether the sum is finite (Redis refuses NaN and infinities).
+func addLongDouble(v, incr *big.Float) bool {
+	if v.IsInf() || incr.IsInf() { // C's inf (or NaN, where they differ in sign; big.Float would panic)
+		return false
+	}
+	v.Add(v, incr)
+	return v.MantExp(nil) <= 16384 // past a long double's range: C's inf
 }
 
 // formatLongDouble prints f as Redis's ld2string(LD_STR_HUMAN).

@@ -159,11 +159,7 @@ func (c *client) hincrbyfloat(_ context.Context, args [][]byte) {
 				return false, errReply("ERR hash value is not a float")
 			}
 		}
-		if cur.IsInf() || incr.IsInf() {
-			return false, errReply("ERR increment would produce NaN or Infinity")
-		}
-		cur.Add(cur, incr)
-		if cur.MantExp(nil) > 16384 {
+		if !addLongDouble(cur, incr) {
 			return false, errReply("ERR increment would produce NaN or Infinity")
 		}
 		out = formatLongDouble(cur)

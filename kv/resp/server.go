@@ -491,6 +491,43 @@ func parseSetOptions(args [][]byte) (o kv.PutOptions, wantGet bool, errReply str
 
 // scan: cursors are small integers naming the next key, kept per client
 // (a bounded table): Redis clients parse the cursor as a number.
+// scanOptions are SCAN's and the S/H/ZSCANs' MATCH, COUNT (10 unless
+// given, at most 100,000) and SCAN's TYPE.
+type scanOptions struct {
+	pattern  []byte
+	count    int
+	onlyType string
+}
+
+// parseScanOptions reads the options after the cursor (withType: TYPE
+// allowed), or returns Redis's error reply.
+func parseScanOptions(args [][]byte, withType bool) (scanOptions, string) {
+	o := scanOptions{count: 10}
+	for i := 0; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			return o, "ERR syntax error"
+		}
+		switch {
+		case eq(args[i], "MATCH"):
+			o.pattern = args[i+1]
+		case eq(args[i], "COUNT"):
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				return o, "ERR value is not an integer or out of range"
+			}
+			if n < 1 {
+				return o, "ERR syntax error" // Redis's reply to a count below 1
+			}
+			o.count = int(min(n, 100000))
+		case eq(args[i], "TYPE") && withType:
+			o.onlyType = strings.ToLower(string(args[i+1]))
+		default:
+			return o, "ERR syntax error"
+		}
+	}
+	return o, ""
+}
+
 func (c *client) scan(_ context.Context, args [][]byte) {
 	if len(args) < 2 {
 		c.wrongArgs("SCAN")
@@ -501,35 +538,12 @@ func (c *client) scan(_ context.Context, args [][]byte) {
 		c.w.Error("ERR invalid cursor")
 		return
 	}
-	var pattern []byte
-	count := 10
-	onlyType := ""
-	for i := 2; i < len(args); i += 2 {
-		if i+1 >= len(args) {
-			c.w.Error("ERR syntax error")
-			return
-		}
-		switch strings.ToUpper(string(args[i])) {
-		case "MATCH":
-			pattern = args[i+1]
-		case "COUNT":
-			n, ok := parseInt(args[i+1])
-			if !ok {
-				c.w.Error("ERR value is not an integer or out of range")
-				return
-			}
-			if n < 1 {
-				c.w.Error("ERR syntax error") // Redis's reply to a count below 1
-				return
-			}
-			count = int(min(n, 100000))
-		case "TYPE":
-			onlyType = strings.ToLower(string(args[i+1]))
-		default:
-			c.w.Error("ERR syntax error")
-			return
-		}
+	o, bad := parseScanOptions(args[2:], true)
+	if bad != "" {
+		c.w.Error(bad)
+		return
 	}
+	pattern, count, onlyType := o.pattern, o.count, o.onlyType
 	var from []byte
 	if id != 0 {
 		var ok bool

@@ -112,7 +112,7 @@ func (v *typed) encode() []byte {
 		}
 	}
 	out := make([]byte, 0, size)
-	out = append(out, b2byte(v.big))
+	out = append(out, byte(b2i(v.big)))
 	out = binary.AppendUvarint(out, uint64(len(v.items)))
 	for i, it := range v.items {
 		out = binary.AppendUvarint(out, uint64(len(it)))
@@ -126,13 +126,6 @@ func (v *typed) encode() []byte {
 		}
 	}
 	return out
-}
-
-func b2byte(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func (v *typed) len() int { return len(v.items) }
@@ -401,28 +394,13 @@ func (c *client) scanTyped(kind kv.Kind, args [][]byte) {
 	// follows), then the options.
 	c.read(args[1], kind, func(v *typed) {
 		var pattern []byte
-		for i := 3; v != nil && i < len(args); i += 2 {
-			if i+1 >= len(args) {
-				c.w.Error("ERR syntax error")
+		if v != nil {
+			o, bad := parseScanOptions(args[3:], false)
+			if bad != "" {
+				c.w.Error(bad)
 				return
 			}
-			switch {
-			case eq(args[i], "MATCH"):
-				pattern = args[i+1]
-			case eq(args[i], "COUNT"):
-				n, ok := parseInt(args[i+1])
-				if !ok {
-					c.w.Error("ERR value is not an integer or out of range")
-					return
-				}
-				if n < 1 {
-					c.w.Error("ERR syntax error")
-					return
-				}
-			default:
-				c.w.Error("ERR syntax error")
-				return
-			}
+			pattern = o.pattern
 		}
 		var out [][]byte
 		if v != nil {
