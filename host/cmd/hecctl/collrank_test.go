@@ -72,3 +72,33 @@ func TestCollByCommNamesTheSilentRank(t *testing.T) {
 		}
 	}
 }
+
+// TestCollByCommTellsWaitingFromBehind: rank 2 stopped inside #6 after
+// ranks 1 and 3 had its messages and went on to #7; rank 0 still runs #6,
+// waiting for what rank 2 never sent. Rank 2 is behind, rank 0 waits on it.
+// With rank 2 answering and running #6 too, both are behind.
+func TestCollByCommTellsWaitingFromBehind(t *testing.T) {
+	for _, silent := range []bool{true, false} {
+		var reports []collAgentReport
+		for r := range 4 {
+			cc := api.CollComm{Comm: 9, Epoch: 1, Rank: r, Size: 4, Started: 7, Completed: 6, Heard: []uint32{6, 7, 6, 7}}
+			if r == 0 || r == 2 {
+				cc.Started, cc.Completed = 6, 5
+				cc.Recent = []api.CollRecord{{Seq: 5, State: "completed"}, {Seq: 6, State: "started"}}
+			}
+			if r == 2 && silent {
+				reports = append(reports, collAgentReport{Agent: "agent2", Error: "deadline exceeded"})
+				continue
+			}
+			reports = append(reports, collAgentReport{Agent: fmt.Sprint("agent", r), Comms: []api.CollComm{cc}})
+		}
+		c := collByComm(reports)[0]
+		wantBehind, wantWaiting := []int{2}, []int{0}
+		if !silent {
+			wantBehind, wantWaiting = []int{0, 2}, nil
+		}
+		if c.At != 7 || !slices.Equal(c.Behind, wantBehind) || !slices.Equal(c.Waiting, wantWaiting) {
+			t.Errorf("rank 2 silent %v: at #%d, behind %v, waiting %v; want behind %v, waiting %v", silent, c.At, c.Behind, c.Waiting, wantBehind, wantWaiting)
+		}
+	}
+}

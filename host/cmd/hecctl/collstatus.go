@@ -33,7 +33,9 @@ for its communicators' flight recorders (GET /v1/coll) and prints, per
 communicator, each rank's last collective called, started and completed,
 the one running and for how long. A rank whose agent does not answer (a
 stopped or hung process) is shown with the collective the other ranks last
-heard it at; a rank behind the others is named at the end.`,
+heard it at. The ranks behind the others are named at the end: those at
+an earlier collective that do not answer or are not running it, and apart
+from them the ranks running it, waiting on the ones behind.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			targets, err := a.collStatusTargets(args, clusterName, clusterState)
 			if err != nil {
@@ -108,12 +110,19 @@ type collRankRow struct {
 
 // collCommReport is one communicator across its ranks (-o json).
 type collCommReport struct {
-	Comm   uint64        `json:"comm"`
-	Epoch  uint64        `json:"epoch"`
-	Size   int           `json:"size"`
-	Ranks  []collRankRow `json:"ranks"`
-	Behind []int         `json:"behind"` // ranks at an earlier collective than the latest any rank started
-	At     uint32        `json:"at"`     // that latest collective
+	Comm  uint64        `json:"comm"`
+	Epoch uint64        `json:"epoch"`
+	Size  int           `json:"size"`
+	Ranks []collRankRow `json:"ranks"`
+	// Behind are the ranks at an earlier collective than the latest any
+	// rank started, At: those that do not answer, or answer without
+	// running that earlier collective. Waiting are the ranks at an earlier
+	// collective that answer and are running it: held up by the ones
+	// behind (a ring's step waits on its neighbour). Where every rank at
+	// an earlier collective is running it, they are all behind.
+	Behind  []int  `json:"behind"`
+	Waiting []int  `json:"waiting,omitempty"`
+	At      uint32 `json:"at"` // that latest collective
 }
 
 func (a *app) collStatus(ctx context.Context, targets []collTarget, recent int, timeout time.Duration) error {
@@ -169,6 +178,9 @@ func (a *app) collStatus(ctx context.Context, targets []collTarget, recent int, 
 		}
 		if len(c.Behind) > 0 {
 			fmt.Fprintf(a.out, "behind #%d: ranks %v\n", c.At, c.Behind)
+		}
+		if len(c.Waiting) > 0 {
+			fmt.Fprintf(a.out, "waiting on them: ranks %v\n", c.Waiting)
 		}
 		if recent > 0 {
 			for _, r := range c.Ranks {
@@ -238,9 +250,17 @@ func collByComm(reports []collAgentReport) []collCommReport {
 			if r.Answered {
 				reached = r.Comm.Started
 			}
-			if seqBefore(reached, c.At) {
+			if !seqBefore(reached, c.At) {
+				continue
+			}
+			if r.Answered && r.Running != nil && r.Running.Seq == reached {
+				c.Waiting = append(c.Waiting, r.Rank)
+			} else {
 				c.Behind = append(c.Behind, r.Rank)
 			}
+		}
+		if len(c.Behind) == 0 {
+			c.Behind, c.Waiting = c.Waiting, nil
 		}
 		out = append(out, *c)
 	}
