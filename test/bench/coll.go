@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hecsys/hec/coll/bench"
+	"github.com/hecsys/hec/host/collbench"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -189,7 +189,7 @@ func sizeName(z int) string {
 }
 
 // collRow is a row of hecctl coll bench -o json: the CLI's own type.
-type collRow = bench.Row
+type collRow = collbench.Row
 
 // collWarmup is the untimed iterations of each size before the timed
 // ones, for our rails and for Open MPI alike: nccl-tests' default (its

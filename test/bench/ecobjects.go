@@ -14,7 +14,7 @@ import (
 
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/host"
-	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/host/cluster"
 )
 
 // The ec-objects scenario (issue: erasure-coded objects across agents):

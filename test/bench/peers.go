@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/host/cluster"
 )
 
 // The peers scenario (issue: peers and clusters): agent-to-agent bulk

@@ -22,8 +22,8 @@ import (
 
 	"github.com/hecsys/hec/bpf"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 // The xdp scenario (issue: the eBPF/XDP fast path):

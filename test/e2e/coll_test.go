@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/sysinfo"
-	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/host"
-	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
-	"github.com/hecsys/hec/test/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 

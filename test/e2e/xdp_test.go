@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 // xdpCluster makes a cluster of two agents with XDP on their veths; node

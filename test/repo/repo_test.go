@@ -101,8 +101,8 @@ func TestLayering(t *testing.T) {
 			why: "the image builder builds hecd with the go command; linking the agent would put it in every tool"},
 		{layer: "qemu", forbid: []string{m("dpu"), m("host"), m("kv"), m("bpf"), m("test")},
 			why: "the harness boots an image and reaches it over the network like any client"},
-		{layer: "test/cluster", forbid: []string{m("dpu"), m("kv"), m("bpf"), "github.com/cilium/ebpf"},
-			why: "test clusters run hecd binaries; hecctl links this package, so it must stay as small as the host layer"},
+		{layer: "host/cmd/hecctl", forbid: []string{m("test")},
+			why: "the CLI is the product: the test harness is not linked into it (clusters are host/cluster, coll bench's driver host/collbench)"},
 	}
 	checked := 0
 	for _, p := range listPackages(t) {
@@ -126,6 +126,36 @@ func TestLayering(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no package fell under a layering rule")
 	}
+}
+
+// TestPlotsOnlyWherePlotsAreDrawn: gonum/plot (some 4 MB of fonts and
+// renderers) is linked by the commands that draw pictures and nothing
+// else: not the agent, not the host library, not the bench's driver.
+func TestPlotsOnlyWherePlotsAreDrawn(t *testing.T) {
+	draws := map[string]bool{module + "/host/cmd/hecctl": true, module + "/test/bench": true}
+	seen := 0
+	for _, p := range listPackages(t) {
+		for _, dep := range p.Deps {
+			if dep == "gonum.org/v1/plot" || strings.HasPrefix(dep, "gonum.org/v1/plot/") {
+				if !draws[p.ImportPath] {
+					t.Errorf("%s depends on %s: only %v draw plots", p.ImportPath, dep, keys(draws))
+				} else {
+					seen++
+				}
+				break
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no package links gonum/plot: the rule checks nothing (update its list)")
+	}
+}
+
+func keys(m map[string]bool) (out []string) {
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 // TestTopLevel: the top level is fixed (DESIGN.md).

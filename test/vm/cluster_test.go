@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
-	"github.com/hecsys/hec/test/cluster"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/test/testutil"
 )
 

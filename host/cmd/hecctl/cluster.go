@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 func clusterCmd(a *app) *cobra.Command {

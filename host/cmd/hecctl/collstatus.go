@@ -13,8 +13,8 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 // collStatusCmd is coll status: every communicator's flight recorder, as

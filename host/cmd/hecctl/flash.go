@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 // flashResult is what flash prints with -o json.

@@ -99,7 +99,7 @@ the plan, the model's time on each rail, and for the band tuned the
 candidates' measured and predicted times.`,
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.sizes, o.rails, o.explain, o.iters = []string{size}, []string{rail.Auto}, true, 3
+			o.Sizes, o.Rails, o.Explain, o.Iters = []string{size}, []string{rail.Auto}, true, 3
 			return a.collBench(cmd.Context(), o)
 		}}
 	collBenchFlags(cmd, &o)

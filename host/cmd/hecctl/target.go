@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/host"
+	"github.com/hecsys/hec/host/cluster"
 	"github.com/hecsys/hec/qemu"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/test/cluster"
 )
 
 // resolve fills a.agent and a.mgmt so that one flag names one agent:

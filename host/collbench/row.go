@@ -1,4 +1,4 @@
-package bench
+package collbench
 
 // Row is one row of coll bench's table: a rail, a size, and what the
 // collective measured there, in nccl-tests' terms.

@@ -1,4 +1,4 @@
-package main
+package collbench
 
 import (
 	"strings"
@@ -12,7 +12,7 @@ func TestRowWriter(t *testing.T) {
 	out := `{"rail":"host","size":8}` + "\n" + "not a row\n" + `{"rail":"dpu","size":1048576}` + "\n" +
 		strings.Repeat("x", maxRowLine+10) + "\n" + `{"rail":"auto","size":64}` + "\n" + `{"rail":"host"` // no newline: not yet a row
 	for _, piece := range []int{1, 7, 4096, len(out)} {
-		results := make(chan rankResult, 8)
+		results := make(chan Row, 8)
 		w := &rowWriter{results: results}
 		for rest := out; len(rest) > 0; {
 			n := min(piece, len(rest))
