@@ -101,17 +101,21 @@ type walRecord struct {
 	sum        uint32 // walCommit: their bytes' checksum
 }
 
-func openWAL(path string) (*wal, error) {
+func openWAL(path string) (*wal, error) { return openWALSyncer(path, newLogSyncer()) }
+
+// openWALSyncer is openWAL with the syncer given.
+func openWALSyncer(path string, s *logSyncer) (*wal, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		s.close()
 		return nil, fmt.Errorf("kv: open log: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
+		s.close()
 		return nil, fmt.Errorf("kv: open log: %w", err)
 	}
-	s := newLogSyncer()
 	return &wal{f: f, ready: fi.Size(), gen: newGeneration(0), ahead: 16 << 20, sync: s.sync, syncer: s}, nil
 }
 
