@@ -1,8 +1,11 @@
 package ring
 
 import (
+	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hecsys/hec/shared/affinity"
 )
@@ -77,5 +80,74 @@ func BenchmarkPublish(b *testing.B) {
 			})
 			<-done
 		})
+	}
+}
+
+// TestPublishIsAFullFence is the store-buffer litmus test (Dekker's): two
+// threads on two CPUs each publish a word and then load the other's, round
+// after round, starting each round together. Were the store let wait in
+// the store buffer while the load after it went ahead (x86 reorders a
+// store and a later load unless a fence or a locked instruction sits
+// between them), both could load 0: the host reading "not asleep" while
+// the agent, asleep, read the old tail — a completion nobody wakes for.
+// publish must keep that outcome from ever happening. Under -race publish
+// is sync/atomic's Store; make test runs this test without -race too,
+// where the amd64 version (a plain store, then a fence) is the one tried.
+// It runs for at most two seconds of rounds.
+func TestPublishIsAFullFence(t *testing.T) {
+	cpus, err := affinity.Allowed()
+	if err != nil || len(cpus) < 2 || runtime.GOMAXPROCS(0) < 2 {
+		t.Skipf("the litmus test needs two threads on two CPUs: CPUs %v (%v), GOMAXPROCS %d", cpus, err, runtime.GOMAXPROCS(0))
+	}
+	const rounds = 200_000
+	xs, ys := make([]atomic.Uint64, rounds), make([]atomic.Uint64, rounds) // a fresh pair of words each round
+	saw := make([][2]uint64, rounds)
+	type padded struct {
+		w atomic.Uint64
+		_ [56]byte
+	}
+	var gate [2]padded // the round each side has reached
+	var stop atomic.Bool
+	deadline := time.Now().Add(2 * time.Second)
+	// side runs the rounds on cpu and returns how many it finished.
+	side := func(me, cpu int, mine, other []atomic.Uint64) (done int) {
+		affinity.Do([]int{cpu}, func() error { //nolint:errcheck // the function cannot fail
+			for r := range rounds {
+				if me == 0 && r%1024 == 0 && time.Now().After(deadline) {
+					stop.Store(true)
+					gate[0].w.Store(math.MaxUint64) // let the other side out of its wait
+				}
+				if stop.Load() {
+					return nil
+				}
+				gate[me].w.Store(uint64(r) + 1)
+				for gate[1-me].w.Load() < uint64(r)+1 {
+				}
+				if stop.Load() {
+					return nil
+				}
+				publish(&mine[r], 1)
+				saw[r][me] = other[r].Load()
+				done = r + 1
+			}
+			return nil
+		})
+		return done
+	}
+	var done1 int
+	finished := make(chan struct{})
+	go func() { done1 = side(1, cpus[1], ys, xs); close(finished) }()
+	done0 := side(0, cpus[0], xs, ys)
+	<-finished
+	n := min(done0, done1)
+	both := 0
+	for r := range n {
+		if saw[r][0] == 0 && saw[r][1] == 0 {
+			both++
+		}
+	}
+	t.Logf("%d rounds on CPUs %d and %d", n, cpus[0], cpus[1])
+	if both > 0 {
+		t.Fatalf("in %d of %d rounds both sides loaded 0 after publishing: a load passed publish's store", both, n)
 	}
 }
