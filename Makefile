@@ -43,7 +43,32 @@ run: build ## start the agent in local emulation and tour every service (stops i
 test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 10 slowest listed at the end), then shared/ and ec/ as arm64 binaries under qemu-user
 	$(GO) vet ./...
 	bash -o pipefail -c '$(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./test/testsum -slowest 10'
+	@echo "without -race, the ring's amd64 index store (a plain store and a fence, built only then):"
+	$(GO) test -count=1 -run 'TestPublishIsAFullFence' ./shared/ring
 	$(MAKE) test-arm64
+
+# The tests whose loops make test runs smaller (testutil.Sized and
+# NeedLong: power cuts, hostile descriptors, DDP on four ranks, torchrun's
+# restarts); make test-long runs them whole. LONG_COVERS are the files they
+# guard: CI runs make test-long when the hash of those (test/longsum)
+# differs from .ci/long.sum, which make test-long writes when it passes.
+LONG_TESTS  := TestPowerCutDuringFlash|TestPowerCutSync|TestMillionHostileDescriptors|TestTorch|TestTorchFailover
+LONG_PKGS   := ./test/vm ./test/e2e ./host/libhec
+LONG_COVERS := kv dpu images qemu coll shared/ring shared/wire shared/peer host/libhec test/vm test/e2e/e2e_test.go
+
+.PHONY: test-long
+test-long: test-deps ## the loops make test runs smaller, whole: 20 power cuts during flashes and 20 under sync writes, a million hostile descriptors, DDP on 4 ranks, torchrun restarts; records .ci/long.sum
+	bash -o pipefail -c 'HEC_TEST_LONG=1 $(GO) test -race -count=1 -timeout 40m -json -run '"'"'^($(LONG_TESTS))$$'"'"' $(LONG_PKGS) | $(GO) run ./test/testsum -slowest 10'
+	test/longsum $(LONG_COVERS) > .ci/long.sum
+
+.PHONY: test-long-if-changed
+test-long-if-changed: ## make test-long where the files it guards changed since it last passed (.ci/long.sum): CI's rule
+	@if [ "$$(test/longsum $(LONG_COVERS))" = "$$(cat .ci/long.sum 2>/dev/null)" ]; then \
+		echo "test-long: not run: the files it guards ($(LONG_COVERS)) are as when it last passed (.ci/long.sum)"; \
+	else \
+		echo "test-long: the files it guards changed since it last passed (.ci/long.sum): running it"; \
+		$(MAKE) test-long; \
+	fi
 
 .PHONY: test-deps
 test-deps: ## install what the tests need when missing: QEMU for arm64, mkfs.ext4, cpio (as root)

@@ -134,6 +134,7 @@ func TestTorchFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds libhec, starts agents and trains with torchrun")
 	}
+	testutil.NeedLong(t, "three torchrun jobs of three ranks with a restart each, some 100 s; it guards hec.torch's failure path and torchrun's restart")
 	py := torchPython(t)
 	dir := t.TempDir()
 	so := buildLib(t, dir, "c-shared")

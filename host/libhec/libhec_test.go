@@ -295,7 +295,7 @@ func torchPython(t *testing.T) string {
 // rails), and with the hec hooks (float32 and bfloat16),
 // whose weights must equal gloo's to float32 reduction-order tolerance
 // (torch_compare.py; the bfloat16 hook's losses within 1 %). On 2 ranks,
-// and on 4.
+// and on 4 in make test-long.
 func TestTorch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds libhec, starts agents and trains with torchrun")
@@ -304,7 +304,11 @@ func TestTorch(t *testing.T) {
 	dir := t.TempDir()
 	so := buildLib(t, dir, "c-shared")
 	tests := filepath.Join(testutil.ModuleRoot(), "host", "libhec", "python", "tests")
-	for _, world := range torchWorlds {
+	worlds := torchWorlds
+	if !testutil.Long() {
+		worlds = worlds[:1] // 4 ranks: make test-long
+	}
+	for _, world := range worlds {
 		t.Run(fmt.Sprintf("%d ranks", world), func(t *testing.T) {
 			var targets []string
 			for _, s := range shms(agents(t, world)) {

@@ -222,7 +222,7 @@ func TestAgentRestartUnderClients(t *testing.T) {
 // hangs; every descriptor completes (with an error status) or is lost to a
 // fault of that pair; a well-behaved client beside it stays correct.
 func TestMillionHostileDescriptors(t *testing.T) {
-	total := 1_000_000
+	total := testutil.Sized(100_000, 1_000_000)
 	if testing.Short() {
 		total = 100_000
 	}

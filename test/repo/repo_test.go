@@ -158,6 +158,58 @@ func keys(m map[string]bool) (out []string) {
 	return out
 }
 
+// TestLongTestsAreListed: a test whose loops make test runs smaller
+// (testutil.Sized, testutil.Long) or not at all (testutil.NeedLong) is named
+// in the Makefile's LONG_TESTS, so make test-long runs it whole.
+func TestLongTestsAreListed(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^LONG_TESTS\s*:=\s*(.*)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("the Makefile has no LONG_TESTS")
+	}
+	listed := map[string]bool{}
+	for _, name := range strings.Split(strings.TrimSpace(string(m[1])), "|") {
+		listed[name] = true
+	}
+	found := 0
+	for _, p := range listPackages(t) {
+		files, _ := filepath.Glob(filepath.Join(p.Dir, "*_test.go"))
+		for _, file := range files {
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, file, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Test") {
+					continue
+				}
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "testutil" && (sel.Sel.Name == "Sized" || sel.Sel.Name == "Long" || sel.Sel.Name == "NeedLong") {
+						found++
+						if !listed[fn.Name.Name] {
+							t.Errorf("%s: %s calls testutil.%s but is not in the Makefile's LONG_TESTS: make test-long would not run it whole",
+								fset.Position(fn.Pos()), fn.Name.Name, sel.Sel.Name)
+						}
+					}
+					return true
+				})
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no test calls testutil.Sized, Long or NeedLong: the rule checks nothing")
+	}
+}
+
 // TestTopLevel: the top level is fixed (DESIGN.md).
 func TestTopLevel(t *testing.T) {
 	want := map[string]bool{"go.mod": true, "go.sum": true, "dpu": true, "host": true, "shared": true, "bpf": true, "kv": true,

@@ -210,6 +210,32 @@ func FreeLoopbackAddrs(n int) ([]string, error) {
 	return out, nil
 }
 
+// LongEnv is the variable make test-long sets (to 1): the run where the
+// loops sized for rare events (power cuts, a million hostile descriptors,
+// training on four ranks) run whole. make test runs them smaller, sized to
+// what finds the defects they guard; the README says which and why.
+const LongEnv = "HEC_TEST_LONG"
+
+// Long reports whether this is make test-long's run (LongEnv=1).
+func Long() bool { return os.Getenv(LongEnv) == "1" }
+
+// Sized is a loop's count: long under make test-long, else short.
+func Sized(short, long int) int {
+	if Long() {
+		return long
+	}
+	return short
+}
+
+// NeedLong skips the test outside make test-long, saying why it runs only
+// there.
+func NeedLong(tb testing.TB, why string) {
+	tb.Helper()
+	if !Long() {
+		tb.Skipf("make test-long runs this (%s=1): %s", LongEnv, why)
+	}
+}
+
 // NeedRoot skips the test, saying why, when not root.
 func NeedRoot(tb testing.TB, why string) {
 	tb.Helper()

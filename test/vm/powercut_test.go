@@ -15,6 +15,7 @@ import (
 
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/qemu"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // Keyspace of the power-cut tests: cutWriters clients, each overwriting
@@ -184,13 +185,10 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 }
 
 // TestPowerCutSync: with sync durability no acknowledged write is lost
-// over 20 power cuts, each after the store's log has been through a
-// checkpoint.
+// over 3 power cuts (20 in make test-long), each after the store's log has
+// been through a checkpoint.
 func TestPowerCutSync(t *testing.T) {
-	cuts := 20
-	if testing.Short() {
-		cuts = 3
-	}
+	cuts := testutil.Sized(3, 20)
 	acked, lost := powerCuts(t, "cutsync", "sync", cuts)
 	t.Logf("sync: %d cuts, %d acknowledged writes, %d keys lost", cuts, acked, lost)
 	if acked == 0 {
