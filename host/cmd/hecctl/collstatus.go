@@ -35,7 +35,9 @@ the one running and for how long. A rank whose agent does not answer (a
 stopped or hung process) is shown with the collective the other ranks last
 heard it at. The ranks behind the others are named at the end: those at
 an earlier collective that do not answer or are not running it, and apart
-from them the ranks running it, waiting on the ones behind.`,
+from them the ranks running it, waiting on the ones behind. Where every
+rank reached the same collective, the ranks that do not answer while the
+others run it are named silent in it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			targets, err := a.collStatusTargets(args, clusterName, clusterState)
 			if err != nil {
@@ -120,9 +122,14 @@ type collCommReport struct {
 	// collective that answer and are running it: held up by the ones
 	// behind (a ring's step waits on its neighbour). Where every rank at
 	// an earlier collective is running it, they are all behind.
-	Behind  []int  `json:"behind"`
-	Waiting []int  `json:"waiting,omitempty"`
-	At      uint32 `json:"at"` // that latest collective
+	Behind  []int `json:"behind"`
+	Waiting []int `json:"waiting,omitempty"`
+	// Silent are the ranks that do not answer while every rank reached
+	// At and some that answer are running a collective: none is behind,
+	// and the ones running wait on the silent (a rank stopped inside
+	// the collective the others are in).
+	Silent []int  `json:"silent,omitempty"`
+	At     uint32 `json:"at"` // that latest collective
 }
 
 func (a *app) collStatus(ctx context.Context, targets []collTarget, recent int, timeout time.Duration) error {
@@ -178,6 +185,9 @@ func (a *app) collStatus(ctx context.Context, targets []collTarget, recent int, 
 		}
 		if len(c.Behind) > 0 {
 			fmt.Fprintf(a.out, "behind #%d: ranks %v\n", c.At, c.Behind)
+		}
+		if len(c.Silent) > 0 {
+			fmt.Fprintf(a.out, "silent in #%d: ranks %v\n", c.At, c.Silent)
 		}
 		if len(c.Waiting) > 0 {
 			fmt.Fprintf(a.out, "waiting on them: ranks %v\n", c.Waiting)
@@ -261,6 +271,19 @@ func collByComm(reports []collAgentReport) []collCommReport {
 		}
 		if len(c.Behind) == 0 {
 			c.Behind, c.Waiting = c.Waiting, nil
+		}
+		if len(c.Behind) == 0 {
+			for _, r := range c.Ranks {
+				switch {
+				case !r.Answered:
+					c.Silent = append(c.Silent, r.Rank)
+				case r.Running != nil:
+					c.Waiting = append(c.Waiting, r.Rank)
+				}
+			}
+			if len(c.Silent) == 0 || len(c.Waiting) == 0 {
+				c.Silent, c.Waiting = nil, nil
+			}
 		}
 		out = append(out, *c)
 	}

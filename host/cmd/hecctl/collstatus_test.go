@@ -67,3 +67,31 @@ func TestCollByCommTellsWaitingFromBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestCollByCommNamesTheSilentOneInTheSameCollective: rank 2 stopped
+// inside #6 after every rank started it; the others run #6, waiting. No
+// rank is behind; rank 2 is silent in #6, the others wait on it. With
+// rank 2 answering, nobody is named.
+func TestCollByCommNamesTheSilentOneInTheSameCollective(t *testing.T) {
+	for _, silent := range []bool{true, false} {
+		var reports []collAgentReport
+		for r := range 4 {
+			if r == 2 && silent {
+				reports = append(reports, collAgentReport{Agent: "agent2", Error: "deadline exceeded"})
+				continue
+			}
+			cc := api.CollComm{Comm: 9, Epoch: 1, Rank: r, Size: 4, Started: 6, Completed: 5, Heard: []uint32{6, 6, 6, 6},
+				Recent: []api.CollRecord{{Seq: 5, State: "completed"}, {Seq: 6, State: "started"}}}
+			reports = append(reports, collAgentReport{Agent: fmt.Sprint("agent", r), Comms: []api.CollComm{cc}})
+		}
+		c := collByComm(reports)[0]
+		wantSilent, wantWaiting := []int{2}, []int{0, 1, 3}
+		if !silent {
+			wantSilent, wantWaiting = nil, nil
+		}
+		if c.At != 6 || len(c.Behind) != 0 || !slices.Equal(c.Silent, wantSilent) || !slices.Equal(c.Waiting, wantWaiting) {
+			t.Errorf("rank 2 silent %v: at #%d, behind %v, silent %v, waiting %v; want silent %v, waiting %v",
+				silent, c.At, c.Behind, c.Silent, c.Waiting, wantSilent, wantWaiting)
+		}
+	}
+}
