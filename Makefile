@@ -39,10 +39,19 @@ build: ## build bin/hecd, bin/hecctl, bin/linux_arm64/hecd, and libhec for C and
 run: build ## start the agent in local emulation and tour every service (stops it at the end)
 	test/tour
 
+# make test's go test flags, and the packages it starts first: the longest
+# (QEMU's test/vm, then the end-to-end ones), as a scheduler of jobs by
+# longest processing time orders them. go test starts packages in the
+# order given (./... in import-path order: test/vm last, alone at the end).
+# Three packages at a time on these two cores: much of each waits (on
+# agents, deadlines, QEMU's disk).
+TEST_FLAGS := -race -count=1 -timeout 30m -json -p 3
+TEST_FIRST := ./test/vm ./test/e2e ./host/libhec ./coll ./kv ./dpu ./kv/resp
+
 .PHONY: test
 test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 10 slowest listed at the end), then shared/ and ec/ as arm64 binaries under qemu-user
 	$(GO) vet ./...
-	bash -o pipefail -c '$(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./test/testsum -slowest 10'
+	bash -o pipefail -c '$(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./... | $(GO) run ./test/testsum -slowest 10'
 	@echo "without -race, the ring's amd64 index store (a plain store and a fence, built only then):"
 	$(GO) test -count=1 -run 'TestPublishIsAFullFence' ./shared/ring
 	$(MAKE) test-arm64
@@ -52,7 +61,7 @@ test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 1
 # restarts); make test-long runs them whole. LONG_COVERS are the files they
 # guard: CI runs make test-long when the hash of those (test/longsum)
 # differs from .ci/long.sum, which make test-long writes when it passes.
-LONG_TESTS  := TestPowerCutDuringFlash|TestPowerCutSync|TestMillionHostileDescriptors|TestTorch|TestTorchFailover
+LONG_TESTS  := TestPowerCutDuringFlash|TestPowerCutSync|TestPowerCutAsync|TestMillionHostileDescriptors|TestTorch|TestTorchFailover
 LONG_PKGS   := ./test/vm ./test/e2e ./host/libhec
 LONG_COVERS := kv dpu images qemu coll shared/ring shared/wire shared/peer host/libhec test/vm test/e2e/e2e_test.go
 
@@ -121,15 +130,15 @@ bundle: ## build an agent bundle (hecd of BUNDLE_VERSION for BUNDLE_ARCH, signed
 	$(BIN)/mkimage --agent-bundle --agent $(BIN)/bundle/hecd --version $(BUNDLE_VERSION) $(if $(KEY),--key $(KEY)) --out .cache/images/agent-$(BUNDLE_VERSION)
 
 .PHONY: bench
-bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown)
+bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown); QUICK=1: fewer iterations, for a look before a commit
 	@test/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
 	@test/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
 	@test/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
 	@test/need /usr/include/isa-l/erasure_code.h libisal-dev gcc || echo "SKIP: no libisal-dev: the ec scenario will fail to find its peer"
 	@test/need mpicc openmpi-bin libopenmpi-dev || echo "SKIP: no Open MPI: the coll scenario will fail to find its peer"
 	@mkdir -p bench-out
-	$(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-out/go-bench.txt
-	$(GO) run ./test/bench -out bench-out
+	$(GO) test -run '^$$' -bench . -benchmem $(if $(QUICK),-benchtime 100ms) ./... | tee bench-out/go-bench.txt
+	$(GO) run ./test/bench -out bench-out $(if $(QUICK),-quick)
 
 .PHONY: redis-suite
 redis-suite: build ## Redis 7.0.15's own tests (string, keyspace, protocol, … units) against hecd's RESP: counts and failures

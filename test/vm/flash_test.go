@@ -257,13 +257,13 @@ func TestFlashTheVM(t *testing.T) {
 }
 
 // TestPowerCutDuringFlash times one update, then cuts the power (SIGKILL
-// of QEMU) at 3 random moments (20 in make test-long) of the next ones — the upload, the verification, the install, the
+// of QEMU) at 2 random moments (20 in make test-long) of the next ones — the upload, the verification, the install, the
 // agent's exit, the new slot's try, its commit — while a client writes to
 // the kv store. Every boot after a cut brings up a valid agent, the old
 // version or the new one, never neither, with every acknowledged write.
 // HEC_FLASH_CUTS=N makes fewer cuts, for a quick look.
 func TestPowerCutDuringFlash(t *testing.T) {
-	cuts := testutil.Sized(3, 20)
+	cuts := testutil.Sized(2, 20)
 	if n, err := strconv.Atoi(os.Getenv("HEC_FLASH_CUTS")); err == nil {
 		cuts = n
 	}

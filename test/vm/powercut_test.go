@@ -185,10 +185,14 @@ func powerCuts(t *testing.T, name, durability string, cuts int) (acked, lost int
 }
 
 // TestPowerCutSync: with sync durability no acknowledged write is lost
-// over 3 power cuts (20 in make test-long), each after the store's log has
-// been through a checkpoint.
+// over a power cut (20 in make test-long), each after the store's log has
+// been through a checkpoint. One cut finds a sync mode that acknowledges
+// before its log is on the disk: the async control below loses writes at
+// every cut. It does not find a checkpoint that leaves Badger's files
+// unsynced (re-introduced on 2026-12-06: no loss over 20 cuts); kv's
+// TestCheckpointLeavesNothingDirty does, in two seconds, every time.
 func TestPowerCutSync(t *testing.T) {
-	cuts := testutil.Sized(3, 20)
+	cuts := testutil.Sized(1, 20)
 	acked, lost := powerCuts(t, "cutsync", "sync", cuts)
 	t.Logf("sync: %d cuts, %d acknowledged writes, %d keys lost", cuts, acked, lost)
 	if acked == 0 {
@@ -203,10 +207,11 @@ func TestPowerCutSync(t *testing.T) {
 // the guest's page cache and a power cut loses some, so the test above can
 // catch a loss.
 func TestPowerCutAsync(t *testing.T) {
-	acked, lost := powerCuts(t, "cutasync", "async", 3)
-	t.Logf("async: 3 cuts, %d acknowledged writes, %d keys lost", acked, lost)
+	cuts := testutil.Sized(2, 3)
+	acked, lost := powerCuts(t, "cutasync", "async", cuts)
+	t.Logf("async: %d cuts, %d acknowledged writes, %d keys lost", cuts, acked, lost)
 	if lost == 0 {
-		t.Fatalf("async mode lost none of %d writes over 3 cuts: the power cut does not cut", acked)
+		t.Fatalf("async mode lost none of %d writes over %d cuts: the power cut does not cut", acked, cuts)
 	}
 }
 
