@@ -61,9 +61,9 @@ test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 1
 # restarts); make test-long runs them whole. LONG_COVERS are the files they
 # guard: CI runs make test-long when the hash of those (test/longsum)
 # differs from .ci/long.sum, which make test-long writes when it passes.
-LONG_TESTS  := TestPowerCutDuringFlash|TestPowerCutSync|TestPowerCutAsync|TestMillionHostileDescriptors|TestTorch|TestTorchFailover
+LONG_TESTS  := TestRedisOwnSuite|TestFlashAMachineBundle|TestPowerCutDuringFlash|TestPowerCutSync|TestPowerCutAsync|TestMillionHostileDescriptors|TestTorch|TestTorchFailover
 LONG_PKGS   := ./test/vm ./test/e2e ./host/libhec
-LONG_COVERS := kv dpu images qemu coll shared/ring shared/wire shared/peer host/libhec test/vm test/e2e/e2e_test.go
+LONG_COVERS := kv dpu images test/redis qemu coll shared/ring shared/wire shared/peer host/libhec test/vm test/e2e/e2e_test.go test/e2e/redissuite_test.go
 
 .PHONY: test-long
 test-long: test-deps ## the loops make test runs smaller, whole: 20 power cuts during flashes and 20 under sync writes, a million hostile descriptors, DDP on 4 ranks, torchrun restarts; records .ci/long.sum

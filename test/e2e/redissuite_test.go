@@ -19,6 +19,7 @@ func TestRedisOwnSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: Redis's suite takes a minute")
 	}
+	testutil.NeedLong(t, "Redis's own suite, 80-150 s of tclsh and agent CPU; make test compares hecd's replies with redis-server's (kv/resp's TestSameRepliesAsRedis)")
 	root := testutil.ModuleRoot()
 	cmd := exec.Command(filepath.Join(root, "test/redis/suite"), testutil.Hecd(t))
 	out, err := cmd.CombinedOutput()

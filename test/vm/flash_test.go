@@ -65,6 +65,7 @@ func archBinary(t *testing.T, goarch, pkg, ldflags string) string {
 // the guest kernel: the ROM boots it its two tries, then the committed
 // machine, whose process 1 rolls the record back.
 func TestFlashAMachineBundle(t *testing.T) {
+	testutil.NeedLong(t, "three boots of the emulated machine, 75-90 s; make test flashes an agent bundle into the VM (TestFlashTheVM) and cuts the power during flashes")
 	vm, o := boot(t, "machine")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	var err error
