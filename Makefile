@@ -53,7 +53,7 @@ test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 1
 	$(GO) vet ./...
 	bash -o pipefail -c '$(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./... | $(GO) run ./test/testsum -slowest 10'
 	@echo "without -race, the ring's amd64 index store (a plain store and a fence, built only then):"
-	$(GO) test -count=1 -run 'TestPublishIsAFullFence' ./shared/ring
+	$(GO) test -count=1 -v -run 'TestPublishIsAFullFence' ./shared/ring
 	$(MAKE) test-arm64
 
 # The tests whose loops make test runs smaller (testutil.Sized and
