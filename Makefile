@@ -49,7 +49,7 @@ TEST_FLAGS := -race -count=1 -timeout 30m -json -p 3
 TEST_FIRST := ./test/vm ./test/e2e ./host/libhec ./coll ./kv ./dpu ./kv/resp
 
 .PHONY: test
-test: test-deps ## vet, then all tests with -race (the QEMU ones included; the 10 slowest listed at the end), then shared/ and ec/ as arm64 binaries under qemu-user
+test: test-deps ## vet, then the tests with -race (the QEMU ones included, the long loops smaller: test-long; the 10 slowest listed at the end), the fence litmus test without it, then shared/ and ec/ as arm64 binaries under qemu-user (about 10 min)
 	$(GO) vet ./...
 	bash -o pipefail -c '$(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./... | $(GO) run ./test/testsum -slowest 10'
 	@echo "without -race, the ring's amd64 index store (a plain store and a fence, built only then):"
@@ -66,7 +66,7 @@ LONG_PKGS   := ./test/vm ./test/e2e ./host/libhec
 LONG_COVERS := kv dpu images test/redis qemu coll shared/ring shared/wire shared/peer host/libhec test/vm test/e2e/e2e_test.go test/e2e/redissuite_test.go
 
 .PHONY: test-long
-test-long: test-deps ## the loops make test runs smaller, whole: 20 power cuts during flashes and 20 under sync writes, a million hostile descriptors, DDP on 4 ranks, torchrun restarts; records .ci/long.sum
+test-long: test-deps ## the loops make test runs smaller, whole (20 power cuts during flashes, 20 under sync writes, a million hostile descriptors, DDP on 4 ranks), and torchrun's restarts, Redis's own suite, the machine flash (about 15 min); records .ci/long.sum
 	bash -o pipefail -c 'HEC_TEST_LONG=1 $(GO) test -race -count=1 -timeout 40m -json -run '"'"'^($(LONG_TESTS))$$'"'"' $(LONG_PKGS) | $(GO) run ./test/testsum -slowest 10'
 	test/longsum $(LONG_COVERS) > .ci/long.sum
 
