@@ -241,7 +241,7 @@ func collByComm(reports []collAgentReport) []collCommReport {
 					break
 				}
 			}
-			if c.Ranks[cc.Rank].Answered && (c.At == 0 || seqBefore(c.At, cc.Started)) {
+			if c.At == 0 || seqBefore(c.At, cc.Started) {
 				c.At = cc.Started
 			}
 			for r, h := range cc.Heard {
@@ -255,39 +255,45 @@ func collByComm(reports []collAgentReport) []collCommReport {
 	var out []collCommReport
 	for _, k := range keys {
 		c := byKey[k]
-		for _, r := range c.Ranks {
-			reached := r.Heard
-			if r.Answered {
-				reached = r.Comm.Started
-			}
-			if !seqBefore(reached, c.At) {
-				continue
-			}
-			if r.Answered && r.Running != nil && r.Running.Seq == reached {
-				c.Waiting = append(c.Waiting, r.Rank)
-			} else {
-				c.Behind = append(c.Behind, r.Rank)
-			}
-		}
-		if len(c.Behind) == 0 {
-			c.Behind, c.Waiting = c.Waiting, nil
-		}
-		if len(c.Behind) == 0 {
-			for _, r := range c.Ranks {
-				switch {
-				case !r.Answered:
-					c.Silent = append(c.Silent, r.Rank)
-				case r.Running != nil:
-					c.Waiting = append(c.Waiting, r.Rank)
-				}
-			}
-			if len(c.Silent) == 0 || len(c.Waiting) == 0 {
-				c.Silent, c.Waiting = nil, nil
-			}
-		}
+		c.judge()
 		out = append(out, *c)
 	}
 	return out
+}
+
+// judge names the ranks behind c.At, the ones waiting on them, and,
+// where none is behind, the silent ranks that the running ones wait on.
+func (c *collCommReport) judge() {
+	for _, r := range c.Ranks {
+		reached := r.Heard
+		if r.Answered {
+			reached = r.Comm.Started
+		}
+		if !seqBefore(reached, c.At) {
+			continue
+		}
+		if r.Answered && r.Running != nil && r.Running.Seq == reached {
+			c.Waiting = append(c.Waiting, r.Rank)
+		} else {
+			c.Behind = append(c.Behind, r.Rank)
+		}
+	}
+	if len(c.Behind) == 0 {
+		c.Behind, c.Waiting = c.Waiting, nil
+	}
+	if len(c.Behind) == 0 {
+		for _, r := range c.Ranks {
+			switch {
+			case !r.Answered:
+				c.Silent = append(c.Silent, r.Rank)
+			case r.Running != nil:
+				c.Waiting = append(c.Waiting, r.Rank)
+			}
+		}
+		if len(c.Silent) == 0 || len(c.Waiting) == 0 {
+			c.Silent, c.Waiting = nil, nil
+		}
+	}
 }
 
 // seqBefore reports whether collective a came before b, in the numbers'
