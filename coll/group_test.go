@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/shared/peer"
 	"github.com/hecsys/hec/test/testutil"
 )
 
@@ -462,6 +463,56 @@ func TestWholeGroupPaused(t *testing.T) {
 		await(most + 5)
 		t.Logf("round %d: allreduces of %d bytes: every rank went on after a pause of %v: steps %v", round, bytes, 3*rankDeadline, steps)
 		stopRanks(cmds)
+	}
+}
+
+// TestEarlyFramesKeepTheirOrder: frames a rank sends before another has
+// joined the communicator are held for it, and frames that come while it
+// joins go after them, never before. (Join used to publish the
+// communicator and only then hand it the held frames, so a frame that
+// came in between overtook them: "rank 0 sent a message of collective #4
+// during #2" in CI, where rank 0's broadcast #2 reached rank 2 before
+// rank 2 had joined and its first message of #4 while rank 2 joined.)
+func TestEarlyFramesKeepTheirOrder(t *testing.T) {
+	node, err := peer.NewNode(peer.Config{ID: 2, Key: testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		e := NewEndpoint(node)
+		comm := uint64(round + 1)
+		frame := func(seq uint32) {
+			e.serveData(1, peer.Header{Type: peer.TypeData, Comm: comm, Epoch: 1, Flags: seq << 8}, []byte{byte(seq)})
+		}
+		const held, total = 2000, 4000
+		for seq := uint32(1); seq <= held; seq++ {
+			frame(seq)
+		}
+		started := make(chan struct{})
+		go func() { // the sender goes on while this rank joins
+			close(started)
+			for seq := uint32(held + 1); seq <= total; seq++ {
+				frame(seq)
+			}
+		}()
+		<-started
+		tr, err := e.Join(comm, 1, []uint32{1, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for want := uint32(1); want <= total; want++ {
+			m, err := tr.Recv(ctx, 0)
+			if err != nil {
+				t.Fatalf("round %d: waiting for message %d: %v", round, want, err)
+			}
+			if m.Seq != want {
+				t.Fatalf("round %d: message %d came where %d was due: a frame overtook the held ones", round, m.Seq, want)
+			}
+			m.Release()
+		}
+		cancel()
+		tr.Close()
 	}
 }
 

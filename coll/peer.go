@@ -35,6 +35,7 @@ type Endpoint struct {
 	earlyBytes int
 	aborts     map[commKey]string // aborts of communicators not joined yet
 	gone       map[commKey]*tomb  // communicators forgotten (Forget) and not joined again
+	joining    map[commKey]bool   // communicators taking their held frames (Join)
 
 	// Dropped counts frames refused: from a non-member, over a bound.
 	Dropped atomic.Uint64
@@ -63,7 +64,7 @@ type earlyFrame struct {
 // other handlers of those types.
 func NewEndpoint(node *peer.Node) *Endpoint {
 	e := &Endpoint{node: node, comms: map[commKey]*PeerTransport{}, early: map[commKey][]earlyFrame{},
-		aborts: map[commKey]string{}, gone: map[commKey]*tomb{}}
+		aborts: map[commKey]string{}, gone: map[commKey]*tomb{}, joining: map[commKey]bool{}}
 	node.Handle(peer.TypeData, e.serveData)
 	node.Handle(peer.TypeAbort, e.serveAbort)
 	return e
@@ -149,16 +150,12 @@ func (e *Endpoint) Join(comm, epoch uint64, nodes []uint32) (*PeerTransport, err
 	k := commKey{comm, epoch}
 	e.node.SetEpoch(comm, epoch)
 	e.mu.Lock()
-	if e.comms[k] != nil {
+	if e.comms[k] != nil || e.joining[k] {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("coll: communicator %#x epoch %d joined twice", comm, epoch)
 	}
-	e.comms[k] = t
+	e.joining[k] = true
 	delete(e.gone, k)
-	early := e.early[k]
-	delete(e.early, k)
-	why, wasAborted := e.aborts[k]
-	delete(e.aborts, k)
 	for ek := range e.early {
 		if ek.comm == comm && ek.epoch < epoch {
 			for _, f := range e.early[ek] {
@@ -167,13 +164,29 @@ func (e *Endpoint) Join(comm, epoch uint64, nodes []uint32) (*PeerTransport, err
 			delete(e.early, ek)
 		}
 	}
-	for _, f := range early {
-		e.earlyBytes -= len(f.b)
+	// The frames held for the communicator go in first, and it is
+	// published only once none is left: until then frames that come are
+	// held behind them, so none overtakes another of its sender.
+	for {
+		early := e.early[k]
+		delete(e.early, k)
+		if len(early) == 0 {
+			break
+		}
+		for _, f := range early {
+			e.earlyBytes -= len(f.b)
+		}
+		e.mu.Unlock()
+		for _, f := range early {
+			t.deliver(f.from, f.seq, f.b)
+		}
+		e.mu.Lock()
 	}
+	delete(e.joining, k)
+	e.comms[k] = t
+	why, wasAborted := e.aborts[k] // until now, an abort was kept there
+	delete(e.aborts, k)
 	e.mu.Unlock()
-	for _, f := range early {
-		t.deliver(f.from, f.seq, f.b)
-	}
 	if wasAborted {
 		t.aborted(why)
 	}
