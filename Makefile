@@ -130,14 +130,14 @@ bundle: ## build an agent bundle (hecd of BUNDLE_VERSION for BUNDLE_ARCH, signed
 	$(BIN)/mkimage --agent-bundle --agent $(BIN)/bundle/hecd --version $(BUNDLE_VERSION) $(if $(KEY),--key $(KEY)) --out .cache/images/agent-$(BUNDLE_VERSION)
 
 .PHONY: bench
-bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown); QUICK=1: fewer iterations, for a look before a commit
+bench: test-deps ## benchmarks side by side with their peers; figures in bench-out/ (JSON + markdown); QUICK=1: the scenarios' checks in fewer iterations and no Go benchmarks, for a look before a commit
 	@test/need redis-server redis-server || echo "SKIP: no redis-server: the kv scenario will fail to find its peer"
 	@test/need iperf3 iperf3 || echo "SKIP: no iperf3: the peers scenario will fail to find its peer"
 	@test/need memcached memcached || echo "SKIP: no memcached: the xdp scenario will fail to find its peer"
 	@test/need /usr/include/isa-l/erasure_code.h libisal-dev gcc || echo "SKIP: no libisal-dev: the ec scenario will fail to find its peer"
 	@test/need mpicc openmpi-bin libopenmpi-dev || echo "SKIP: no Open MPI: the coll scenario will fail to find its peer"
 	@mkdir -p bench-out
-	$(GO) test -run '^$$' -bench . -benchmem $(if $(QUICK),-benchtime 100ms) ./... | tee bench-out/go-bench.txt
+	$(if $(QUICK),,$(GO) test -run '^$$' -bench . -benchmem -benchtime 300ms ./... | tee bench-out/go-bench.txt)
 	$(GO) run ./test/bench -out bench-out $(if $(QUICK),-quick)
 
 .PHONY: redis-suite

@@ -53,25 +53,32 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 	// MPI's over TCP 2.30-4.12 GB/s, the DPU rail's 0.86-1.41) and with
 	// two hundred, some 80 ms, still by a fifth (the DPU rail's mean over
 	// two hundred 382-449 µs, over a thousand 338-348 µs, alternated):
-	// a thousand; five at 64 MiB, whose ops take up to half a second. The split's
-	// rate-limited 16 MiB ops take most of a second each: five.
+	// five hundred, the half of a thousand that fits make bench's 15
+	// minutes (a thousand took 16 s of each four-rank repetition's 36);
+	// five at 64 MiB, whose ops take up to half a second. The split's
+	// rate-limited 16 MiB ops take most of a second each: five. A quick
+	// run: two ranks, five of 1 and 16 MiB, in one run per path.
 	groups := []struct {
 		iters int
 		sizes []int
-	}{{1000, []int{1 << 20}}, {20, []int{16 << 20}}, {5, []int{64 << 20}}}
+	}{{500, []int{1 << 20}}, {20, []int{16 << 20}}, {5, []int{64 << 20}}}
 	reps, splitIters := 3, 5
 	if quick {
-		groups, reps, splitIters = groups[:2], 1, 2
-		groups[0].iters, groups[1].iters = 5, 5
+		groups, reps, splitIters = groups[:1], 1, 2
+		groups[0].iters, groups[0].sizes = 5, []int{1 << 20, 16 << 20}
 	}
 	var sizes []int
 	for _, g := range groups {
 		sizes = append(sizes, g.sizes...)
 	}
+	worlds := []int{2, 4}
+	if quick {
+		worlds = worlds[:1]
+	}
 	busbw := map[collKey][]float64{}
 	cpu := map[collKey][]float64{}
 	for rep := range reps {
-		for _, n := range []int{2, 4} {
+		for _, n := range worlds {
 			progress(s, "repetition %d of %d: %d ranks", rep+1, reps, n)
 			for _, g := range groups {
 				if err := collRound(ctx, hecctl, hecd, mpiBin, n, g.iters, g.sizes, busbw, cpu); err != nil {
@@ -80,7 +87,7 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 			}
 		}
 	}
-	for _, n := range []int{2, 4} {
+	for _, n := range worlds {
 		for _, z := range sizes {
 			label := fmt.Sprintf("N=%d %s", n, sizeName(z))
 			for _, p := range []string{"host", "dpu", "mpi-tcp", "mpi-shm"} {
@@ -98,7 +105,9 @@ func benchColl(ctx context.Context, rep *Report, quick bool) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the coll scenario's split across rate-limited rails makes network namespaces: run make bench as root")
 	}
-	return benchCollSplit(ctx, rep, hecctl, hecd, reps, splitIters)
+	// The split's repetitions set up namespaces, links and agents again
+	// (23 s each): two.
+	return benchCollSplit(ctx, rep, hecctl, hecd, min(reps, 2), splitIters)
 }
 
 // collKey names a row: ranks, rail or peer, size.
@@ -294,12 +303,11 @@ func benchCollAuto(ctx context.Context, rep *Report, quick bool) error {
 		iters int
 		sizes []string
 	}{{300, []string{"16", "64K"}}, {40, []string{"1M"}}, {10, []string{"16M"}}}
-	reps := 3
-	if quick {
+	reps := 2  // a third repetition took 25 s of make bench's 15 minutes
+	if quick { // every size in one run per objective
 		reps = 1
-		for i := range groups {
-			groups[i].iters = max(groups[i].iters/10, 3)
-		}
+		groups = groups[:1]
+		groups[0].iters, groups[0].sizes = 3, []string{"16", "64K", "1M", "16M"}
 	}
 	type key struct {
 		objective, rail string

@@ -148,9 +148,9 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	n := 100_000
+	n, reps := 100_000, kvReps
 	if quick {
-		n = 30_000
+		n, reps = 30_000, 3
 	}
 	const s = "kv"
 	type setup struct {
@@ -209,14 +209,14 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 			rps := map[string]map[string][]float64{} // server → test → req/s
 			cpus := map[string][]float64{}
 			ratios := map[string][]float64{} // test → hecd/redis
-			for k := range kvReps {
+			for k := range reps {
 				order := servers
 				if k%2 == 1 {
 					order = []*kvServer{servers[1], servers[0]}
 				}
 				got := map[string]map[string]float64{}
 				for _, sv := range order {
-					progress(s, "%s %s -P %d, %s (%d/%d)", st.label, tests, p, sv.name, k+1, kvReps)
+					progress(s, "%s %s -P %d, %s (%d/%d)", st.label, tests, p, sv.name, k+1, reps)
 					res, cpu, err := redisBench(sv, tests, count, p)
 					if err != nil {
 						h.stop()
@@ -266,13 +266,13 @@ func benchKV(ctx context.Context, rep *Report, quick bool) error {
 				pairs = 20_000
 			}
 			took := map[string][]float64{}
-			for k := range kvReps {
+			for k := range reps {
 				order := servers
 				if k%2 == 1 {
 					order = []*kvServer{servers[1], servers[0]}
 				}
 				for _, sv := range order {
-					progress(s, "sync SET/GET interleave, %s (%d/%d)", sv.name, k+1, kvReps)
+					progress(s, "sync SET/GET interleave, %s (%d/%d)", sv.name, k+1, reps)
 					d, err := interleave(ctx, sv.port, pairs)
 					if err != nil {
 						h.stop()

@@ -19,11 +19,11 @@ import (
 // rail (the "hec" backend: the ranks' agents reduce the gradient buckets)
 // beside gloo, in the same run, on 2 and 4 ranks, for transformer language
 // models of about 10 M and 50 M parameters (test/bench/torch/ddp_step.py
-// under torchrun, Debian's python3-torch): the step's time (median of 20
-// after 5 warm-up steps; the slowest rank's) and the host CPU a step
+// under torchrun, Debian's python3-torch): the step's time (median of 8
+// after 2 warm-up steps; the slowest rank's) and the host CPU a step
 // spends communicating: the rank process's CPU per step less its CPU per
 // step under no_sync (the same forward, backward and optimizer step with no
-// reduction), averaged over the ranks. An agent's CPU is the DPU's and is
+// reduction; four of them), averaged over the ranks. An agent's CPU is the DPU's and is
 // not counted. Also all_to_all_single (expert parallelism's exchange) of 1
 // and 16 MiB. The batch is one sequence of 8 tokens: Debian's torch 1.13 runs
 // its matrix products on the generic BLAS, so compute is slow, and a step
@@ -47,9 +47,11 @@ func benchTorch(ctx context.Context, rep *Report, quick bool) error {
 		name        string
 		dim, layers int
 	}
-	worlds, models, steps := []int{2, 4}, []model{{"10M", 512, 3}, {"50M", 1024, 4}}, 20
+	// Eight timed steps, not twenty: the 50M model's runs took 254 s of
+	// the scenario's 327 with twenty, over make bench's 15 minutes.
+	worlds, models, steps := []int{2, 4}, []model{{"10M", 512, 3}, {"50M", 1024, 4}}, ddpSteps{warmup: 2, timed: 8, nosync: 4}
 	if quick {
-		worlds, models, steps = worlds[:1], models[:1], 5
+		worlds, models, steps = worlds[:1], models[:1], ddpSteps{warmup: 2, timed: 4, nosync: 3}
 	}
 	for _, world := range worlds {
 		progress(s, "%d ranks: starting %d agents", world, world)
@@ -151,7 +153,11 @@ func a2aTimes(ranks []torchRank, z string) []float64 {
 
 // runDDPStep runs ddp_step.py on world ranks under torchrun and returns
 // each rank's figures.
-func runDDPStep(ctx context.Context, py, lib string, targets []string, world int, backend string, steps, dim, layers int, a2a string) ([]torchRank, error) {
+// ddpSteps are a run's steps: untimed first, timed, and timed under
+// no_sync (after two untimed).
+type ddpSteps struct{ warmup, timed, nosync int }
+
+func runDDPStep(ctx context.Context, py, lib string, targets []string, world int, backend string, steps ddpSteps, dim, layers int, a2a string) ([]torchRank, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	script := filepath.Join(testutil.ModuleRoot(), "test", "bench", "torch", "ddp_step.py")
@@ -162,7 +168,8 @@ func runDDPStep(ctx context.Context, py, lib string, targets []string, world int
 	defer os.RemoveAll(out)
 	cmd := exec.CommandContext(ctx, py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", fmt.Sprint(world),
 		"--redirects", "2", "--tee", "2", script, "--backend", backend, "--dim", fmt.Sprint(dim), "--layers", fmt.Sprint(layers),
-		"--steps", fmt.Sprint(steps), "--a2a", a2a, "--out", out)
+		"--warmup", fmt.Sprint(steps.warmup), "--steps", fmt.Sprint(steps.timed), "--nosync", fmt.Sprint(steps.nosync),
+		"--a2a", a2a, "--out", out)
 	cmd.Env = append(os.Environ(), "HEC_LIB="+lib, "HEC_AGENT="+strings.Join(targets, ","), "OMP_NUM_THREADS=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("torchrun: %v\n%s", err, out)
