@@ -17,6 +17,7 @@ import (
 	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/panics"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -212,6 +213,9 @@ type Dispatcher struct {
 	rebuilds  atomic.Uint64
 
 	sessions sessions
+	// trace records the ops' spans while a recording is under way
+	// (GET /v1/trace).
+	trace *trace.Recorder
 
 	mu            sync.Mutex
 	snaps         []api.QueuePair
@@ -255,6 +259,7 @@ func NewDispatcher(log *slog.Logger, workers int) *Dispatcher {
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 		}),
 		workers: workers,
+		trace:   trace.NewRecorder(0),
 		work:    newWorkQueue(),
 		done:    make(chan *job, 1024),
 		wake:    make(chan struct{}, 1),
@@ -344,7 +349,30 @@ func (d *Dispatcher) finish(e *handlerEntry, req *Request, resp *wire.Desc, t0 t
 		e.h.Account(req, resp, end)
 	}
 	req.Kept = nil
+	if d.trace.On() {
+		d.traceOp(e, req, resp, t0, end)
+	}
 }
+
+// traceOp records an op's spans: its wait for a worker, when it had one
+// (from t0 to its service's start), and its service, to end.
+func (d *Dispatcher) traceOp(e *handlerEntry, req *Request, resp *wire.Desc, t0, end time.Time) {
+	id, name := trace.OpID(d.sessions.origin(req.Session), req.Tag), e.op.String()
+	from := t0
+	if req.start.After(t0) {
+		d.trace.Add(trace.Span{ID: id, Name: name, Stage: trace.StageQueue, Start: t0.UnixNano(), Dur: int64(req.start.Sub(t0))})
+		from = req.start
+	}
+	var bytes int64
+	for _, s := range req.SpanList() {
+		bytes += int64(s.Len)
+	}
+	d.trace.Add(trace.Span{ID: id, Name: name, Stage: trace.StageServe, Start: from.UnixNano(), Dur: int64(end.Sub(from)),
+		Status: resp.Status.String(), Bytes: bytes})
+}
+
+// Trace is the recorder of the ops' spans.
+func (d *Dispatcher) Trace() *trace.Recorder { return d.trace }
 
 // ServeFrame serves one request that arrived over a stream transport; the
 // payload is its memory.
@@ -397,6 +425,9 @@ func (d *Dispatcher) detach(ctx context.Context, j *job) bool {
 		defer d.detachedWG.Done()
 		defer d.detached.Add(-1)
 		region := j.agent.Region()
+		if d.trace.On() {
+			j.req.start = mono.Now()
+		}
 		if err := region.CatchFault(func() { d.call(ctx, region, j.e, &j.req, &j.resp) }); err != nil {
 			j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 			d.lost.Store(true)
@@ -470,6 +501,9 @@ func (d *Dispatcher) yield(ctx context.Context, j *job, yield func(*job)) {
 func (d *Dispatcher) runJob(ctx context.Context, j *job, yield func(*job)) {
 	region := j.agent.Region()
 	j.req.yield, j.req.job = yield, j
+	if d.trace.On() {
+		j.req.start = mono.Now()
+	}
 	if err := region.CatchFault(func() { d.call(ctx, region, j.e, &j.req, &j.resp) }); err != nil {
 		j.resp = wire.Desc{Op: j.resp.Op, Tag: j.resp.Tag, Status: wire.StatusUnavailable}
 		d.lost.Store(true)

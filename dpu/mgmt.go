@@ -17,7 +17,8 @@ import (
 
 // mgmtHandler serves the core's routes on the mux the services added
 // theirs to: /metrics, /healthz, /readyz, /v1/status, /v1/coll (the
-// communicators' flight recorders), /v1/poweroff (and,
+// communicators' flight recorders), /v1/trace and /v1/clock (the ops'
+// spans, trace.go), /v1/poweroff (and,
 // with --test-hooks, /v1/debug/fatal and /v1/debug/store-panic).
 func (a *Agent) mgmtHandler() http.Handler {
 	reg := a.registry
@@ -57,6 +58,8 @@ func (a *Agent) mgmtHandler() http.Handler {
 		}
 		writeJSON(w, comms)
 	})
+	mux.HandleFunc("GET /v1/trace", a.serveTrace)
+	mux.HandleFunc("GET /v1/clock", a.serveClock)
 	mux.HandleFunc("POST /v1/poweroff", func(w http.ResponseWriter, r *http.Request) {
 		if a.PowerOff == nil {
 			http.Error(w, "poweroff is served only when hecd runs under process 1 of its machine", http.StatusNotImplemented)

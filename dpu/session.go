@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // Session names the host session a request came from: one lease of a
@@ -14,20 +15,33 @@ import (
 // session (a request served outside a transport, in tests).
 type Session uint64
 
-// sessions numbers sessions and tells the services that asked when one
-// ends.
+// sessions numbers sessions, keeps where each comes from (its origin,
+// as the host names it too: trace.Origin, trace.TCPOrigin) and tells the
+// services that asked when one ends.
 type sessions struct {
-	mu    sync.Mutex
-	last  Session
-	hooks []func(Session)
+	mu      sync.Mutex
+	last    Session
+	origins map[Session]string
+	hooks   []func(Session)
 }
 
-// begin returns a new session.
-func (s *sessions) begin() Session {
+// begin returns a new session from origin.
+func (s *sessions) begin(origin string) Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last++
+	if s.origins == nil {
+		s.origins = map[Session]string{}
+	}
+	s.origins[s.last] = origin
 	return s.last
+}
+
+// origin is where session x came from ("" once it ended).
+func (s *sessions) origin(x Session) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.origins[x]
 }
 
 // end tells every hook that session x ended. Hooks run on the caller's
@@ -38,6 +52,7 @@ func (s *sessions) end(x Session) {
 	}
 	s.mu.Lock()
 	hooks := s.hooks
+	delete(s.origins, x)
 	s.mu.Unlock()
 	for _, h := range hooks {
 		h(x)
@@ -69,7 +84,7 @@ func (p *pairSessions) use(s *sessions, a *ring.Agent) {
 	p.of = make([]Session, len(a.QueuePairs()))
 	for i, q := range a.QueuePairs() {
 		if st, _ := q.State(); st == ring.QPActive || st == ring.QPFaulted {
-			p.of[i] = s.begin()
+			p.of[i] = s.begin(qpOrigin(q))
 		}
 	}
 }
@@ -84,11 +99,17 @@ func (p *pairSessions) changed(s *sessions, qs []*ring.AgentQP) {
 		switch st, _ := q.State(); st {
 		case ring.QPActive, ring.QPFaulted:
 			if p.of[i] == 0 { // a new lease (a faulted pair reset goes on)
-				p.of[i] = s.begin()
+				p.of[i] = s.begin(qpOrigin(q))
 			}
 		default:
 			s.end(p.of[i])
 			p.of[i] = 0
 		}
 	}
+}
+
+// qpOrigin names a queue pair's session as its holder names it.
+func qpOrigin(q *ring.AgentQP) string {
+	pid, _ := q.Holder()
+	return trace.Origin(pid, q.Index())
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -35,7 +36,7 @@ func serveTCP(ctx context.Context, a *Agent, c net.Conn) {
 		c.SetDeadline(time.Time{})
 	}
 	fr := wire.NewFrameReader(c, a.cfg.Agent.MaxFrame)
-	sess := a.disp.sessions.begin()
+	sess := a.disp.sessions.begin(trace.TCPOrigin(c.RemoteAddr().String()))
 	defer a.disp.sessions.end(sess)
 	for {
 		req, payload, err := fr.Next()

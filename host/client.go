@@ -12,7 +12,9 @@ import (
 
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -90,6 +92,21 @@ type Call struct {
 	// Go submits: an op allocates its Call and nothing else for them.
 	outA [wire.MaxSpans][]byte
 	self [1]*Call
+
+	// tr records the call's span while a recording is under way (the
+	// client's, HEC_TRACE); the transport sets traceFrom (its origin) and
+	// t0 when it hands the op over during one.
+	tr        *trace.Recorder
+	traceFrom string
+	t0        time.Time
+}
+
+// traceSubmit notes, during a recording, where the call came from and
+// when it was handed over.
+func (c *Call) traceSubmit(origin string) {
+	if c.tr.On() {
+		c.traceFrom, c.t0 = origin, mono.Now()
+	}
 }
 
 // placeOutputs copies what the agent wrote (the completion's spans, whose
@@ -138,10 +155,27 @@ func (c *Call) complete(res Result, err error) {
 	}
 	ch := c.ch
 	c.res, c.err = res, err
+	if !c.t0.IsZero() {
+		c.traceComplete()
+	}
 	c.done.Store(true)
 	if ch != nil {
 		close(ch)
 	}
+}
+
+// traceComplete records the call's span, from its handing over to now.
+func (c *Call) traceComplete() {
+	var bytes int64
+	for _, b := range c.Req.In {
+		bytes += int64(len(b))
+	}
+	status := c.res.Status.String()
+	if c.err != nil && c.res.Status == wire.StatusOK {
+		status = "failed"
+	}
+	c.tr.Add(trace.Span{ID: trace.OpID(c.traceFrom, c.tag), Name: c.Req.Op.String(), Stage: trace.StageOp,
+		Start: c.t0.UnixNano(), Dur: int64(mono.Now().Sub(c.t0)), Status: status, Bytes: bytes})
 }
 
 // Done reports whether the call has completed.
@@ -157,6 +191,7 @@ type options struct {
 	agentTimeout time.Duration
 	heartbeat    time.Duration
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	trace        *trace.Recorder
 }
 
 // WithDialer sets how the TCP handoff connects (default net.Dialer): a
@@ -173,6 +208,12 @@ func WithChunk(n int) Option { return func(o *options) { o.chunk = n } }
 // for on the TCP handoff (the shared-memory handoff is governed by the
 // region file's permissions instead).
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithTrace has the client record its ops' spans (trace.StageOp, each
+// from its handing over to its completion) in rec while rec records
+// (trace.Recorder.Begin), in place of the process's own recorder
+// (HEC_TRACE, which hecctl trace record asks).
+func WithTrace(rec *trace.Recorder) Option { return func(o *options) { o.trace = rec } }
 
 // WithAgentTimeout sets how long the agent may show no sign of life before
 // ops in flight fail with wire.StatusUnavailable (default 2s).
@@ -204,6 +245,7 @@ type Client struct {
 	opts   options
 	t      transport
 	closed atomic.Bool
+	tr     *trace.Recorder // this process's, when HEC_TRACE asks for one
 }
 
 // Dial connects to the agent at target: "shm:///dev/shm/NAME" (the shared
@@ -221,7 +263,10 @@ func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %q: %v: %w", target, err, ErrTarget)
 	}
-	c := &Client{target: target, opts: o}
+	c := &Client{target: target, opts: o, tr: o.trace}
+	if c.tr == nil {
+		c.tr = processTracer()
+	}
 	switch u.Scheme {
 	case "shm":
 		if u.Path == "" || u.Host != "" {
@@ -308,6 +353,7 @@ func (c *Client) goInto(ctx context.Context, req Request, call *Call) error {
 // submitInto submits call (initialised) as a batch of one.
 func (c *Client) submitInto(ctx context.Context, call *Call) error {
 	call.self[0] = call
+	call.tr = c.tr
 	return c.t.submit(ctx, call.self[:])
 }
 
@@ -320,6 +366,7 @@ func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
 	calls := make([]*Call, len(reqs))
 	for i, r := range reqs {
 		calls[i] = newCall(r)
+		calls[i].tr = c.tr
 	}
 	if err := c.t.submit(ctx, calls); err != nil {
 		return nil, err

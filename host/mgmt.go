@@ -21,6 +21,7 @@ import (
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/bundle"
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // ErrRefused wraps an answer of the management API other than success:
@@ -442,4 +443,31 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	c.f(c.n)
 	return n, err
+}
+
+// Trace records the agent's ops for d (GET /v1/trace) and returns their
+// spans, in the agent's clock (ClockOffset).
+func (m *Mgmt) Trace(ctx context.Context, d time.Duration) (trace.Reply, error) {
+	var r trace.Reply
+	return r, m.getJSON(ctx, "/v1/trace?for="+url.QueryEscape(d.String()), &r)
+}
+
+// ClockOffset measures how far the agent's clock is ahead of this
+// process's: of n round trips (GET /v1/clock), the shortest's, taking the
+// agent's reading as made halfway through it. rtt bounds the error.
+func (m *Mgmt) ClockOffset(ctx context.Context, n int) (offset, rtt time.Duration, err error) {
+	rtt = -1
+	for range max(n, 1) {
+		var r trace.Reply
+		t0 := time.Now()
+		if err := m.getJSON(ctx, "/v1/clock", &r); err != nil {
+			return 0, 0, err
+		}
+		t1 := time.Now()
+		if d := t1.Sub(t0); rtt < 0 || d < rtt {
+			rtt = d
+			offset = time.Duration(r.Now - t0.UnixNano() - int64(d)/2)
+		}
+	}
+	return offset, rtt, nil
 }

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -35,6 +36,7 @@ type shmTransport struct {
 	broken  error // non-nil while detached: the retryable status
 	lost    bool  // an access to the region faulted: not touched until attached again
 	prefer  int
+	origin  string // the leased pair's, for traces (trace.Origin)
 	descs   []wire.Desc
 	cq      []wire.Desc
 	closed  bool
@@ -176,6 +178,7 @@ func (t *shmTransport) attach(ctx context.Context) error {
 	sameWindow := t.qp != nil && qp.Index() == t.qp.Index() && len(t.win) == len(qp.Window()) &&
 		unsafe.SliceData(t.win) == unsafe.SliceData(qp.Window())
 	t.h, t.qp = h, qp
+	t.origin = trace.Origin(uint32(os.Getpid()), qp.Index())
 	if !sameWindow {
 		t.win = qp.Window()
 		t.arena = ring.NewAllocator(uint64(len(t.win)))
@@ -455,6 +458,7 @@ func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
 	t.seq++
 	c.tag = t.seq<<16 | uint64(slot)
 	d.Tag = c.tag
+	c.traceSubmit(t.origin)
 	t.pending[slot] = c
 	return d, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -19,6 +20,7 @@ type tcpTransport struct {
 
 	wmu    sync.Mutex // serialises dialing and writes
 	conn   net.Conn
+	origin string // the connection's, for traces (trace.TCPOrigin)
 	closed bool
 
 	pmu     sync.Mutex
@@ -57,6 +59,7 @@ func (t *tcpTransport) dial(ctx context.Context) error {
 		return err
 	}
 	t.conn = c
+	t.origin = trace.TCPOrigin(c.LocalAddr().String())
 	go t.read(c)
 	return nil
 }
@@ -138,6 +141,7 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 			reserve += len(b)
 		}
 		c.ch = make(chan struct{})
+		c.traceSubmit(t.origin) // before the reader can see the call
 		t.pmu.Lock()
 		t.seq++
 		c.tag = t.seq

@@ -176,6 +176,7 @@ var scenarios = []scenario{
 	{"rails", benchRails},
 	{"ec", benchEC},
 	{"ec-objects", benchECObjects},
+	{"trace", benchTrace},
 	{"peers", benchPeers},
 	{"coll", benchColl},
 	{"coll-auto", benchCollAuto},

@@ -59,6 +59,9 @@
 //	rails                        this host's CPUs, NICs, DPUs and GPUs, the agent's platform and DPU profile, and each rail's rates
 //	rails plan                   where auto runs an allreduce of --size among --world ranks here, and why: each candidate's predicted and measured time
 //	status                       the agent's version, generation, services, queue pairs and op counts
+//	trace                        record the ops' spans on agents and traced host processes (Chrome trace JSON) and summarise them
+//	trace record [MGMT-ADDR...]  record every op for a while on the agents and traced host processes, into a Chrome trace file
+//	trace summary TRACE.json     where the time went, per kind of op and stage (p50, p99), from a trace hecctl trace record wrote
 //	version                      hecctl's version
 //
 // Global flags, before or after the command:

@@ -116,7 +116,7 @@ Exit codes: 0 done, 1 the operation failed, 2 a usage error,
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "on failure, print the whole error chain")
 	root.AddCommand(statusCmd(a), collCmd(a), pingCmd(a), checksumCmd(a), railsCmd(a), metricsCmd(a), kvCmd(a), inspectCmd(a),
-		aclCmd(a), clusterCmd(a), qemuCmd(a), ecCmd(a), flashCmd(a), keysCmd(a), versionCmd(a))
+		aclCmd(a), clusterCmd(a), qemuCmd(a), ecCmd(a), flashCmd(a), keysCmd(a), traceCmd(a), versionCmd(a))
 	return root
 }
 

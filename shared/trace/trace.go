@@ -1,0 +1,145 @@
+package trace
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Stages of an op, as spans name them.
+const (
+	StageOp    = "op"    // the host's: from submission to the completion seen
+	StageQueue = "queue" // the agent's: taken from the ring, waiting for a worker
+	StageServe = "serve" // the agent's: its service's work, to the completion
+	StageWait  = "wait"  // a collective's, on one rank: called, not yet started
+	StageRun   = "run"   // a collective's, on one rank: started to its end
+)
+
+// Span is one stage of one op on one process. Times are the recording
+// process's clock (Unix nanoseconds); a reader that merges processes of
+// several machines shifts each by its measured offset.
+type Span struct {
+	ID     string `json:"id"`    // the op's, the same on every process (OpID, CollID)
+	Proc   string `json:"proc"`  // the process that recorded it
+	Name   string `json:"name"`  // the op's kind: checksum, ec-encode, allreduce
+	Stage  string `json:"stage"` // StageOp, StageQueue, …
+	Start  int64  `json:"start"` // Unix nanoseconds
+	Dur    int64  `json:"dur"`   // nanoseconds
+	Status string `json:"status,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+}
+
+// End is when the span ended.
+func (s Span) End() int64 { return s.Start + s.Dur }
+
+// OpID names a handed-off op: origin is where it came from as both ends
+// name it (Origin, TCPOrigin), tag its descriptor's.
+func OpID(origin string, tag uint64) string {
+	return origin + " tag " + strconv.FormatUint(tag, 16)
+}
+
+// Origin is a shared-memory queue pair's name: the holder's process id
+// (its lease's, which the agent reads) and the pair's index.
+func Origin(pid uint32, qp int) string {
+	return "pid " + strconv.FormatUint(uint64(pid), 10) + " qp " + strconv.Itoa(qp)
+}
+
+// TCPOrigin is a TCP handoff connection's name: the host's end of it.
+func TCPOrigin(hostAddr string) string { return "tcp " + hostAddr }
+
+// CollID names collective seq of communicator comm.
+func CollID(comm uint64, seq uint32) string {
+	return "coll " + strconv.FormatUint(comm, 16) + " #" + strconv.FormatUint(uint64(seq), 10)
+}
+
+// Reply is what a process answers a request for its spans.
+type Reply struct {
+	Proc  string `json:"proc"`
+	Now   int64  `json:"now"` // its clock when it answered (Unix nanoseconds)
+	Spans []Span `json:"spans"`
+	// Lost counts the spans of the recording dropped for want of room.
+	Lost  uint64 `json:"lost,omitempty"`
+	Error string `json:"error,omitempty"` // why there is no recording
+}
+
+// Recorder keeps the latest spans, up to its capacity, while at least
+// one recording is under way. It is safe for concurrent use.
+type Recorder struct {
+	on atomic.Int32 // recordings under way
+
+	mu       sync.Mutex
+	capacity int
+	buf      []Span // made at the first recording
+	added    uint64 // spans ever added; buf[added%len(buf)] is the next slot
+}
+
+// DefaultCapacity is the spans a recorder keeps unless told otherwise:
+// about 6 MiB of them, taken at the first recording.
+const DefaultCapacity = 1 << 16
+
+// NewRecorder returns a recorder of capacity spans (DefaultCapacity when
+// not positive). It takes their memory when a recording first begins.
+func NewRecorder(capacity int) *Recorder {
+	if capacity <= 0 {
+		capacity = DefaultCapacity
+	}
+	return &Recorder{capacity: capacity}
+}
+
+// On reports whether spans are recorded now: the one check an op pays
+// while no one records.
+func (r *Recorder) On() bool { return r != nil && r.on.Load() > 0 }
+
+// Begin starts a recording; end stops it (once). Recordings may overlap:
+// spans are kept while any is under way.
+func (r *Recorder) Begin() (end func()) {
+	r.mu.Lock()
+	if r.buf == nil {
+		r.buf = make([]Span, r.capacity)
+	}
+	r.mu.Unlock()
+	r.on.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { r.on.Add(-1) }) }
+}
+
+// Add keeps s, when a recording is under way.
+func (r *Recorder) Add(s Span) {
+	if !r.On() {
+		return
+	}
+	r.mu.Lock() // On: Begin made buf
+	r.buf[r.added%uint64(len(r.buf))] = s
+	r.added++
+	r.mu.Unlock()
+}
+
+// Mark is a point in a recorder's history, for Since.
+type Mark uint64
+
+// Mark returns the point from which Since reads.
+func (r *Recorder) Mark() Mark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Mark(r.added)
+}
+
+// Since returns the spans added after m, oldest first, and how many of
+// them were dropped for want of room.
+func (r *Recorder) Since(m Mark) (spans []Span, lost uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	from := uint64(m)
+	if from > r.added {
+		from = r.added
+	}
+	if n := uint64(len(r.buf)); r.added-from > n {
+		lost = r.added - from - n
+		from = r.added - n
+	}
+	spans = make([]Span, 0, r.added-from)
+	for i := from; i < r.added && len(r.buf) > 0; i++ {
+		spans = append(spans, r.buf[i%uint64(len(r.buf))])
+	}
+	return spans, lost
+}
