@@ -67,6 +67,7 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 	}
 	for _, op := range ops {
 		var ratios []float64
+		var spans []trace.Span // the recorded phases', host and agent
 		for r := range rounds {
 			progress(s, "%s: round %d of %d", op.name, r+1, rounds)
 			off, _, err := timePhase(phase, op.run)
@@ -83,6 +84,7 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 				errc <- err
 			}()
 			time.Sleep(50 * time.Millisecond)
+			mark := rec.Mark()
 			end := rec.Begin()
 			on, n, err := timePhase(phase, op.run)
 			end()
@@ -103,6 +105,15 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 				return fmt.Errorf("%s: the agent recorded %d ops of the %d timed while it recorded", op.name, served, n)
 			}
 			ratios = append(ratios, on.Seconds()/off.Seconds())
+			hostSpans, _ := rec.Since(mark)
+			spans = append(append(spans, hostSpans...), reply.Spans...)
+		}
+		// Where an op's time went, as hecctl trace summary says it.
+		for _, row := range trace.Summarize(spans) {
+			switch row.Stage {
+			case trace.StageOp, trace.StageTransport, trace.StageQueue, trace.StageServe:
+				rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
+			}
 		}
 		rep.atMostN(s, op.name+" through the agent: recorded (host and agent) / not recorded, medians per phase", ratios, 1.03, "×")
 	}
