@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -116,6 +121,21 @@ func TestTraceRecordsAnOpEndToEnd(t *testing.T) {
 		if r := hecctl(t, nil, args...); r.code == 0 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("hecctl %v: exit %d, stderr %q: want a failure in one line", args, r.code, r.stderr)
 		}
+	}
+	// The agent's own checks of what it is asked.
+	m := host.NewMgmt(mgmt)
+	for _, q := range []string{"abc", "0s", "-1s", "11m", "1e9h"} {
+		resp, err := m.Do(context.Background(), http.MethodGet, "/v1/trace?for="+url.QueryEscape(q), nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "400") {
+			t.Errorf("GET /v1/trace?for=%s: %v, want 400 Bad Request", q, err)
+		}
+	}
+	off, rtt, err := m.ClockOffset(context.Background(), 3)
+	if err != nil || rtt <= 0 || off.Abs() > rtt+time.Millisecond {
+		t.Errorf("an agent on this machine: clock offset %v ± %v, %v: want within the round trip", off, rtt, err)
 	}
 	notATrace := filepath.Join(dir, "not.json")
 	os.WriteFile(notATrace, []byte(`{"a": 1}`), 0o644)
