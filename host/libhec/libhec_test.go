@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,13 @@ func run(t *testing.T, d time.Duration, cmd *exec.Cmd) string {
 	defer cancel()
 	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
 	c.Env, c.Dir = cmd.Env, cmd.Dir
+	// Past d the whole process group goes (torchrun's ranks too: killing
+	// torchrun alone left a rank spinning with the output pipe open, and
+	// the test waited on it until go test's own timeout), and the output
+	// is not waited for more than a few seconds after.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.WaitDelay = 5 * time.Second
 	out, err := c.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
