@@ -25,8 +25,9 @@ type Row struct {
 	P50, P99, Max int64
 }
 
-// stageOrder is the order of a kind's rows.
-var stageOrder = []string{StageOp, StageTransport, StageQueue, StageServe, StageWait, StageRun, StageSkew}
+// Stages are the stages, recorded and derived, in the order of an op's
+// way: Summarize's rows of a kind follow it.
+var Stages = []string{StageOp, StageTransport, StageQueue, StageServe, StageWait, StageRun, StageSkew}
 
 // Summarize returns, per kind of op and stage, where the time went: the
 // recorded stages, and the derived ones (StageTransport for ops both the
@@ -76,10 +77,10 @@ func Summarize(spans []Span) []Row {
 		rows = append(rows, Row{Name: k.name, Stage: k.stage, Count: len(d), P50: d[len(d)/2], P99: d[(len(d)*99)/100], Max: d[len(d)-1]})
 	}
 	rank := func(stage string) int {
-		if i := slices.Index(stageOrder, stage); i >= 0 {
+		if i := slices.Index(Stages, stage); i >= 0 {
 			return i
 		}
-		return len(stageOrder)
+		return len(Stages)
 	}
 	slices.SortFunc(rows, func(a, b Row) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(rank(a.Stage), rank(b.Stage)), cmp.Compare(a.Stage, b.Stage))

@@ -70,31 +70,34 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		var spans []trace.Span // the recorded phases', host and agent
 		for r := range rounds {
 			progress(s, "%s: round %d of %d", op.name, r+1, rounds)
-			off, _, err := timePhase(phase, op.run)
+			off, err := timeRuns(phase, op.run)
 			if err != nil {
 				return fmt.Errorf("%s: %w", op.name, err)
 			}
 			// On: the agent records for longer than the phase, which
 			// begins once its request is surely in.
-			got := make(chan trace.Reply, 1)
-			errc := make(chan error, 1)
+			type recorded struct {
+				trace.Reply
+				err error
+			}
+			got := make(chan recorded, 1)
 			go func() {
 				r, err := mgmt.Trace(ctx, phase+200*time.Millisecond)
-				got <- r
-				errc <- err
+				got <- recorded{r, err}
 			}()
 			time.Sleep(50 * time.Millisecond)
 			mark := rec.Mark()
 			end := rec.Begin()
-			on, n, err := timePhase(phase, op.run)
+			on, err := timeRuns(phase, op.run)
 			end()
 			if err != nil {
 				return fmt.Errorf("%s: %w", op.name, err)
 			}
 			reply := <-got
-			if err := <-errc; err != nil {
-				return fmt.Errorf("%s: recording the agent: %w", op.name, err)
+			if reply.err != nil {
+				return fmt.Errorf("%s: recording the agent: %w", op.name, reply.err)
 			}
+			n := len(on) // timed; the agent saw one more, timeRuns' warm-up
 			served := 0
 			for _, sp := range reply.Spans {
 				if sp.Stage == trace.StageServe {
@@ -104,7 +107,7 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 			if served < n {
 				return fmt.Errorf("%s: the agent recorded %d ops of the %d timed while it recorded", op.name, served, n)
 			}
-			ratios = append(ratios, on.Seconds()/off.Seconds())
+			ratios = append(ratios, median(on).Seconds()/median(off).Seconds())
 			hostSpans, _ := rec.Since(mark)
 			spans = append(append(spans, hostSpans...), reply.Spans...)
 		}
@@ -118,18 +121,4 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		rep.atMostN(s, op.name+" through the agent: recorded (host and agent) / not recorded, medians per phase", ratios, 1.03, "×")
 	}
 	return nil
-}
-
-// timePhase runs f for about d and returns its median time and how many
-// ran.
-func timePhase(d time.Duration, f func() error) (time.Duration, int, error) {
-	var ts []time.Duration
-	for start := time.Now(); time.Since(start) < d; {
-		t0 := time.Now()
-		if err := f(); err != nil {
-			return 0, 0, err
-		}
-		ts = append(ts, time.Since(t0))
-	}
-	return median(ts), len(ts), nil
 }

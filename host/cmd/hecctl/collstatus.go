@@ -39,7 +39,7 @@ from them the ranks running it, waiting on the ones behind. Where every
 rank reached the same collective, the ranks that do not answer while the
 others run it are named silent in it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			targets, err := a.collStatusTargets(args, clusterName, clusterState)
+			targets, err := a.agentTargets(args, clusterName, clusterState)
 			if err != nil {
 				return err
 			}
@@ -55,37 +55,39 @@ others run it are named silent in it.`,
 	return uses(cmd, useMgmt|useOutput)
 }
 
-// collTarget is an agent coll status asks.
-type collTarget struct {
+// agentTarget is an agent a command asks over its management API (coll
+// status, trace record): by address, the default one, or a test
+// cluster's (agentTargets).
+type agentTarget struct {
 	name string
 	mgmt *host.Mgmt
 }
 
-func (a *app) collStatusTargets(addrs []string, name, state string) ([]collTarget, error) {
+func (a *app) agentTargets(addrs []string, name, state string) ([]agentTarget, error) {
 	if len(addrs) > 0 && name != "" {
 		return nil, usageError{fmt.Errorf("management addresses and --cluster: give one or the other")}
 	}
 	if len(addrs) > 0 {
-		var out []collTarget
+		var out []agentTarget
 		for _, addr := range addrs {
 			m := host.NewMgmt(addr)
 			if tok, err := a.token(); err == nil {
 				m.Token = tok
 			}
-			out = append(out, collTarget{name: addr, mgmt: m})
+			out = append(out, agentTarget{name: addr, mgmt: m})
 		}
 		return out, nil
 	}
 	if name == "" {
-		return []collTarget{{name: a.mgmt, mgmt: a.client()}}, nil
+		return []agentTarget{{name: a.mgmt, mgmt: a.client()}}, nil
 	}
 	st, err := cluster.Load(name, state)
 	if err != nil {
 		return nil, err
 	}
-	var out []collTarget
+	var out []agentTarget
 	for _, n := range st.Nodes {
-		out = append(out, collTarget{name: "node " + strconv.Itoa(n.Index),
+		out = append(out, agentTarget{name: "node " + strconv.Itoa(n.Index),
 			mgmt: &host.Mgmt{Addr: n.Mgmt(), HTTP: cluster.Client(st.Switch), Token: n.Token()}})
 	}
 	return out, nil
@@ -132,7 +134,7 @@ type collCommReport struct {
 	At     uint32 `json:"at"` // that latest collective
 }
 
-func (a *app) collStatus(ctx context.Context, targets []collTarget, recent int, timeout time.Duration) error {
+func (a *app) collStatus(ctx context.Context, targets []agentTarget, recent int, timeout time.Duration) error {
 	reports := make([]collAgentReport, len(targets))
 	for i, t := range targets {
 		reports[i].Agent = t.name

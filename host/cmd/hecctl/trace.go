@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -56,7 +57,7 @@ chrome://tracing open it, one track per process. The summary of
 			if d.d <= 0 || d.d > 10*time.Minute {
 				return usageError{fmt.Errorf("--duration %v: want above 0 and up to 10m", d.d)}
 			}
-			targets, err := a.collStatusTargets(args, clusterName, clusterState)
+			targets, err := a.agentTargets(args, clusterName, clusterState)
 			if err != nil {
 				return err
 			}
@@ -88,7 +89,7 @@ type traceSource struct {
 	Error  string        `json:"error,omitempty"`
 }
 
-func (a *app) traceRecord(ctx context.Context, targets []collTarget, hostDir string, d time.Duration, out string) error {
+func (a *app) traceRecord(ctx context.Context, targets []agentTarget, hostDir string, d time.Duration, out string) error {
 	var (
 		mu      sync.Mutex
 		spans   []trace.Span
@@ -168,7 +169,7 @@ func (a *app) traceRecord(ctx context.Context, targets []collTarget, hostDir str
 			return err
 		}
 	} else {
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROCESS\tSPANS\tLOST\tCLOCK OFFSET\tNOTE")
 		for _, s := range sources {
 			off := "-"
@@ -178,8 +179,8 @@ func (a *app) traceRecord(ctx context.Context, targets []collTarget, hostDir str
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Spans, s.Lost, off, s.Error)
 		}
 		tw.Flush()
-		fmt.Printf("\n%d spans of %d processes over %v into %s (Perfetto or chrome://tracing opens it)\n\n", len(spans), len(sources), d, out)
-		printTraceSummary(trace.Summarize(spans))
+		fmt.Fprintf(a.out, "\n%d spans of %d processes over %v into %s (Perfetto or chrome://tracing opens it)\n\n", len(spans), len(sources), d, out)
+		printTraceSummary(a.out, trace.Summarize(spans))
 	}
 	if failed == len(sources) {
 		if len(sources) == 0 {
@@ -193,7 +194,7 @@ func (a *app) traceRecord(ctx context.Context, targets []collTarget, hostDir str
 // recordAgent records t for d and returns its spans in this process's
 // clock: its ops', and those of its communicators' collectives that ran
 // since start.
-func recordAgent(ctx context.Context, t collTarget, d time.Duration, start time.Time, src *traceSource) ([]trace.Span, error) {
+func recordAgent(ctx context.Context, t agentTarget, d time.Duration, start time.Time, src *traceSource) ([]trace.Span, error) {
 	off, rtt, err := t.mgmt.ClockOffset(ctx, 5)
 	if err != nil {
 		return nil, err
@@ -273,10 +274,10 @@ stage's count, median, 99th percentile and longest:
 				return a.printJSON(rows)
 			}
 			if len(rows) == 0 {
-				fmt.Println("no spans: nothing was served while it recorded")
+				fmt.Fprintln(a.out, "no spans: nothing was served while it recorded")
 				return nil
 			}
-			printTraceSummary(rows)
+			printTraceSummary(a.out, rows)
 			return nil
 		},
 	}
@@ -286,8 +287,8 @@ stage's count, median, 99th percentile and longest:
 	return uses(cmd, useOutput)
 }
 
-func printTraceSummary(rows []trace.Row) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+func printTraceSummary(w io.Writer, rows []trace.Row) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OP\tSTAGE\tCOUNT\tP50\tP99\tMAX\t")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%v\t\n", r.Name, r.Stage, r.Count, roundDur(r.P50), roundDur(r.P99), roundDur(r.Max))
@@ -349,7 +350,7 @@ func plotSlowest(spans []trace.Span, n int, file string) error {
 		}
 		// Stacked a little by stage so that a host's op and the agent's
 		// spans inside it are both seen.
-		y := float64(r) + 0.15*float64(slices.Index([]string{trace.StageOp, trace.StageQueue, trace.StageServe, trace.StageWait, trace.StageRun}, s.Stage))
+		y := float64(r) + 0.15*float64(slices.Index(trace.Stages, s.Stage))
 		x0 := float64(s.Start-first[s.ID]) / 1e3
 		l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x0 + float64(s.Dur)/1e3, Y: y}})
 		if err != nil {
