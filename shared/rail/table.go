@@ -17,12 +17,18 @@ import (
 // the rails at once — where they share cores or memory bandwidth that
 // cost eats the split's gain, and the band runs on its best rail alone.
 type Table struct {
-	rails []Rail
-	align int64
-	cost  float64
-	obj   Objective
-	bands [maxBand + 1]band
+	rails   []Rail
+	align   int64
+	minGain float64
+	cost    float64
+	obj     Objective
+	bands   [maxBand + 1]band
 }
+
+// NoSplit is the least gain that keeps every band on one rail: a split
+// never gains all of the best rail's time. It is for operations whose
+// buffers do not cut into one range per rail (an allgather's blocks).
+const NoSplit = 1.0
 
 // Objective is what a plan is chosen for.
 type Objective int
@@ -106,6 +112,15 @@ type band struct {
 	pinned string // set by Pin: the measurements that chose it
 }
 
+// measured is what a pinned band's plan measured at its size (Pin takes
+// the plan's Predicted as that), 0 where the model decided.
+func (b *band) measured() time.Duration {
+	if b.pinned == "" {
+		return 0
+	}
+	return b.plan.Predicted
+}
+
 // NewTable decides every band from rails (each with its α and rate),
 // shares aligned to align bytes, a split kept only where it gains at
 // least minGain over the best single rail once its model time is
@@ -114,7 +129,7 @@ type band struct {
 // With objective HostCPUTime, a band runs on the plan that uses the host
 // least among those within ObjectiveSlack of the fastest.
 func NewTable(rails []Rail, align int64, minGain, cost float64, objective Objective) *Table {
-	t := &Table{rails: append([]Rail(nil), rails...), align: max(align, 1), cost: max(cost, 1), obj: objective}
+	t := &Table{rails: append([]Rail(nil), rails...), align: max(align, 1), minGain: minGain, cost: max(cost, 1), obj: objective}
 	for k := range t.bands {
 		mid := max(int64(math.Round(math.Exp2(float64(k)-0.5))), 1)
 		p := SplitIfGain(t.rails, mid, 1, minGain, t.cost)
@@ -159,9 +174,33 @@ func (t *Table) Cost() float64 { return t.cost }
 
 // Lookup is the plan for size bytes: its band's rail alone, or its band's
 // split scaled to size (Plan.Scale). Predicted times are the rails'
-// models', a split's times its measured cost.
+// models', a split's times its measured cost; in a band tuning pinned,
+// what the plan measured at the band's size, scaled to size as the model
+// scales.
 func (t *Table) Lookup(size int64) Plan {
-	p := t.bands[bandOf(size)].plan.Scale(size, t.align)
+	b := &t.bands[bandOf(size)]
+	p := b.plan.Scale(size, t.align)
+	t.predict(&p)
+	if m := b.measured(); m > 0 {
+		at := b.plan.Scale(b.plan.Size, t.align)
+		if model := t.predict(&at); model > 0 {
+			f := float64(m) / float64(model)
+			for i := range p.Shares {
+				p.Shares[i].Predicted = time.Duration(float64(p.Shares[i].Predicted) * f)
+			}
+			p.Predicted = time.Duration(float64(p.Predicted) * f)
+		}
+	}
+	if p.BestOne != "" {
+		p.BestTime = t.railNamed(p.BestOne).Time(size)
+	}
+	return p
+}
+
+// predict sets p's times by the rails' models (a split's times its
+// measured cost) and returns the plan's.
+func (t *Table) predict(p *Plan) time.Duration {
+	p.Predicted = 0
 	for i := range p.Shares {
 		s := &p.Shares[i]
 		s.Predicted = t.railNamed(s.Rail).Time(s.Bytes)
@@ -170,10 +209,7 @@ func (t *Table) Lookup(size int64) Plan {
 		}
 		p.Predicted = max(p.Predicted, s.Predicted)
 	}
-	if p.BestOne != "" {
-		p.BestTime = t.railNamed(p.BestOne).Time(size)
-	}
-	return p
+	return p.Predicted
 }
 
 // railNamed is the table's rail of that name (a zero Rail: none).
@@ -189,8 +225,8 @@ func (t *Table) railNamed(name string) Rail {
 // Candidates are the plans worth trying for size bytes, because the
 // model cannot tell them apart well enough: the band's decision first,
 // then each rail alone and the split of all of them (as Split makes it,
-// at the table's cost), where the model puts them within margin (1.5:
-// 50 %) of the best of them.
+// at the table's cost, unless the table never splits), where the model
+// puts them within margin (1.5: 50 %) of the best of them.
 func (t *Table) Candidates(size int64, margin float64) []Plan {
 	first := t.Lookup(size)
 	all := []Plan{first}
@@ -199,7 +235,7 @@ func (t *Table) Candidates(size int64, margin float64) []Plan {
 			all = append(all, onOne(r, size, r.Time(size), ""))
 		}
 	}
-	if sp := Split(t.rails, size, t.align); len(sp.Shares) > 1 {
+	if sp := Split(t.rails, size, t.align); len(sp.Shares) > 1 && t.minGain < NoSplit {
 		sp.Predicted = time.Duration(float64(sp.Predicted) * t.cost)
 		all = append(all, sp)
 	}
@@ -224,7 +260,8 @@ func sameShares(a, b Plan) bool {
 }
 
 // Pin returns a copy of t whose band of size runs as p does (its rails,
-// in its proportions), with why (the measurements behind it) for Explain.
+// in its proportions), with why (the measurements behind it) for Explain;
+// p.Predicted is what p measured at p.Size, which Lookup scales.
 func (t *Table) Pin(size int64, p Plan, why string) *Table {
 	c := *t
 	c.bands[bandOf(size)] = band{plan: p, pinned: why}
