@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/shared/rail"
 )
 
 // BellRings reports whether c's shared-memory transport has seen the
@@ -78,4 +81,24 @@ func SleptLong(c *Client, req Request) bool {
 // and out each with one span.
 func WindowRuns(c *Client, in, out [][]byte) (inRun, outRun []byte, ok bool) {
 	return c.t.windowRuns(in, out)
+}
+
+// SetTable gives m kind k's table, as if Calibrate had made it and
+// tuning had kept the model's plan in every band.
+func SetTable(m *MultiRail, k coll.Kind, t *rail.Table) {
+	for b := range 41 {
+		size := int64(1) << b
+		t = t.Pin(size, t.Lookup(size), "set by the test")
+	}
+	m.mu.Lock()
+	m.calSize = max(m.calSize, 1<<20)
+	m.mu.Unlock()
+	m.tables[k].Store(t)
+}
+
+// DPUSeq is the sequence number of d's last collective piece.
+func DPUSeq(d *DPUComm) uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seq
 }

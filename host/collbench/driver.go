@@ -46,6 +46,10 @@ type Options struct {
 	VMs                int           // the last VMs agents are arm64 VMs (netns)
 	Bundle             string        // the VMs' image bundle
 	Bind               bool          // each rank's processes on its share of the cores
+	// Retune has auto measure and tune the rails again, even where the
+	// state directory keeps tables for this topology; it keeps what it
+	// measures.
+	Retune bool
 	// RankCommand runs one rank: the process is started with it and one
 	// more argument, RankOptions.Arg, and must call RunRank (hecctl coll
 	// rank).
@@ -61,6 +65,14 @@ type Header struct {
 	Cores [][]int // each rank's CPUs; nil: not bound
 }
 
+// topology names what the rails' times depend on, for the tables auto
+// keeps (host.MultiRail.Topology): where the ranks and agents run, the
+// links' rates, the cores they may use. Net must be settled (Check).
+func (o *Options) topology() string {
+	return fmt.Sprintf("coll bench: net %s, host-rate %q, dpu-rate %q, vms %d, bound %v, cpus %d",
+		o.Net, o.HostRate, o.DPURate, o.VMs, o.Bind, runtime.NumCPU())
+}
+
 // Check checks o and settles Net "auto" (netns as root, else loopback).
 // Its errors are the user's: a flag to change.
 func (o *Options) Check() error {
@@ -73,9 +85,6 @@ func (o *Options) Check() error {
 	k, err := coll.ParseKind(o.Kind)
 	if err != nil || k == coll.KindBarrier {
 		return fmt.Errorf("--op %s: want allreduce, reducescatter, allgather, broadcast, reduce or alltoall", o.Kind)
-	}
-	if slices.Contains(o.Rails, rail.Auto) && k != coll.KindAllReduce {
-		return fmt.Errorf("--rails auto splits allreduce only")
 	}
 	if _, err := coll.ParseDType(o.DType); err != nil {
 		return err
@@ -348,7 +357,7 @@ func Run(ctx context.Context, o Options, header func(Header), row func(Row)) err
 		pl := places[r]
 		ro := RankOptions{Root: root, Rank: r, World: o.World, KeyFile: keyFile, Rails: o.Rails, Objective: o.Objective,
 			Explain: o.Explain, Kind: o.Kind, DType: o.DType, Redop: o.Redop, Sizes: o.Sizes, Iters: o.Iters,
-			Warmup: o.Warmup, Deadline: o.Deadline, Listen: pl.listen}
+			Warmup: o.Warmup, Deadline: o.Deadline, Listen: pl.listen, Topology: o.topology(), Retune: o.Retune}
 		if needAgents {
 			ro.Agent, ro.TokenFile = pl.agent, pl.tokenFile
 		}

@@ -44,6 +44,11 @@ type RankOptions struct {
 	Iters     int           `json:"iters"`
 	Warmup    int           `json:"warmup"`
 	Deadline  time.Duration `json:"deadline"`
+	// Topology and Retune are auto's (host.MultiRail): the tables kept
+	// under the state directory for this topology are taken unless
+	// Retune.
+	Topology string `json:"topology,omitempty"`
+	Retune   bool   `json:"retune,omitempty"`
 }
 
 // Arg is o as the one argument a rank's process is given.
@@ -138,6 +143,10 @@ func RunRank(ctx context.Context, o RankOptions, stdout io.Writer) error {
 			return err
 		}
 		b.multi = host.NewMultiRail(b.g.Comm, b.dpu)
+		b.multi.Topology, b.multi.Fresh = o.Topology, o.Retune
+		if dir, err := sysinfo.StateDir(); err == nil {
+			b.multi.TableFile = filepath.Join(dir, "rails-tables.json")
+		}
 		if b.multi.Objective, err = rail.ParseObjective(o.Objective); err != nil {
 			return err
 		}
@@ -151,7 +160,11 @@ func RunRank(ctx context.Context, o RankOptions, stdout io.Writer) error {
 			return fmt.Errorf("calibrating the rails: %w", err)
 		}
 		if o.Rank == 0 && o.Explain {
-			json.NewEncoder(stdout).Encode(Row{Rail: rail.Auto, Explain: b.multi.Table().Explain()})
+			how := "measured now"
+			if b.multi.Kept(b.kind) {
+				how = "kept in " + b.multi.TableFile + " by an earlier run of this topology (--retune: measure again)"
+			}
+			json.NewEncoder(stdout).Encode(Row{Rail: rail.Auto, Explain: "table " + how + "\n" + b.multi.TableFor(b.kind).Explain()})
 		}
 	}
 	// Each size on every rail in turn: what the machine does meanwhile
@@ -228,7 +241,7 @@ func (b *rankBench) run(ctx context.Context, r string, send, recv []byte) error 
 	case rail.DPU:
 		return b.dpu.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
 	}
-	return b.multi.AllReduce(ctx, send, recv, b.dt, b.op)
+	return b.multi.Run(ctx, b.kind, send, recv, b.dt, b.op, 0)
 }
 
 // barrier starts an iteration on rail r together on every rank, by that
@@ -250,13 +263,10 @@ func (b *rankBench) barrier(ctx context.Context, r string) error {
 // it: the timed iterations run what was learnt (each row says what, in
 // its plan).
 func (b *rankBench) calibrate(ctx context.Context, sizes []int) error {
-	if b.kind != coll.KindAllReduce {
-		return fmt.Errorf("--rails auto splits allreduce only")
-	}
 	if _, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1])); err != nil {
 		return err
 	}
-	return b.multi.Tune(ctx, sizes...)
+	return b.multi.Tune(ctx, b.kind, sizes...)
 }
 
 func (b *rankBench) maxOver(ctx context.Context, v float64) (float64, error) {
@@ -330,8 +340,9 @@ func (b *rankBench) measure(ctx context.Context, r string, size int) (Row, error
 		res.BusBW = res.AlgBW * b.kind.BusFactor(n)
 	}
 	if r == rail.Auto {
-		p := b.multi.Plan(size)
+		p := b.multi.PlanFor(b.kind, size)
 		res.Plan = rail.Words(p)
+		res.PredictedUS = float64(p.Predicted.Nanoseconds()) / 1e3
 		for _, s := range p.Shares {
 			if s.Rail == rail.Host {
 				res.HostFrac = float64(s.Bytes) / float64(size)

@@ -15,6 +15,10 @@ type Row struct {
 	HostCPU  float64 `json:"host_cpu_ms"` // host CPU per collective, mean over the ranks
 	HostFrac float64 `json:"host_fraction,omitempty"`
 	Plan     string  `json:"plan,omitempty"` // auto: where the planner ran it, in words
+	// PredictedUS is auto's predicted time for the plan it ran: what the
+	// tuning measured for the size's band, scaled by the model (the
+	// model's alone where nothing was tuned).
+	PredictedUS float64 `json:"predicted_us,omitempty"`
 	// Explain, in a row of its own, is auto's table after tuning
 	// (rail.Table.Explain), with --explain.
 	Explain string `json:"explain,omitempty"`

@@ -123,6 +123,7 @@ func TestCollSplitFollowsTheRates(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("coll bench --net netns makes network namespaces: root only (CI runs as root)")
 	}
+	t.Setenv("XDG_STATE_HOME", t.TempDir()) // auto measures: no table kept by an earlier run
 	hecctl := testutil.Hecctl(t)
 	testutil.Hecd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -179,6 +180,7 @@ func TestCollSplitFollowsTheRates(t *testing.T) {
 // than the host rail alone — and every row is exact, for either
 // objective (which rail the host-cpu one picks depends on the machine).
 func TestCollAutoRunsSmallOnOneRail(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	hecctl := testutil.Hecctl(t)
 	testutil.Hecd(t)
 	for _, objective := range []string{"time", "host-cpu"} {
@@ -216,6 +218,7 @@ func TestCollAutoRunsSmallOnOneRail(t *testing.T) {
 // and prints auto's table, the band it tuned with each candidate's
 // measured and predicted time.
 func TestRailsPlanSaysWhy(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	hecctl := testutil.Hecctl(t)
 	testutil.Hecd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -229,6 +232,49 @@ func TestRailsPlanSaysWhy(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("no %q in the output", want)
 		}
+	}
+}
+
+// TestRailsTuneKeepsTheTable: hecctl rails tune measures and tunes auto's
+// table for a collective other than allreduce and keeps it under the
+// state directory; rails plan of the same topology takes it (and says
+// so), with --retune measures again, and every row is exact.
+func TestRailsTuneKeepsTheTable(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	hecctl := testutil.Hecctl(t)
+	testutil.Hecd(t)
+	run := func(args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, hecctl, append(args, "--net", "loopback", "--world", "2", "--op", "broadcast")...).CombinedOutput()
+		t.Logf("hecctl %s:\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 8 && f[0] == "auto" && f[8] != "0" {
+				t.Errorf("wrong elements: %s", line)
+			}
+		}
+		return string(out)
+	}
+	out := run("rails", "tune", "--sizes", "8,1M")
+	for _, want := range []string{"broadcast of float32", "table measured now", "measured at 8 B: ", "measured at 1 MiB: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rails tune: no %q", want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(state, "hec", "rails-tables.json"))
+	if err != nil || !strings.Contains(string(b), "|ranks=2|broadcast|objective=time") {
+		t.Fatalf("the kept tables: %s, %v", b, err)
+	}
+	out = run("rails", "plan", "--size", "1M")
+	if !strings.Contains(out, "table kept in "+filepath.Join(state, "hec", "rails-tables.json")) || !strings.Contains(out, "measured at 1 MiB: ") {
+		t.Errorf("rails plan did not take the kept table")
+	}
+	if out = run("rails", "plan", "--size", "1M", "--retune"); !strings.Contains(out, "table measured now") {
+		t.Errorf("rails plan --retune took the kept table")
 	}
 }
 

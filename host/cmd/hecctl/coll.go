@@ -94,6 +94,7 @@ func collBenchFlags(cmd *cobra.Command, o *benchOptions) {
 	f.StringVar(&o.DPURate, "dpu-rate", "", "limit each agent's link to this tc rate (netns only)")
 	f.IntVar(&o.VMs, "vm", 0, "the last N agents are arm64 VMs (netns only; make image first)")
 	f.StringVar(&o.Bundle, "bundle", "", "the VMs' image bundle (default .cache/images/qemu)")
+	f.BoolVar(&o.Retune, "retune", false, "have auto measure and tune the rails again, even where the state directory keeps tables for this topology (hecctl rails tune)")
 	f.BoolVar(&o.Bind, "bind", true, "run each rank's host process and agent on its share of the cores (core i mod cores where the ranks outnumber them)")
 }
 

@@ -57,7 +57,8 @@
 //	qemu status                  whether the VM runs, and how to reach it
 //	qemu up                      boot a VM; prints how to reach every service
 //	rails                        this host's CPUs, NICs, DPUs and GPUs, the agent's platform and DPU profile, and each rail's rates
-//	rails plan                   where auto runs an allreduce of --size among --world ranks here, and why: each candidate's predicted and measured time
+//	rails plan                   where auto runs a collective (--op) of --size among --world ranks here, and why: each candidate's predicted and measured time
+//	rails tune                   measure the rails and tune auto's plan for each size of --op among --world ranks here, and keep it for later jobs of this topology
 //	status                       the agent's version, generation, services, queue pairs and op counts
 //	trace                        record the ops' spans on agents and traced host processes (Chrome trace JSON) and summarise them
 //	trace record [MGMT-ADDR...]  record every op for a while on the agents and traced host processes, into a Chrome trace file

@@ -79,24 +79,25 @@ func railsCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&recalibrate, "recalibrate", false, "measure the host rail now, not from the cache")
-	cmd.AddCommand(railsPlanCmd(a))
+	cmd.AddCommand(railsPlanCmd(a), railsTuneCmd(a))
 	return uses(cmd, useAgent|useMgmt|useOutput)
 }
 
-// railsPlanCmd is rails plan: what auto does with an allreduce of a size
+// railsPlanCmd is rails plan: what auto does with a collective of a size
 // among N ranks on this machine, and why.
 func railsPlanCmd(a *app) *cobra.Command {
 	var o benchOptions
 	var size string
 	cmd := &cobra.Command{
 		Use:   "plan",
-		Short: "where auto runs an allreduce of --size among --world ranks here, and why: each candidate's predicted and measured time",
+		Short: "where auto runs a collective (--op) of --size among --world ranks here, and why: each candidate's predicted and measured time",
 		Long: `plan starts --world ranks as coll bench does (each a host process and an
 agent; as root in network namespaces), has auto calibrate the rails and
-tune the size's band as a job's first allreduces would, runs it three
-times, and prints the row and the planner's table: for every size band
-the plan, the model's time on each rail, and for the band tuned the
-candidates' measured and predicted times.`,
+tune the size's band as a job's first collectives would — or takes the
+table rails tune kept for this topology (--retune: measure again) — runs
+it three times, and prints the row and the planner's table: for every
+size band the plan, the model's time on each rail, and for a band tuned
+the candidates' measured and predicted times.`,
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Sizes, o.Rails, o.Explain, o.Iters = []string{size}, []string{rail.Auto}, true, 3
@@ -104,9 +105,37 @@ candidates' measured and predicted times.`,
 		}}
 	collBenchFlags(cmd, &o)
 	f := cmd.Flags()
-	f.StringVar(&size, "size", "16M", "the allreduce's size in bytes (K, M, G: powers of 1024)")
+	f.StringVar(&size, "size", "16M", "the collective's size in bytes, as coll bench counts it (K, M, G: powers of 1024)")
 	for _, name := range []string{"rails", "rail", "sizes", "iters", "plot", "explain"} {
 		f.MarkHidden(name) //nolint:errcheck // set by plan
+	}
+	return uses(cmd, useOutput)
+}
+
+// railsTuneCmd is rails tune: auto's tables measured and tuned now, for
+// every size band a job of the topology will meet, and kept.
+func railsTuneCmd(a *app) *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "tune",
+		Short: "measure the rails and tune auto's plan for each size of --op among --world ranks here, and keep it for later jobs of this topology",
+		Long: `tune starts --world ranks as coll bench does, has auto measure each rail
+and both at once, and tunes each of --sizes' bands as a job's first
+collectives would (each candidate the model cannot rule out, tried and
+timed on every rank). The table it makes, tuned bands included, is kept
+under the state directory ($XDG_STATE_HOME/hec/rails-tables.json) per
+topology, collective and objective: later coll bench and rails plan runs
+of the same topology take it without measuring (--retune on them
+measures again). It prints the table and one row per size as auto now
+runs it.`,
+		Args: wantArgs(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Rails, o.Explain, o.Iters, o.Retune = []string{rail.Auto}, true, 3, true
+			return a.collBench(cmd.Context(), o)
+		}}
+	collBenchFlags(cmd, &o)
+	for _, name := range []string{"rails", "rail", "iters", "explain", "retune"} {
+		cmd.Flags().MarkHidden(name) //nolint:errcheck // set by tune
 	}
 	return uses(cmd, useOutput)
 }
