@@ -124,8 +124,9 @@ func Size(send, recv []byte) int { return max(len(send), len(recv)) }
 // TableFile that holds this topology's allreduce table, that table is
 // taken instead, tuned bands and all. Calibrate forgets what earlier
 // tuning measured, and the other kinds' tables (measured again at their
-// next call).
-func (m *MultiRail) Calibrate(ctx context.Context, size int) (*rail.Table, error) {
+// next call). With kinds, it measures those (allreduce where none is
+// named) and returns the first one's table.
+func (m *MultiRail) Calibrate(ctx context.Context, size int, kinds ...coll.Kind) (*rail.Table, error) {
 	m.mu.Lock()
 	m.trials = nil
 	for k := range m.tables {
@@ -134,7 +135,30 @@ func (m *MultiRail) Calibrate(ctx context.Context, size int) (*rail.Table, error
 	unit := railsAlign * m.Host.Size() // whole blocks of every kind
 	m.calSize = max(size, 1<<20) / unit * unit
 	m.mu.Unlock()
-	return m.calibrate(ctx, coll.KindAllReduce)
+	if len(kinds) == 0 {
+		kinds = []coll.Kind{coll.KindAllReduce}
+	}
+	var first *rail.Table
+	for _, k := range kinds {
+		if !k.Valid() {
+			return nil, fmt.Errorf("host: calibrating the rails for %v", k)
+		}
+		t, err := m.calibrate(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = t
+		}
+	}
+	return first, nil
+}
+
+// Tuned says whether a collective of kind k and size bytes (Size's) runs
+// where its table decided, no tuning left to try in its band.
+func (m *MultiRail) Tuned(k coll.Kind, size int) bool {
+	t := m.TableFor(k)
+	return t != nil && (k == coll.KindBarrier || t.Pinned(int64(size)))
 }
 
 // calibrate makes kind k's table (Calibrate's, for any kind), or takes
@@ -519,10 +543,7 @@ func (m *MultiRail) Tune(ctx context.Context, k coll.Kind, sizes ...int) error {
 			break // nothing to tune: α decides (PlanFor)
 		}
 		sn, rn := k.Sizes(n, p)
-		for i := 0; ; i++ {
-			if t := m.TableFor(k); t != nil && t.Pinned(int64(n)) {
-				break
-			}
+		for i := 0; !m.Tuned(k, n); i++ {
 			if i > 16*tuneRounds {
 				return fmt.Errorf("host: tuning %d-byte %vs did not settle", n, k)
 			}

@@ -156,29 +156,29 @@ func RunRank(ctx context.Context, o RankOptions, stdout io.Writer) error {
 		return err
 	}
 	if slices.Contains(o.Rails, rail.Auto) {
-		if err := b.calibrate(ctx, sizes); err != nil {
+		if _, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1]), b.kind); err != nil {
 			return fmt.Errorf("calibrating the rails: %w", err)
 		}
-		if o.Rank == 0 && o.Explain {
-			how := "measured now"
-			if b.multi.Kept(b.kind) {
-				how = "kept in " + b.multi.TableFile + " by an earlier run of this topology (--retune: measure again)"
-			}
-			json.NewEncoder(stdout).Encode(Row{Rail: rail.Auto, Explain: "table " + how + "\n" + b.multi.TableFor(b.kind).Explain()})
-		}
 	}
-	// Each size on every rail in turn: what the machine does meanwhile
-	// weighs on the rails compared alike.
+	// Each size on every rail at once (measure): what the machine does
+	// meanwhile weighs on the rails compared alike.
 	for _, size := range sizes {
-		for _, r := range o.Rails {
-			res, err := b.measure(ctx, r, size)
-			if err != nil {
-				return fmt.Errorf("%s rail, %v of %d bytes: %w", r, b.kind, size, err)
-			}
+		rows, err := b.measure(ctx, o.Rails, size)
+		if err != nil {
+			return fmt.Errorf("%v of %d bytes: %w", b.kind, size, err)
+		}
+		for _, res := range rows {
 			if o.Rank == 0 {
 				json.NewEncoder(stdout).Encode(res)
 			}
 		}
+	}
+	if slices.Contains(o.Rails, rail.Auto) && o.Rank == 0 && o.Explain {
+		how := "measured now"
+		if b.multi.Kept(b.kind) {
+			how = "kept in " + b.multi.TableFile + " by an earlier run of this topology (--retune: measure again)"
+		}
+		json.NewEncoder(stdout).Encode(Row{Rail: rail.Auto, Explain: "table " + how + "\n" + b.multi.TableFor(b.kind).Explain()})
 	}
 	if err := b.g.Barrier(ctx); err != nil {
 		return err
@@ -212,12 +212,17 @@ func dialAgent(ctx context.Context, target string, opts ...host.Option) (*host.C
 	}
 }
 
-// buffers returns send and recv buffers for a collective of size bytes on
-// rail r: in the agent's window when the DPU rail takes them (handed over
-// in place) and they fit, else ordinary memory; free returns them.
-func (b *rankBench) buffers(r string, size int) (send, recv []byte, free func()) {
+// buffers returns send and recv buffers for a collective of size bytes,
+// on every rail: in the agent's window where there is an agent (the DPU rail
+// takes them in place) and they fit, else ordinary memory; free returns
+// them. Every rail runs on the same kind of memory, as nccl-tests runs
+// every algorithm on the same buffers: with the host rail's on the heap
+// and auto's in the window, auto running the host rail alone took 57 and
+// 63 ms at 64 MiB on two ranks against the host rail's 45 (two runs);
+// with both in the window, 40–44 against 38–44 (three runs).
+func (b *rankBench) buffers(size int) (send, recv []byte, free func()) {
 	sn, rn := b.kind.Sizes(size, b.o.World)
-	if r != rail.Host && b.cl != nil && sn+rn+(1<<20) <= b.cl.WindowSize() {
+	if b.cl != nil && sn+rn+(1<<20) <= b.cl.WindowSize() {
 		s, err1 := b.cl.Alloc(max(sn, 64))
 		q, err2 := b.cl.Alloc(max(rn, 64))
 		if err1 == nil && err2 == nil {
@@ -258,17 +263,6 @@ func (b *rankBench) barrier(ctx context.Context, r string) error {
 	return b.g.Barrier(ctx)
 }
 
-// calibrate has the planner's table made from each rail's times and
-// tuned for each size (host.MultiRail), as a job's first collectives tune
-// it: the timed iterations run what was learnt (each row says what, in
-// its plan).
-func (b *rankBench) calibrate(ctx context.Context, sizes []int) error {
-	if _, err := b.multi.Calibrate(ctx, min(16<<20, sizes[len(sizes)-1])); err != nil {
-		return err
-	}
-	return b.multi.Tune(ctx, b.kind, sizes...)
-}
-
 func (b *rankBench) maxOver(ctx context.Context, v float64) (float64, error) {
 	buf := make([]byte, 8)
 	binary.LittleEndian.PutUint64(buf, math.Float64bits(v))
@@ -287,69 +281,125 @@ func (b *rankBench) sumOver(ctx context.Context, v float64) (float64, error) {
 	return math.Float64frombits(binary.LittleEndian.Uint64(buf)), nil
 }
 
-// measure runs warmup and timed iterations of one size on rail r, checks
-// every result, and returns the row (meaningful on rank 0).
-func (b *rankBench) measure(ctx context.Context, r string, size int) (Row, error) {
+// measure runs one size on every rail of rails on the same buffers and
+// returns a row for each (meaningful on rank 0), every result checked:
+// auto's first collectives of the size tune its band (untimed, as a
+// job's first ones would), each rail's warmup iterations run in a row,
+// and then the timed iterations interleave the rails — each iteration
+// one collective of every rail, in each of the rails' orders by turns —
+// so that the machine's drift, and what running after another rail
+// costs, weigh on every rail alike. A row of 64 MiB on two ranks moved
+// by up to a third from one run of its rail to the next when each rail
+// ran its iterations in a row.
+func (b *rankBench) measure(ctx context.Context, rails []string, size int) ([]Row, error) {
 	n, es := b.o.World, b.dt.Size()
 	size -= size % (es * n) // whole elements, a whole block per rank
 	size = max(size, es*n)
-	send, recv, free := b.buffers(r, size)
+	send, recv, free := b.buffers(size)
 	defer free()
 	fillInput(b.dt, b.op, b.o.Rank, send)
 	want := expectedOutput(b.kind, b.dt, b.op, b.o.Rank, n, len(recv))
-	var wrong int64
-	var elapsed time.Duration
-	var cpu time.Duration
-	for it := 0; it < b.o.Warmup+b.o.Iters; it++ {
+	type tally struct {
+		elapsed, cpu time.Duration
+		wrong        int64
+	}
+	tallies := make([]tally, len(rails))
+	step := func(i int, timed bool) error {
+		r := rails[i]
 		clear(recv)
 		if err := b.barrier(ctx, r); err != nil {
-			return Row{}, err
+			return err
 		}
 		c0 := cpuTime()
 		t0 := time.Now()
 		if err := b.run(ctx, r, send, recv); err != nil {
-			return Row{}, err
+			return fmt.Errorf("%s rail: %w", r, err)
 		}
 		d, c := time.Since(t0), cpuTime()-c0
-		if it >= b.o.Warmup {
-			elapsed += d
-			cpu += c
+		if timed {
+			tallies[i].elapsed += d
+			tallies[i].cpu += c
 		}
-		wrong += countWrong(b.dt, recv, want)
+		tallies[i].wrong += countWrong(b.dt, recv, want)
+		return nil
 	}
-	perOp := elapsed.Seconds() / float64(b.o.Iters)
-	tmax, err := b.maxOver(ctx, perOp)
-	if err != nil {
-		return Row{}, err
-	}
-	w, err := b.sumOver(ctx, float64(wrong))
-	if err != nil {
-		return Row{}, err
-	}
-	cpuSum, err := b.sumOver(ctx, cpu.Seconds()/float64(b.o.Iters))
-	if err != nil {
-		return Row{}, err
-	}
-	res := Row{Rail: r, Size: size, Count: size / es, Type: b.dt.String(), Redop: b.op.String(),
-		TimeUS: tmax * 1e6, Wrong: int64(w), HostCPU: cpuSum / float64(n) * 1e3}
-	if !b.kind.Reduces() {
-		res.Redop = "none"
-	}
-	if tmax > 0 {
-		res.AlgBW = float64(size) / tmax / 1e9
-		res.BusBW = res.AlgBW * b.kind.BusFactor(n)
-	}
-	if r == rail.Auto {
-		p := b.multi.PlanFor(b.kind, size)
-		res.Plan = rail.Words(p)
-		res.PredictedUS = float64(p.Predicted.Nanoseconds()) / 1e3
-		for _, s := range p.Shares {
-			if s.Rail == rail.Host {
-				res.HostFrac = float64(s.Bytes) / float64(size)
+	if a := slices.Index(rails, rail.Auto); a >= 0 {
+		for i := 0; !b.multi.Tuned(b.kind, size); i++ {
+			if i > 200 {
+				return nil, fmt.Errorf("auto's tuning of %d bytes did not settle in %d collectives", size, i)
+			}
+			if err := step(a, false); err != nil {
+				return nil, err
 			}
 		}
 	}
-	return res, nil
+	for i := range rails {
+		for range b.o.Warmup {
+			if err := step(i, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	orders := permutations(len(rails))
+	for it := range b.o.Iters {
+		for _, i := range orders[it%len(orders)] {
+			if err := step(i, true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var rows []Row
+	for i, r := range rails {
+		t := tallies[i]
+		tmax, err := b.maxOver(ctx, t.elapsed.Seconds()/float64(b.o.Iters))
+		if err != nil {
+			return nil, err
+		}
+		w, err := b.sumOver(ctx, float64(t.wrong))
+		if err != nil {
+			return nil, err
+		}
+		cpuSum, err := b.sumOver(ctx, t.cpu.Seconds()/float64(b.o.Iters))
+		if err != nil {
+			return nil, err
+		}
+		res := Row{Rail: r, Size: size, Count: size / es, Type: b.dt.String(), Redop: b.op.String(),
+			TimeUS: tmax * 1e6, Wrong: int64(w), HostCPU: cpuSum / float64(n) * 1e3}
+		if !b.kind.Reduces() {
+			res.Redop = "none"
+		}
+		if tmax > 0 {
+			res.AlgBW = float64(size) / tmax / 1e9
+			res.BusBW = res.AlgBW * b.kind.BusFactor(n)
+		}
+		if r == rail.Auto {
+			p := b.multi.PlanFor(b.kind, size)
+			res.Plan = rail.Words(p)
+			res.PredictedUS = float64(p.Predicted.Nanoseconds()) / 1e3
+			for _, s := range p.Shares {
+				if s.Rail == rail.Host {
+					res.HostFrac = float64(s.Bytes) / float64(size)
+				}
+			}
+		}
+		rows = append(rows, res)
+	}
+	return rows, nil
+}
+
+// permutations are the orders of 0..k-1, every one (k!; k ≤ 3 here).
+func permutations(k int) [][]int {
+	if k <= 1 {
+		return [][]int{make([]int, k)}
+	}
+	var out [][]int
+	for _, p := range permutations(k - 1) {
+		for at := 0; at <= len(p); at++ {
+			q := append(append(append([]int(nil), p[:at]...), k-1), p[at:]...)
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // cpuTime is this process's CPU time (user and system, every thread).

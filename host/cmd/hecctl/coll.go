@@ -40,8 +40,15 @@ func collBenchCmd(a *app) *cobra.Command {
 the dpu and auto rails, an agent (hecd) of its own. Rail host: the host
 processes run the collective among themselves. Rail dpu: each hands its
 buffer to its agent and the agents run it over the peer layer. Rail auto:
-the buffer is split between the two by the planner, from a calibration of
-each, and both run at once.
+the planner runs each size where its table puts it — one rail, or split
+between the two, both at once — from a calibration of each and the
+tuning of the size's first collectives (kept per topology under the
+state directory: --retune measures again; hecctl rails tune).
+
+All the rails of a run work on the same buffers (in the agent's window
+where there is one), and each size's timed iterations interleave them,
+one collective of each rail per iteration, in each of the rails' orders
+by turns: what the machine does meanwhile weighs on every rail alike.
 
 As root (--net netns, the default then) each rank is a network namespace
 of a cluster made for the run (hecctl cluster): its agent on the agents'
@@ -84,7 +91,7 @@ func collBenchFlags(cmd *cobra.Command, o *benchOptions) {
 	f.StringVar(&o.DType, "dtype", "float32", "float32, float64, float16, bfloat16, int32, int64, uint8")
 	f.StringVar(&o.Redop, "redop", "sum", "sum, prod, min, max, avg")
 	f.StringSliceVar(&o.Sizes, "sizes", []string{"8", "64K", "1M", "16M", "64M"}, "sizes in bytes (K, M, G: powers of 1024)")
-	f.IntVar(&o.Iters, "iters", 5, "timed iterations per size")
+	f.IntVar(&o.Iters, "iters", 6, "timed iterations per size, the rails interleaved in each of their orders by turns (a multiple of 6 gives three rails every order alike)")
 	f.IntVar(&o.Warmup, "warmup", 1, "untimed iterations first")
 	f.StringVar(&o.plot, "plot", "", "draw busbw against size for each rail into this PNG")
 	f.StringVar(&o.Hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")

@@ -100,7 +100,7 @@ size band the plan, the model's time on each rail, and for a band tuned
 the candidates' measured and predicted times.`,
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Sizes, o.Rails, o.Explain, o.Iters = []string{size}, []string{rail.Auto}, true, 3
+			o.Sizes, o.Rails, o.Explain, o.Iters = []string{size}, []string{rail.Auto}, true, 6
 			return a.collBench(cmd.Context(), o)
 		}}
 	collBenchFlags(cmd, &o)
@@ -130,7 +130,7 @@ measures again). It prints the table and one row per size as auto now
 runs it.`,
 		Args: wantArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Rails, o.Explain, o.Iters, o.Retune = []string{rail.Auto}, true, 3, true
+			o.Rails, o.Explain, o.Iters, o.Retune = []string{rail.Auto}, true, 6, true
 			return a.collBench(cmd.Context(), o)
 		}}
 	collBenchFlags(cmd, &o)
