@@ -78,6 +78,24 @@ var figures = []figure{
 		metric: func(g, s string) string { return g + " checksum, learned model: " + s },
 	},
 	{
+		file: "ec-auto.png", title: "EC 10+4 encode across rails by size (bf2 profile): each rail alone and auto", unit: "GB/s", scenario: "ec",
+		groups: []string{"1 MiB", "16 MiB", "64 MiB"},
+		series: []string{"host rail alone", "dpu rail alone", "split, achieved (median)"},
+		metric: func(g, s string) string { return "10+4 " + g + " bf2: " + s },
+	},
+	{
+		file: "coll-auto-4.png", title: "Allreduce among 4 ranks sharing the cores: each rail and auto, over the better single rail's busbw", unit: "×", scenario: "coll-auto",
+		groups: []string{"16 B", "64 KiB", "1 MiB", "16 MiB", "64 MiB"},
+		series: []string{"host", "dpu", "auto"},
+		metric: func(g, s string) string { return collAutoMetric(4, g, s) },
+	},
+	{
+		file: "coll-auto-2.png", title: "Allreduce among 2 ranks sharing the cores: each rail and auto, over the better single rail's busbw", unit: "×", scenario: "coll-auto",
+		groups: []string{"8 B", "64 KiB", "1 MiB", "16 MiB", "64 MiB"},
+		series: []string{"host", "dpu", "auto"},
+		metric: func(g, s string) string { return collAutoMetric(2, g, s) },
+	},
+	{
 		file: "torch-step.png", title: "PyTorch DDP step time: HEC's DPU rail (the \"hec\" backend) beside gloo", unit: "ms", scenario: "torch",
 		groups: []string{"N=2 10M", "N=2 50M", "N=4 10M", "N=4 50M"},
 		series: []string{"gloo", "hec"},
@@ -95,6 +113,12 @@ var figures = []figure{
 		series: []string{"1 MiB checksums"},
 		metric: func(g, s string) string { return s + " " + g },
 	},
+}
+
+// collAutoMetric is the coll-auto row of rail s's busbw over the better
+// single rail's at size g among n ranks.
+func collAutoMetric(n int, g, s string) string {
+	return fmt.Sprintf("N=%d %s busbw over the better single rail's: %s", n, g, s)
 }
 
 // drawFigures draws every figure it has rows for into dir and returns the
