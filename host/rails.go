@@ -269,9 +269,27 @@ const autoMinGain = 0.10
 // host alone is the worst case. The answer equals a single-rail checksum
 // whatever is chosen.
 func (c *Client) ChecksumAuto(ctx context.Context, b []byte, rails []rail.Rail) (uint32, Decision, error) {
+	return c.ChecksumAutoFor(ctx, b, rails, rail.Time)
+}
+
+// ChecksumAutoFor is ChecksumAuto for objective o. With rail.HostCPUTime
+// the plan is the one that leaves the host's cores the most free among
+// those the model puts within rail.ObjectiveSlack of the fastest (the
+// agent alone, where it is not much slower: the host then only waits);
+// where that is the split, the split runs as ChecksumAuto runs it.
+func (c *Client) ChecksumAutoFor(ctx context.Context, b []byte, rails []rail.Rail, o rail.Objective) (uint32, Decision, error) {
 	n := int64(len(b))
 	plan := rail.Split(rails, n, 4096)
 	d := Decision{Plan: plan}
+	if o == rail.HostCPUTime {
+		if p := rail.LeastHostCPU(plan, rails, n); len(p.Shares) == 1 && len(plan.Shares) > 0 {
+			d.Choice, d.Predicted = p.Shares[0].Rail, p.Predicted
+			d.Reason = fmt.Sprintf("objective host-cpu: %s alone, predicted %v, leaves the host the most within %.1f× of the fastest plan (%v)",
+				d.Choice, p.Predicted.Round(time.Microsecond), rail.ObjectiveSlack, min(plan.Predicted, plan.BestTime).Round(time.Microsecond))
+			crc, err := c.checksumOn(ctx, d.Choice, b)
+			return crc, d, err
+		}
+	}
 	byName := map[string]rail.Rail{}
 	for _, r := range rails {
 		byName[r.Name] = r

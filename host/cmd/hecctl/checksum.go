@@ -16,20 +16,25 @@ import (
 
 func checksumCmd(a *app) *cobra.Command {
 	var verify bool
-	var rails string
+	var rails, objective string
 	cmd := &cobra.Command{
 		Use:   "checksum FILE",
 		Short: "CRC-32C of FILE computed by the agent (--verify compares in-process; --rails auto splits it with this host)",
 		Args:  wantArgs(1, 1, "one FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			obj, err := rail.ParseObjective(objective)
+			if err != nil {
+				return usageError{err}
+			}
 			if rails == rail.Auto {
-				return a.checksumRails(cmd.Context(), args[0])
+				return a.checksumRails(cmd.Context(), args[0], obj)
 			}
 			return a.checksum(cmd.Context(), args[0], verify)
 		},
 	}
 	cmd.Flags().BoolVar(&verify, "verify", false, "also compute the CRC in-process and compare")
 	railFlag(cmd.Flags(), &rails, rail.DPU, []string{rail.DPU, rail.Auto}, "dpu: the agent alone; auto: split between this host's CPU and the agent by the planner")
+	cmd.Flags().StringVar(&objective, "objective", "time", "what auto plans for: time, or host-cpu (the least host CPU within 1.1× of the fastest)")
 	return uses(cmd, useAgent|useMgmt)
 }
 
@@ -94,7 +99,7 @@ func (a *app) checksum(ctx context.Context, path string, verify bool) error {
 // checksumRails reads FILE, calibrates the host and agent rails, and lets
 // the planner split the checksum between them; it prints the plan, the time
 // achieved, and the single-rail answer to compare.
-func (a *app) checksumRails(ctx context.Context, path string) error {
+func (a *app) checksumRails(ctx context.Context, path string, obj rail.Objective) error {
 	out := a.out
 	cl, err := a.dial(ctx)
 	if err != nil {
@@ -131,7 +136,7 @@ func (a *app) checksumRails(ctx context.Context, path string) error {
 		return err
 	}
 	t0 := time.Now()
-	crc, d, err := cl.ChecksumAuto(ctx, data, rails)
+	crc, d, err := cl.ChecksumAutoFor(ctx, data, rails, obj)
 	took := time.Since(t0)
 	if err != nil {
 		return err
