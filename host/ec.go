@@ -95,6 +95,7 @@ type EC struct {
 	// (pieces.submit, without the lock).
 	dpuRate  [2]atomic.Uint64
 	lastPlan atomic.Pointer[rail.Plan] // onePlan's
+	table    atomic.Pointer[ecTable]   // auto's decisions, once calibrated
 	spare    atomic.Pointer[ecOp]      // the last op's state, for the next (newECOp)
 	stats    ECStats
 	progress func(done, total int64)
@@ -185,6 +186,66 @@ func (e *EC) setModel(rails []rail.Rail) {
 		// core given to another guest), and a window of nine still held
 		// the ops of a state that had passed.
 		e.est[r.Name] = rail.NewEstimator(r, 1.0/3)
+	}
+	e.table.Store(e.newTable(rails))
+}
+
+// ecTable is the model auto decides by, and its last decision: a stream
+// of ops of one size pays a lookup for its plan, made again only when
+// the size changes or the model moves (refreshTable).
+type ecTable struct {
+	rails []rail.Rail
+	cost  float64
+	last  atomic.Pointer[rail.Plan] // the plan of the last size decided
+}
+
+// tableMoves is how far a rail's rate, or the split's cost, moves from
+// what auto's decisions were made from before they are made again.
+const tableMoves = 0.05
+
+// newTable is auto's decisions for rails at the split cost learnt so far
+// (e.mu held).
+func (e *EC) newTable(rails []rail.Rail) *ecTable {
+	return &ecTable{rails: rails, cost: max(e.splitCost, 1)}
+}
+
+// plan is tab's plan for an op of size data bytes: the last one, for the
+// same size, or the one the model makes for the objective (the split
+// where it gains enough at the learnt cost, the least on the host within
+// rail.ObjectiveSlack of the fastest for host-cpu), kept as the last.
+func (e *EC) plan(tab *ecTable, size int64) rail.Plan {
+	if p := tab.last.Load(); p != nil && p.Size == size {
+		return *p
+	}
+	p := rail.SplitIfGain(tab.rails, size, int64(e.k)*ec.Align, autoMinGain, tab.cost)
+	if e.obj == rail.HostCPUTime {
+		p = rail.LeastHostCPU(p, tab.rails, size)
+	}
+	tab.last.Store(&p)
+	return p
+}
+
+// refreshTable starts auto's decisions again from the model where it
+// has moved by more than tableMoves since they were made (e.mu held): an
+// op's call pays a lookup, and the decisions follow the rails within a
+// few ops.
+func (e *EC) refreshTable() {
+	old := e.table.Load()
+	if old == nil {
+		return
+	}
+	moved := func(a, b float64) bool { return math.Abs(a/b-1) > tableMoves }
+	rails := make([]rail.Rail, 0, len(old.rails))
+	stale := moved(max(e.splitCost, 1), old.cost)
+	for _, r := range old.rails {
+		if est := e.est[r.Name]; est != nil {
+			cur := est.Rail()
+			stale = stale || moved(cur.Rate, r.Rate)
+			rails = append(rails, cur)
+		}
+	}
+	if stale {
+		e.table.Store(e.newTable(rails))
 	}
 }
 
@@ -332,20 +393,14 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, float64, error) {
 	case RailsHost, RailsDPU:
 		plan = e.onePlan(size)
 	default:
-		rails := e.Model()
-		if rails == nil {
-			var err error
-			if rails, err = e.Calibrate(ctx, false); err != nil {
+		tab := e.table.Load()
+		if tab == nil {
+			if _, err := e.Calibrate(ctx, false); err != nil {
 				return plan, 1, err
 			}
+			tab = e.table.Load()
 		}
-		e.mu.Lock()
-		cost = e.splitCost
-		e.mu.Unlock()
-		plan = rail.SplitIfGain(rails, size, int64(e.k)*ec.Align, autoMinGain, cost)
-		if e.obj == rail.HostCPUTime {
-			plan = rail.LeastHostCPU(plan, rails, size)
-		}
+		plan, cost = e.plan(tab, size), tab.cost
 	}
 	return plan, cost, nil
 }
@@ -584,6 +639,9 @@ func (e *EC) run(ctx context.Context, o *ecOp, plan rail.Plan, cost float64) (EC
 		if est := e.est[s.Rail]; est != nil && e.rails == RailsAuto {
 			est.Observe(n, took[i])
 		}
+	}
+	if e.rails == RailsAuto {
+		e.refreshTable()
 	}
 	return res, nil
 }
