@@ -483,7 +483,8 @@ func (m *MultiRail) trialFor(k coll.Kind, size int) (*trial, int) {
 // record notes candidate c's time d; after the band's last trial, the
 // ranks agree on each candidate's time (the slowest rank's median) and
 // the band keeps the fastest, a split only where it beat the best rail
-// alone by splitMargin, with what it measured as its prediction.
+// alone by splitMargin, with its mean time (the slowest rank's) as the
+// band's prediction.
 func (m *MultiRail) record(ctx context.Context, k coll.Kind, size int, tr *trial, c int, d time.Duration) error {
 	m.mu.Lock()
 	if (tr.calls-1)%tuneRounds != 0 { // the first of a row warms it up
@@ -494,13 +495,21 @@ func (m *MultiRail) record(ctx context.Context, k coll.Kind, size int, tr *trial
 	if !last {
 		return nil
 	}
-	times := make([]float64, len(tr.cands))
+	// Each candidate's median (what chooses: a split's times spread the
+	// most, and its best is the one the job will rarely see) and mean
+	// (what the band predicts: a run of collectives takes the mean each).
+	nc := len(tr.cands)
+	all := make([]float64, 2*nc)
 	for i, ts := range tr.times {
-		times[i] = rail.Median(append([]float64(nil), ts...))
+		all[i] = rail.Median(append([]float64(nil), ts...))
+		for _, t := range ts {
+			all[nc+i] += t / float64(max(len(ts), 1))
+		}
 	}
-	if err := m.maxOver(ctx, times); err != nil {
+	if err := m.maxOver(ctx, all); err != nil {
 		return fmt.Errorf("host: agreeing on the tuning of %d-byte %vs: %w", size, k, err)
 	}
+	times, means := all[:nc], all[nc:]
 	took := make([]time.Duration, len(times))
 	var why []string
 	for i, t := range times {
@@ -510,7 +519,7 @@ func (m *MultiRail) record(ctx context.Context, k coll.Kind, size int, tr *trial
 	}
 	win := rail.Choose(m.Objective, tr.cands, took, splitMargin)
 	chosen := tr.cands[win].Scale(int64(size), railsAlign)
-	chosen.Predicted = took[win]
+	chosen.Predicted = time.Duration(means[win] * float64(time.Second))
 	m.mu.Lock()
 	key := trialKey{k, rail.Band(int64(size))}
 	if m.trials[key] != tr { // forgotten by a Calibrate meanwhile
