@@ -48,6 +48,24 @@ type Request struct {
 	// Kept is the handler's, from its Serve to its Account: what it
 	// keeps of the op to account for it (nil for handlers without).
 	Kept any
+	// disp is the dispatcher serving it, for its stages' spans (Stage).
+	disp *Dispatcher
+}
+
+// Tracing says whether the op's spans are being recorded: a service
+// reads the clock for its stages (Stage) only then.
+func (r *Request) Tracing() bool { return r.disp != nil && r.disp.trace.On() }
+
+// Stage records a stage of the op's service (trace.StageCode, …) from
+// start to end, under the op's id, when the op's spans are being
+// recorded (Tracing); nothing otherwise.
+func (r *Request) Stage(stage string, start, end time.Time) {
+	if !r.Tracing() {
+		return
+	}
+	d := r.disp
+	d.trace.Add(trace.Span{ID: trace.OpID(d.sessions.origin(r.Session), r.Tag), Name: wire.Op(r.Op).String(),
+		Stage: stage, Start: start.UnixNano(), Dur: int64(end.Sub(start))})
 }
 
 // SGL returns the spans of the request's scatter-gather list (FlagSGL:
@@ -333,6 +351,7 @@ func (d *Dispatcher) call(ctx context.Context, region *ring.Region, e *handlerEn
 			*resp = wire.Desc{Op: resp.Op, Tag: resp.Tag, Status: wire.StatusInternal}
 		}
 	}()
+	req.disp = d
 	e.h.Serve(ctx, req, resp)
 }
 

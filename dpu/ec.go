@@ -16,6 +16,7 @@ import (
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -412,6 +413,10 @@ func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bo
 			req.Yield()
 		}
 		n := min(cw, w-c)
+		var copied time.Time // a staged round's copy in, when tracing
+		if staged && req.Tracing() {
+			copied = mono.Now()
+		}
 		for i := range ins {
 			if staged {
 				ins[i] = scratch[i*cw : i*cw+n]
@@ -421,6 +426,9 @@ func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bo
 			} else {
 				ins[i] = in[i][c : c+n : c+n]
 			}
+		}
+		if !copied.IsZero() {
+			req.Stage(trace.StageCopy, copied, mono.Now())
 		}
 		for j := range outs {
 			if staged {
@@ -439,16 +447,25 @@ func (s *ecService) rounds(req *Request, sc *ecScratch, sh ecShards, outEmpty bo
 		if err := code(cols); err != nil {
 			return wire.StatusBadArg
 		}
+		if req.Tracing() {
+			req.Stage(trace.StageCode, t0, mono.Now())
+		}
 		if c+n < w {
 			s.observe(len(ins)*n, len(outs), time.Since(t0))
 		} else { // the last: Account times it
 			sc.last, sc.lastIn, sc.lastOuts = t0, len(ins)*n, len(outs)
 		}
 		if staged {
+			if req.Tracing() {
+				copied = mono.Now()
+			}
 			for j, o := range outs {
 				if err := req.Mem.WriteAt(o[:n], uint64(sh.out[j].Off)+uint64(c)); err != nil {
 					return wire.StatusBadSpan
 				}
+			}
+			if !copied.IsZero() {
+				req.Stage(trace.StageCopy, copied, mono.Now())
 			}
 		}
 	}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/hecsys/hec/kv"
 	"github.com/hecsys/hec/shared/api"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -207,8 +209,15 @@ func registerKVOps(d *Dispatcher, st *kv.Store) {
 		if !ok {
 			return
 		}
+		var t0 time.Time
+		if req.Tracing() {
+			t0 = mono.Now()
+		}
 		_, err := st.Put(in[0], in[1], kv.PutOptions{TTL: time.Duration(req.Arg0) * time.Millisecond,
 			IfAbsent: req.Arg1&wire.KVIfAbsent != 0, IfPresent: req.Arg1&wire.KVIfPresent != 0})
+		if !t0.IsZero() {
+			req.Stage(trace.StageCommit, t0, mono.Now()) // the store's write, its group commit included
+		}
 		resp.Status = kvStatus(err)
 	}})
 	handle(wire.OpKVDelete, Handler{Serve: func(_ context.Context, req *Request, resp *wire.Desc) {

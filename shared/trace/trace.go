@@ -13,6 +13,11 @@ const (
 	StageServe = "serve" // the agent's: its service's work, to the completion
 	StageWait  = "wait"  // a collective's, on one rank: called, not yet started
 	StageRun   = "run"   // a collective's, on one rank: started to its end
+	// Stages inside an agent's serve, which services record for the ops
+	// that have them (dpu.Request.Stage):
+	StageCode   = "code"   // EC: one round of the coder's work
+	StageCopy   = "copy"   // EC on a window it cannot map: a round's copy in or out
+	StageCommit = "commit" // KV: the store's write, its group commit included
 )
 
 // Span is one stage of one op on one process. Times are the recording
