@@ -114,7 +114,7 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		// Where an op's time went, as hecctl trace summary says it.
 		for _, row := range trace.Summarize(spans) {
 			switch row.Stage {
-			case trace.StageOp, trace.StageTransport, trace.StageQueue, trace.StageServe:
+			case trace.StageOp, trace.StageTransport, trace.StageQueue, trace.StageServe, trace.StageCode:
 				rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
 			}
 		}
