@@ -19,6 +19,19 @@ import (
 // rank joins.
 func hostComms(t *testing.T, n int) []*host.HostComm {
 	t.Helper()
+	hs := make([]*host.HostComm, n)
+	for r, g := range hostGroups(t, n, 0x5eed) {
+		hs[r] = host.NewHostComm(g)
+		t.Cleanup(func() { hs[r].Leave(context.Background()) })
+	}
+	return hs
+}
+
+// hostGroups makes n groups of host processes (ranks of this process),
+// each joined to communicator comm: each rank listens, the addresses are
+// swapped, each rank joins.
+func hostGroups(t *testing.T, n int, comm uint64) []*coll.Group {
+	t.Helper()
 	key := []byte("host-comm-test-key-0123456789")
 	gs := make([]*coll.Group, n)
 	addrs := make([]string, n)
@@ -29,16 +42,13 @@ func hostComms(t *testing.T, n int) []*host.HostComm {
 		}
 		gs[r], addrs[r] = g, g.Addr()
 	}
-	hs := make([]*host.HostComm, n)
-	for r, g := range gs {
+	for _, g := range gs {
 		g.SetPeers(addrs)
-		if err := g.Join(0x5eed); err != nil {
+		if err := g.Join(comm); err != nil {
 			t.Fatal(err)
 		}
-		hs[r] = host.NewHostComm(g)
-		t.Cleanup(func() { hs[r].Leave(context.Background()) })
 	}
-	return hs
+	return gs
 }
 
 func f32s(v []float32) []byte {

@@ -61,15 +61,8 @@ func multiRails(t *testing.T, n int) []*host.MultiRail {
 		}
 		t.Cleanup(func() { clients[i].Close() })
 	}
-	key := []byte("multi-rail test host-rail key 0123")
-	gs := make([]*coll.Group, n)
-	gaddrs := make([]string, n)
-	for r := range n {
-		g, err := coll.Listen(coll.GroupConfig{Rank: r, Size: n, Key: key, Deadline: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gs[r], gaddrs[r] = g, g.Addr()
+	gs := hostGroups(t, n, 0x3a11)
+	for _, g := range gs {
 		t.Cleanup(g.Close)
 	}
 	nodes := make([]uint32, n)
@@ -80,10 +73,6 @@ func multiRails(t *testing.T, n int) []*host.MultiRail {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		gs[r].SetPeers(gaddrs)
-		if err := gs[r].Join(0x3a11); err != nil {
-			t.Fatal(err)
-		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
