@@ -13,10 +13,11 @@ type Config struct {
 	XDP    XDPConfig    `toml:"xdp"`
 	EC     ECConfig     `toml:"ec"`
 	Update UpdateConfig `toml:"update"`
+	Trace  TraceConfig  `toml:"trace"`
 }
 
 func (c *Config) sections() []section {
-	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP, &c.EC, &c.Update}
+	return []section{&c.Agent, &c.KV, &c.Peer, &c.RESP, &c.UDP, &c.XDP, &c.EC, &c.Update, &c.Trace}
 }
 
 // services are the services hecd runs, in the order they start (and the
@@ -24,5 +25,5 @@ func (c *Config) sections() []section {
 // it.
 func (c *Config) services() []Service {
 	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update)}
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update), newOTLPService(c.Trace)}
 }
