@@ -131,6 +131,7 @@ func (m *MultiRail) Calibrate(ctx context.Context, size int, kinds ...coll.Kind)
 	m.trials = nil
 	for k := range m.tables {
 		m.tables[k].Store(nil)
+		m.kept[k].Store(false)
 	}
 	unit := railsAlign * m.Host.Size() // whole blocks of every kind
 	m.calSize = max(size, 1<<20) / unit * unit
