@@ -95,7 +95,7 @@ type EC struct {
 	// (pieces.submit, without the lock).
 	dpuRate  [2]atomic.Uint64
 	lastPlan atomic.Pointer[rail.Plan] // onePlan's
-	table    atomic.Pointer[ecTable]   // auto's decisions, once calibrated
+	model    atomic.Pointer[ecModel]   // auto's decisions, once calibrated
 	spare    atomic.Pointer[ecOp]      // the last op's state, for the next (newECOp)
 	stats    ECStats
 	progress func(done, total int64)
@@ -187,66 +187,70 @@ func (e *EC) setModel(rails []rail.Rail) {
 		// the ops of a state that had passed.
 		e.est[r.Name] = rail.NewEstimator(r, 1.0/3)
 	}
-	e.table.Store(e.newTable(rails))
+	e.model.Store(e.newModel(rails))
 }
 
-// ecTable is the model auto decides by, and its last decision: a stream
+// ecModel is the model auto decides by, and its last decision: a stream
 // of ops of one size pays a lookup for its plan, made again only when
-// the size changes or the model moves (refreshTable).
-type ecTable struct {
+// the size changes or the model moves (refreshModel).
+type ecModel struct {
 	rails []rail.Rail
 	cost  float64
 	last  atomic.Pointer[rail.Plan] // the plan of the last size decided
 }
 
-// tableMoves is how far a rail's rate, or the split's cost, moves from
+// modelMoves is how far a rail's rate, or the split's cost, moves from
 // what auto's decisions were made from before they are made again.
-const tableMoves = 0.05
+const modelMoves = 0.05
 
-// newTable is auto's decisions for rails at the split cost learnt so far
+// newModel is auto's decisions for rails at the split cost learnt so far
 // (e.mu held).
-func (e *EC) newTable(rails []rail.Rail) *ecTable {
-	return &ecTable{rails: rails, cost: max(e.splitCost, 1)}
+func (e *EC) newModel(rails []rail.Rail) *ecModel {
+	return &ecModel{rails: rails, cost: max(e.splitCost, 1)}
 }
 
-// plan is tab's plan for an op of size data bytes: the last one, for the
+// plan is md's plan for an op of size data bytes: the last one, for the
 // same size, or the one the model makes for the objective (the split
 // where it gains enough at the learnt cost, the least on the host within
 // rail.ObjectiveSlack of the fastest for host-cpu), kept as the last.
-func (e *EC) plan(tab *ecTable, size int64) rail.Plan {
-	if p := tab.last.Load(); p != nil && p.Size == size {
+func (e *EC) plan(md *ecModel, size int64) rail.Plan {
+	if p := md.last.Load(); p != nil && p.Size == size {
 		return *p
 	}
-	p := rail.SplitIfGain(tab.rails, size, int64(e.k)*ec.Align, autoMinGain, tab.cost)
+	p := rail.SplitIfGain(md.rails, size, int64(e.k)*ec.Align, autoMinGain, md.cost)
 	if e.obj == rail.HostCPUTime {
-		p = rail.LeastHostCPU(p, tab.rails, size)
+		p = rail.LeastHostCPU(p, md.rails, size)
 	}
-	tab.last.Store(&p)
+	md.last.Store(&p)
 	return p
 }
 
-// refreshTable starts auto's decisions again from the model where it
-// has moved by more than tableMoves since they were made (e.mu held): an
+// refreshModel starts auto's decisions again from the model where it
+// has moved by more than modelMoves since they were made (e.mu held): an
 // op's call pays a lookup, and the decisions follow the rails within a
-// few ops.
-func (e *EC) refreshTable() {
-	old := e.table.Load()
+// few ops. An op that moved nothing allocates nothing here.
+func (e *EC) refreshModel() {
+	old := e.model.Load()
 	if old == nil {
 		return
 	}
-	moved := func(a, b float64) bool { return math.Abs(a/b-1) > tableMoves }
-	rails := make([]rail.Rail, 0, len(old.rails))
+	moved := func(a, b float64) bool { return math.Abs(a/b-1) > modelMoves }
 	stale := moved(max(e.splitCost, 1), old.cost)
 	for _, r := range old.rails {
-		if est := e.est[r.Name]; est != nil {
-			cur := est.Rail()
-			stale = stale || moved(cur.Rate, r.Rate)
-			rails = append(rails, cur)
+		if est := e.est[r.Name]; est != nil && !stale {
+			stale = moved(est.Rail().Rate, r.Rate)
 		}
 	}
-	if stale {
-		e.table.Store(e.newTable(rails))
+	if !stale {
+		return
 	}
+	rails := make([]rail.Rail, 0, len(old.rails))
+	for _, r := range old.rails {
+		if est := e.est[r.Name]; est != nil {
+			rails = append(rails, est.Rail())
+		}
+	}
+	e.model.Store(e.newModel(rails))
 }
 
 // Rails is where the EC codes (RailsHost, RailsDPU or RailsAuto).
@@ -393,14 +397,14 @@ func (e *EC) split(ctx context.Context, w int) (rail.Plan, float64, error) {
 	case RailsHost, RailsDPU:
 		plan = e.onePlan(size)
 	default:
-		tab := e.table.Load()
-		if tab == nil {
+		md := e.model.Load()
+		if md == nil {
 			if _, err := e.Calibrate(ctx, false); err != nil {
 				return plan, 1, err
 			}
-			tab = e.table.Load()
+			md = e.model.Load()
 		}
-		plan, cost = e.plan(tab, size), tab.cost
+		plan, cost = e.plan(md, size), md.cost
 	}
 	return plan, cost, nil
 }
@@ -641,7 +645,7 @@ func (e *EC) run(ctx context.Context, o *ecOp, plan rail.Plan, cost float64) (EC
 		}
 	}
 	if e.rails == RailsAuto {
-		e.refreshTable()
+		e.refreshModel()
 	}
 	return res, nil
 }

@@ -249,18 +249,20 @@ func (m *MultiRail) Plan(size int) rail.Plan { return m.PlanFor(coll.KindAllRedu
 
 // PlanFor is where a collective of kind k and size bytes (Size's) runs.
 func (m *MultiRail) PlanFor(k coll.Kind, size int) rail.Plan {
-	if t := m.TableFor(k); t != nil {
-		if k == coll.KindBarrier { // no bytes: the rail of the least α
-			if p := t.Lookup(1); len(p.Shares) == 1 {
-				p.Size, p.Shares[0].Bytes = 0, 0
-				return p
-			}
-		} else {
-			return t.Lookup(int64(size))
-		}
+	t := m.TableFor(k)
+	switch {
+	case t == nil:
+		return rail.Plan{Size: int64(size), BestOne: rail.DPU,
+			Shares: []rail.Share{{Rail: rail.DPU, Kind: rail.DPUCores, Bytes: int64(size)}}}
+	case k != coll.KindBarrier:
+		return t.Lookup(int64(size))
 	}
-	return rail.Plan{Size: int64(size), BestOne: rail.DPU,
-		Shares: []rail.Share{{Rail: rail.DPU, Kind: rail.DPUCores, Bytes: int64(size)}}}
+	p := t.Lookup(1) // a barrier has no bytes: the rail of the least α
+	p.Size = 0
+	for i := range p.Shares {
+		p.Shares[i].Bytes = 0
+	}
+	return p
 }
 
 // calibrationRounds is how many times Calibrate runs each plan.
