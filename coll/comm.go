@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // Algorithm picks how a collective moves its data.
@@ -87,6 +90,13 @@ type Config struct {
 	// peer layer a rank that takes nothing of it for the peer deadline
 	// fails it sooner, and an abort ends it.
 	SendTimeout time.Duration
+	// Trace, while it records, gets each message this rank sends
+	// (trace.StageSend) and each step's receive from a peer
+	// (trace.StageRecv), under the collective's trace.CollID(TraceComm,
+	// seq): the id every rank's agent gives it. Off (or nil), a message
+	// pays one atomic load.
+	Trace     *trace.Recorder
+	TraceComm uint64
 }
 
 // MaxChunk bounds Config.Chunk (the peer layer's frame).
@@ -115,6 +125,10 @@ type Comm struct {
 	sctx sendCtx // the running collective's sends
 
 	rec *recorder // the flight recorder
+	// The running collective's kind and number (its first, where a
+	// calibration before it took more), for its spans.
+	kind   string
+	runSeq uint32
 
 	sendMu    sync.Mutex // sendErr, closed and brokenWhy (Close and Status may come from anywhere)
 	sendErr   error
@@ -185,9 +199,13 @@ func (c *Comm) send(ctx context.Context, to int, b []byte) {
 	if failed {
 		return
 	}
-	c.sctx.Context, c.sctx.deadline = ctx, time.Now().Add(c.cfg.SendTimeout)
+	now := time.Now()
+	c.sctx.Context, c.sctx.deadline = ctx, now.Add(c.cfg.SendTimeout)
 	err := c.t.Send(&c.sctx, to, c.seq, b)
 	c.sctx.Context = nil
+	if c.cfg.Trace.On() {
+		c.span(trace.StageSend, to, len(b), now, err)
+	}
 	if err == nil {
 		return
 	}
@@ -278,7 +296,7 @@ func (c *Comm) planChunks(sinks []Sink, dst, src []byte, dt DType, op Op, reduce
 // sends that the awaited messages answer: what arrives while it sends
 // finds its sink); filled(k) runs once sinks[k] holds its message. sinks
 // is the communicator's scratch (c.sinks), kept for the next call.
-func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(), filled func(k int)) error {
+func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(), filled func(k int)) (err error) {
 	c.sinks = sinks
 	defer clear(sinks) // hold no caller's buffer past the call
 	c.sendMu.Lock()
@@ -286,6 +304,13 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(
 	c.sendMu.Unlock()
 	if serr != nil {
 		return serr
+	}
+	if c.cfg.Trace.On() {
+		t0, n := time.Now(), 0
+		for _, s := range sinks {
+			n += len(s.Dst)
+		}
+		defer func() { c.span(trace.StageRecv, from, n, t0, err) }()
 	}
 	if dr, ok := c.t.(DirectReceiver); ok {
 		return dr.RecvPlan(ctx, from, sinks, start, func(k int) {
@@ -314,6 +339,16 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(
 		}
 	}
 	return nil
+}
+
+// span records a message's stage with peer rank, from t0 to now.
+func (c *Comm) span(stage string, peer, bytes int, t0 time.Time, err error) {
+	s := trace.Span{ID: trace.CollID(c.cfg.TraceComm, c.runSeq), Name: c.kind, Stage: stage,
+		Start: t0.UnixNano(), Dur: int64(time.Since(t0)), Bytes: int64(bytes), Peer: "rank " + strconv.Itoa(peer)}
+	if err != nil {
+		s.Status = "failed"
+	}
+	c.cfg.Trace.Add(s)
 }
 
 // Received counts the messages this rank has received: a watchdog that
@@ -354,6 +389,7 @@ func (c *Comm) run(ctx context.Context, name string, bytes int, dt DType, f func
 		return err
 	}
 	c.nextSeq()
+	c.kind, c.runSeq = name, c.seq
 	c.rec.start(h, c.seq, c.got.Load())
 	err := f()
 	var re *RankError

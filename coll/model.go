@@ -62,6 +62,9 @@ func (c *Comm) calibrate(ctx context.Context) error {
 		return nil
 	}
 	c.calibrated = true
+	kind := c.kind // its messages' spans are the calibration's
+	c.kind = "calibrate"
+	defer func() { c.kind = kind }()
 	if ok, err := c.loadModel(ctx); err != nil || ok {
 		return err
 	}

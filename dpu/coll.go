@@ -16,6 +16,7 @@ import (
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -37,6 +38,7 @@ const defaultCollStall = time.Minute
 type collService struct {
 	ep     *coll.Endpoint
 	models string // the communicators' measured models, kept per topology (coll.Config.ModelFile)
+	trace  *trace.Recorder
 
 	mu    sync.Mutex
 	comms map[uint64]*collComm
@@ -213,6 +215,7 @@ func (s *collService) Open(_ context.Context, env *Env) error {
 	if env.Shared != nil && env.Shared.Peer != nil {
 		s.ep = coll.NewEndpoint(env.Shared.Peer)
 	}
+	s.trace = env.Dispatcher.Trace()
 	s.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hec_coll_ops_total",
 		Help: "Collectives this agent ran for its hosts, by collective."}, []string{"collective"})
 	s.bytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "hec_coll_bytes_total",
@@ -339,7 +342,7 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 		return
 	}
 	c, err := coll.New(t, coll.Config{Algorithm: alg, Chunk: int(spec.Chunk),
-		ModelFile: s.models, Topology: fmt.Sprintf("agents %v", spec.Nodes)})
+		ModelFile: s.models, Topology: fmt.Sprintf("agents %v", spec.Nodes), Trace: s.trace, TraceComm: spec.Comm})
 	if err != nil {
 		t.Close()
 		failWith(req, resp, wire.StatusBadArg, err)

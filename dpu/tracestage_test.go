@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/trace"
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // TestServicesRecordTheirStages: while the agent records, an EC encode
@@ -93,6 +96,100 @@ func TestServicesRecordTheirStages(t *testing.T) {
 		}
 		if put[trace.StageCommit] != 1 {
 			t.Errorf("%s: put's spans %v, want its commit", target, put)
+		}
+	}
+}
+
+// TestCollectiveMessagesAreTraced: three agents run a host's allreduce
+// of 1 MiB and 12 bytes (two pieces: two collectives) while each records.
+// Each agent's spans of a piece share its id, trace.CollID(comm, seq),
+// with the other ranks' (as hecctl trace joins them across agents): each message sent to a peer (StageSend) and each
+// step's receive from one (StageRecv), within the agent's serve span of
+// the op that ran it; what one agent recorded sending to another is what
+// that one recorded receiving from it, byte for byte.
+func TestCollectiveMessagesAreTraced(t *testing.T) {
+	agents := collAgents(t, 0, 0, 0)
+	var clients []*host.Client
+	for _, a := range agents {
+		clients = append(clients, dialColl(t, a.shm))
+	}
+	const comm = 0x7ace
+	comms := joinAll(t, wire.CollSpec{Comm: comm, Epoch: 1, Algorithm: uint8(coll.Ring), Nodes: []uint32{1, 2, 3}}, clients...)
+	const size = 1<<20 + 12 // floats
+	run := func() {
+		t.Helper()
+		errs := make([]error, len(comms))
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, size)
+				errs[r] = c.AllReduce(context.Background(), buf, buf, coll.Float32, coll.Sum)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	run() // the communicators settle; nothing records
+	marks, ends := make([]trace.Mark, len(agents)), make([]func(), len(agents))
+	for i, a := range agents {
+		rec := a.Dispatcher().Trace()
+		marks[i], ends[i] = rec.Mark(), rec.Begin()
+	}
+	run()
+	sent, got := map[string]int64{}, map[string]int64{}
+	ids := map[string]bool{}
+	for i, a := range agents {
+		ends[i]()
+		spans, _ := a.Dispatcher().Trace().Since(marks[i])
+		var serves []trace.Span
+		for _, s := range spans {
+			if s.Stage == trace.StageServe && s.Name == wire.OpCollRun.String() {
+				serves = append(serves, s)
+			}
+		}
+		n := 0
+		for _, s := range spans {
+			if s.Stage != trace.StageSend && s.Stage != trace.StageRecv {
+				continue
+			}
+			n++
+			ids[s.ID] = true
+			if s.Name != "allreduce" || s.Bytes <= 0 || s.Status != "" {
+				t.Fatalf("agent %d: span %+v: want an allreduce's", i+1, s)
+			}
+			inside := false
+			for _, v := range serves {
+				inside = inside || (s.Start >= v.Start && s.End() <= v.End())
+			}
+			if !inside {
+				t.Errorf("agent %d: %+v outside every serve span of %s (%d)", i+1, s, wire.OpCollRun, len(serves))
+			}
+			if s.Stage == trace.StageSend {
+				sent[fmt.Sprintf("%s: rank %d → %s", s.ID, i, s.Peer)] += s.Bytes
+			} else {
+				got[fmt.Sprintf("%s: %s → rank %d", s.ID, s.Peer, i)] += s.Bytes
+			}
+		}
+		if n == 0 {
+			t.Fatalf("agent %d recorded no message of the allreduce: %+v", i+1, spans)
+		}
+	}
+	// The first allreduce's pieces were #1 and #2.
+	if len(ids) != 2 || !ids[trace.CollID(comm, 3)] || !ids[trace.CollID(comm, 4)] {
+		t.Errorf("the second allreduce's spans are under %v, want its pieces #3 and #4", ids)
+	}
+	if len(sent) != 6 || len(got) != 6 {
+		t.Fatalf("sent %v, received %v: want each of 3 ranks to its successor (ring), in each piece", sent, got)
+	}
+	for k, b := range sent {
+		if got[k] != b {
+			t.Errorf("%s: %d bytes sent, %d received", k, b, got[k])
 		}
 	}
 }

@@ -32,6 +32,7 @@ type chromeArgs struct {
 	Stage  string `json:"stage,omitempty"`
 	Status string `json:"status,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
+	Peer   string `json:"peer,omitempty"`
 }
 
 type chromeFile struct {
@@ -68,9 +69,13 @@ func WriteChrome(w io.Writer, spans []Span) error {
 			laneEnds = append(laneEnds, 0)
 		}
 		laneEnds[lane] = s.End()
-		f.TraceEvents = append(f.TraceEvents, chromeEvent{Name: s.Name + " " + s.Stage, Cat: s.Stage, Ph: "X",
+		name := s.Name + " " + s.Stage
+		if s.Peer != "" {
+			name += " " + s.Peer
+		}
+		f.TraceEvents = append(f.TraceEvents, chromeEvent{Name: name, Cat: s.Stage, Ph: "X",
 			Ts: float64(s.Start-t0) / 1e3, Dur: float64(s.Dur) / 1e3, Pid: pid, Tid: lane + 1,
-			Args: chromeArgs{ID: s.ID, Op: s.Name, Stage: s.Stage, Status: s.Status, Bytes: s.Bytes}})
+			Args: chromeArgs{ID: s.ID, Op: s.Name, Stage: s.Stage, Status: s.Status, Bytes: s.Bytes, Peer: s.Peer}})
 	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(f)
@@ -99,7 +104,7 @@ func ReadChrome(r io.Reader) ([]Span, error) {
 			continue
 		}
 		spans = append(spans, Span{ID: e.Args.ID, Proc: procs[e.Pid], Name: e.Args.Op, Stage: e.Args.Stage,
-			Start: int64(math.Round(e.Ts * 1e3)), Dur: int64(math.Round(e.Dur * 1e3)), Status: e.Args.Status, Bytes: e.Args.Bytes})
+			Start: int64(math.Round(e.Ts * 1e3)), Dur: int64(math.Round(e.Dur * 1e3)), Status: e.Args.Status, Bytes: e.Args.Bytes, Peer: e.Args.Peer})
 	}
 	if f.TraceEvents == nil {
 		return nil, fmt.Errorf("%w: no traceEvents", ErrNotATrace)

@@ -13,6 +13,13 @@ const (
 	StageServe = "serve" // the agent's: its service's work, to the completion
 	StageWait  = "wait"  // a collective's, on one rank: called, not yet started
 	StageRun   = "run"   // a collective's, on one rank: started to its end
+	// A collective's messages on one rank, per peer (Span.Peer):
+	StageSend = "send" // a message handed to the transport until it took it
+	StageRecv = "recv" // the messages of one step, posted until the last arrived
+	// An erasure-coded object's requests to the agents holding its
+	// shards (Span.Peer names the agent):
+	StageCall   = "call"   // the coordinator's: a request sent until its reply
+	StageHandle = "handle" // the holder's: the request served
 	// Stages inside an agent's serve, which services record for the ops
 	// that have them (dpu.Request.Stage):
 	StageCode   = "code"   // EC: one round of the coder's work
@@ -32,6 +39,9 @@ type Span struct {
 	Dur    int64  `json:"dur"`   // nanoseconds
 	Status string `json:"status,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
+	// Peer is the other end of a send, receive or call: "rank 2",
+	// "node 3".
+	Peer string `json:"peer,omitempty"`
 }
 
 // End is when the span ended.

@@ -93,6 +93,7 @@ func TestChromeRoundTrip(t *testing.T) {
 		{ID: OpID(Origin(42, 3), 0x10002), Proc: "host pid 42", Name: "checksum", Stage: StageOp, Start: 1_000_000, Dur: 50_000, Status: "ok", Bytes: 1 << 20},
 		{ID: OpID(Origin(42, 3), 0x20002), Proc: "host pid 42", Name: "checksum", Stage: StageOp, Start: 1_010_000, Dur: 50_000, Status: "ok"},
 		{ID: OpID(Origin(42, 3), 0x10002), Proc: "hecd a", Name: "checksum", Stage: StageServe, Start: 1_005_000, Dur: 30_000, Status: "ok"},
+		{ID: CollID(7, 3), Proc: "hecd a", Name: "allreduce", Stage: StageSend, Start: 1_006_000, Dur: 2_000, Bytes: 4096, Peer: "rank 1"},
 	}
 	var b bytes.Buffer
 	if err := WriteChrome(&b, spans); err != nil {

@@ -317,6 +317,11 @@ var stageColors = map[string]color.RGBA{
 	trace.StageServe: {R: 0x55, G: 0xa8, B: 0x68, A: 0xff},
 	trace.StageWait:  {R: 0xc4, G: 0x4e, B: 0x52, A: 0xff},
 	trace.StageRun:   {R: 0x81, G: 0x72, B: 0xb3, A: 0xff},
+	trace.StageCode:  {R: 0x93, G: 0x78, B: 0x60, A: 0xff},
+	trace.StageCopy:  {R: 0xda, G: 0x8b, B: 0xc3, A: 0xff},
+	trace.StageSend:  {R: 0x8c, G: 0x8c, B: 0x8c, A: 0xff},
+	trace.StageRecv:  {R: 0xcc, G: 0xb9, B: 0x74, A: 0xff},
+	trace.StageCall:  {R: 0x64, G: 0xb5, B: 0xcd, A: 0xff},
 }
 
 // plotSlowest draws the n slowest ops, one row each, their spans as bars
@@ -350,7 +355,7 @@ func plotSlowest(spans []trace.Span, n int, file string) error {
 		}
 		// Stacked a little by stage so that a host's op and the agent's
 		// spans inside it are both seen.
-		y := float64(r) + 0.15*float64(slices.Index(trace.Stages, s.Stage))
+		y := float64(r) + 0.9*float64(slices.Index(trace.Stages, s.Stage)+1)/float64(len(trace.Stages)+1)
 		x0 := float64(s.Start-first[s.ID]) / 1e3
 		l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x0 + float64(s.Dur)/1e3, Y: y}})
 		if err != nil {
