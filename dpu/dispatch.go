@@ -63,9 +63,17 @@ func (r *Request) Stage(stage string, start, end time.Time) {
 	if !r.Tracing() {
 		return
 	}
-	d := r.disp
-	d.trace.Add(trace.Span{ID: trace.OpID(d.sessions.origin(r.Session), r.Tag), Name: wire.Op(r.Op).String(),
+	r.disp.trace.Add(trace.Span{ID: r.TraceID(), Name: wire.Op(r.Op).String(),
 		Stage: stage, Start: start.UnixNano(), Dur: int64(end.Sub(start))})
+}
+
+// TraceID is the op's id in a trace (trace.OpID): the host's spans of it
+// have it too. It allocates: ask only while Tracing.
+func (r *Request) TraceID() string {
+	if r.disp == nil {
+		return ""
+	}
+	return trace.OpID(r.disp.sessions.origin(r.Session), r.Tag)
 }
 
 // SGL returns the spans of the request's scatter-gather list (FlagSGL:

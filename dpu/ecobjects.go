@@ -21,6 +21,7 @@ import (
 	"github.com/hecsys/hec/ec/object"
 	"github.com/hecsys/hec/shared/peer"
 	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -69,6 +70,7 @@ type objects struct {
 	repaired  prometheus.Counter
 	objBytes  *prometheus.CounterVec
 	lastScrub atomic.Pointer[scrubReport]
+	trace     *trace.Recorder // the agent's: what records the ops' peer messages
 }
 
 type putSession struct {
@@ -115,7 +117,10 @@ type scrubReport struct {
 }
 
 // peerTransport carries a coordinator's messages: to this agent's store
-// directly, to the others' over the peer layer.
+// directly, to the others' over the peer layer. A message of a traced op
+// (withTracedOp) is recorded, while the agent records, as a call to its
+// node (trace.StageCall) under the op's id, which goes with it to the
+// peer (peer.CallTraced).
 type peerTransport struct {
 	node  *peer.Node
 	store *object.Store
@@ -123,11 +128,60 @@ type peerTransport struct {
 
 func (t peerTransport) Members() []uint32 { return t.node.Members() }
 
-func (t peerTransport) Call(ctx context.Context, node uint32, req []byte) ([]byte, error) {
+func (t peerTransport) Call(ctx context.Context, node uint32, req []byte) (b []byte, err error) {
+	if op := tracedOpOf(ctx); op != nil {
+		defer op.record(trace.StageCall, node, req, time.Now(), &b, &err)
+		if node != t.node.ID() {
+			return t.node.CallTraced(ctx, node, op.id, req)
+		}
+	}
 	if node == t.node.ID() {
 		return t.store.Serve(ctx, req), nil
 	}
 	return t.node.Call(ctx, node, req)
+}
+
+// tracedOp is the host op that an object's messages to the agents
+// holding its shards belong to, while the agent records: a get's own, a
+// put's begin (a put's writes go on across its data ops).
+type tracedOp struct {
+	id  string
+	rec *trace.Recorder
+}
+
+type tracedOpKey struct{}
+
+// withTracedOp is ctx carrying req's op for the calls made under it,
+// while the agent records (nothing otherwise).
+func withTracedOp(ctx context.Context, req *Request) context.Context {
+	if !req.Tracing() {
+		return ctx
+	}
+	return context.WithValue(ctx, tracedOpKey{}, &tracedOp{id: req.TraceID(), rec: req.disp.trace})
+}
+
+// tracedOpOf is the op ctx carries, nil when none or when the agent no
+// longer records.
+func tracedOpOf(ctx context.Context) *tracedOp {
+	op, _ := ctx.Value(tracedOpKey{}).(*tracedOp)
+	if op == nil || !op.rec.On() {
+		return nil
+	}
+	return op
+}
+
+// record adds the span of a message req to or from node (its kind names
+// it: "shard write"), from t0 to now; reply and err are its outcome.
+func (op *tracedOp) record(stage string, node uint32, req []byte, t0 time.Time, reply *[]byte, err *error) {
+	s := trace.Span{ID: op.id, Name: "shard", Stage: stage, Start: t0.UnixNano(), Dur: int64(time.Since(t0)),
+		Bytes: int64(len(req) + len(*reply)), Peer: "node " + strconv.FormatUint(uint64(node), 10)}
+	if len(req) > 0 {
+		s.Name += " " + object.Kind(req[0]).String()
+	}
+	if *err != nil {
+		s.Status = "failed"
+	}
+	op.rec.Add(s)
 }
 
 // openObjects opens the shard store and, when the peer layer is up, the
@@ -139,7 +193,7 @@ func (s *ecService) openObjects(env *Env) error {
 		node = env.Shared.Peer
 	}
 	o := &objects{node: node, log: env.Log, puts: map[uint64]*putSession{}, readers: map[string]*objReader{},
-		serving: make(chan struct{}, maxPeerServing)}
+		serving: make(chan struct{}, maxPeerServing), trace: env.Dispatcher.Trace()}
 	o.degraded = prometheus.NewGauge(prometheus.GaugeOpts{Name: "hec_ec_objects_degraded",
 		Help: "Objects this agent leads (the lowest id holding a shard) found below full redundancy by its last scrub."})
 	o.repaired = prometheus.NewCounter(prometheus.CounterOpts{Name: "hec_ec_shards_repaired_total",
@@ -187,14 +241,33 @@ var errNoPeers = errors.New("erasure-coded objects live across agents: this agen
 // servePeer answers a peer's request on a goroutine of its own (at most
 // maxPeerServing at once: beyond that the peer's connection waits), so
 // that the connection goes on reading.
+//
+// A request of a traced op (peer.Traced) is recorded, while this agent
+// records too, as handled for that node (trace.StageHandle) under the
+// op's id; a malformed one goes to the store as it is, which refuses it.
 func (o *objects) servePeer(from uint32, h peer.Header, payload []byte) {
+	var op *tracedOp
+	if id, rest, err := peer.Traced(h, payload); err == nil && id != "" {
+		payload = rest
+		if o.trace.On() {
+			op = &tracedOp{id: id, rec: o.trace}
+		}
+	}
 	req := append(object.Buffer(len(payload))[:0], payload...)
 	o.serving <- struct{}{}
 	go func() {
 		defer func() { <-o.serving }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		var t0 time.Time
+		if op != nil {
+			t0 = time.Now()
+		}
 		out := o.store.ServeAppend(ctx, req, object.Buffer(0)[:0])
+		if op != nil {
+			var err error
+			op.record(trace.StageHandle, from, req, t0, &out, &err)
+		}
 		object.Release(req)
 		o.node.Reply(ctx, from, h, out)
 		object.Release(out)
@@ -369,7 +442,7 @@ func (o *objects) servePutBegin(ctx context.Context, req *Request, resp *wire.De
 	}
 	// Placing and preparing go on in the background: Begin itself does
 	// not wait on the network.
-	w, err := o.coord.Create(context.WithoutCancel(ctx), string(name), int64(req.Arg0), k, m)
+	w, err := o.coord.Create(context.WithoutCancel(withTracedOp(ctx, req)), string(name), int64(req.Arg0), k, m)
 	if err != nil {
 		resp.Status = objectStatus(err)
 		return
@@ -452,7 +525,7 @@ func (o *objects) jsonOp(answer func(ctx context.Context, arg string) (any, erro
 			resp.Status = wire.StatusBadArg
 			return
 		}
-		v, err := answer(ctx, string(arg))
+		v, err := answer(withTracedOp(ctx, req), string(arg))
 		if err != nil {
 			fail(req, resp, err)
 			return
@@ -479,7 +552,7 @@ func (o *objects) serveDelete(ctx context.Context, req *Request, resp *wire.Desc
 		resp.Status = wire.StatusBadArg
 		return
 	}
-	if err := o.coord.Delete(ctx, string(name)); err != nil {
+	if err := o.coord.Delete(withTracedOp(ctx, req), string(name)); err != nil {
 		fail(req, resp, err)
 	}
 }
@@ -514,7 +587,10 @@ type stripeRead struct {
 	err  error
 }
 
-func (r *objReader) stripe(s int) *stripeRead {
+// stripe is stripe s, read now unless under way; the next one is read
+// ahead. ctx's traced op (withTracedOp), if any, is what reads them.
+func (r *objReader) stripe(ctx context.Context, s int) *stripeRead {
+	op, _ := ctx.Value(tracedOpKey{}).(*tracedOp)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	get := func(s int) *stripeRead {
@@ -526,6 +602,9 @@ func (r *objReader) stripe(s int) *stripeRead {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			if op != nil {
+				ctx = context.WithValue(ctx, tracedOpKey{}, op)
+			}
 			sr.data, sr.err = r.r.Stripe(ctx, s)
 			close(sr.done)
 		}()
@@ -581,6 +660,7 @@ func (o *objects) serveGet(ctx context.Context, req *Request, resp *wire.Desc) {
 		fail(req, resp, errNoPeers)
 		return
 	}
+	ctx = withTracedOp(ctx, req)
 	if req.NSpan != 3 {
 		resp.Status = wire.StatusBadArg
 		return
@@ -615,7 +695,7 @@ func (o *objects) serveGet(ctx context.Context, req *Request, resp *wire.Desc) {
 	n := 0
 	for n < int(room.Len) && off < r.h.Size {
 		s := int(off / r.h.StripeBytes())
-		sr := r.stripe(s)
+		sr := r.stripe(ctx, s)
 		select {
 		case <-sr.done:
 		case <-ctx.Done():

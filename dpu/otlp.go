@@ -224,6 +224,9 @@ func exportSpan(tracer oteltrace.Tracer, sp trace.Span) {
 		oteltrace.WithTimestamp(time.Unix(0, sp.Start)),
 		oteltrace.WithAttributes(attribute.String("hec.op.id", sp.ID), attribute.String("hec.op", sp.Name),
 			attribute.String("hec.stage", sp.Stage), attribute.Int64("hec.bytes", sp.Bytes)))
+	if sp.Peer != "" { // a message's other end: "rank 2", "node 3"
+		span.SetAttributes(attribute.String("hec.peer", sp.Peer))
+	}
 	if sp.Status != "" {
 		span.SetAttributes(attribute.String("hec.status", sp.Status))
 		if sp.Status != "ok" {

@@ -1,6 +1,7 @@
 package dpu
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -192,4 +193,95 @@ func TestCollectiveMessagesAreTraced(t *testing.T) {
 			t.Errorf("%s: %d bytes sent, %d received", k, b, got[k])
 		}
 	}
+}
+
+// TestObjectMessagesAreTraced: an erasure-coded object put and read back
+// through one of three agents while all three record. The agent the host
+// asked records each request to an agent holding a shard (StageCall, its
+// kind and node named) under the host's op id — a put's begin, a get's —
+// and each holder records handling it (StageHandle) under the same id,
+// within the call's time (the agents share this machine's clock): the id
+// went with the request in its peer frame.
+func TestObjectMessagesAreTraced(t *testing.T) {
+	agents := collAgents(t, 64<<20, 0, 0)
+	c := dialColl(t, agents[0].shm)
+	e, err := c.EC(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	marks, ends := make([]trace.Mark, len(agents)), make([]func(), len(agents))
+	for i, a := range agents {
+		rec := a.Dispatcher().Trace()
+		marks[i], ends[i] = rec.Mark(), rec.Begin()
+	}
+	if _, err := e.Put(ctx, "traced/one", data); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := e.Get(ctx, "traced/one")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("get: %v (%d bytes)", err, len(got))
+	}
+	calls := map[string][]trace.Span{}   // by id
+	ops := map[string]string{}           // id → the host op's name, from the asked agent's serve spans
+	handled := map[string][]trace.Span{} // by id, on the holders
+	for i, a := range agents {
+		ends[i]()
+		spans, _ := a.Dispatcher().Trace().Since(marks[i])
+		for _, s := range spans {
+			switch {
+			case i == 0 && s.Stage == trace.StageServe:
+				ops[s.ID] = s.Name
+			case i == 0 && s.Stage == trace.StageCall:
+				calls[s.ID] = append(calls[s.ID], s)
+			case i > 0 && s.Stage == trace.StageHandle:
+				if want := "node 1"; s.Peer != want {
+					t.Errorf("agent %d handled %+v: want it from %s", i+1, s, want)
+				}
+				handled[s.ID] = append(handled[s.ID], s)
+			case s.Stage == trace.StageCall || s.Stage == trace.StageHandle:
+				t.Errorf("agent %d: %+v", i+1, s)
+			}
+		}
+	}
+	kinds := map[string]map[string]int{} // host op → shard request kinds called
+	for id, cs := range calls {
+		op, ok := ops[id]
+		if !ok {
+			t.Fatalf("calls under %q, which no op the agent served has", id)
+		}
+		if kinds[op] == nil {
+			kinds[op] = map[string]int{}
+		}
+		for _, s := range cs {
+			kinds[op][s.Name]++
+		}
+		// Each holder's handling lies within one of the calls to it.
+		for _, h := range handled[id] {
+			in := false
+			for _, s := range cs {
+				in = in || (s.Name == h.Name && s.Start <= h.Start && h.End() <= s.End())
+			}
+			if !in {
+				t.Errorf("%q: %+v within no call of it", id, h)
+			}
+		}
+	}
+	for id := range handled {
+		if calls[id] == nil {
+			t.Errorf("a holder handled requests under %q, which no call has", id)
+		}
+	}
+	put, get := kinds[wire.OpECPutBegin.String()], kinds[wire.OpECGet.String()]
+	if put["shard write"] < 4 || put["shard seal"] < 2 || put["shard commit"] < 2 || get["shard read"] < 2 {
+		t.Fatalf("shard requests by host op: %v: want a put's writes, seals and commits under its begin, a get's reads under it", kinds)
+	}
+	if len(handled) == 0 {
+		t.Fatal("no holder recorded handling a request")
+	}
+	t.Logf("shard requests by host op: %v; handled under %d ids", kinds, len(handled))
 }

@@ -25,7 +25,9 @@
 //
 // Call sends a request (TypeRequest) and waits for its Reply: the
 // request-and-answer of services built on the layer (erasure-coded
-// objects).
+// objects). CallTraced sends with it the id of the traced op it belongs
+// to (FlagTraced: the payload starts with the id's length and the id),
+// which the peer's handler reads with Traced to record its work under it.
 //
 // # Liveness and epochs
 //

@@ -720,11 +720,48 @@ func (n *Node) Ping(ctx context.Context, to uint32) (time.Duration, error) {
 // TypeRequest handler answers with Reply. A peer declared dead, or ctx,
 // ends the wait.
 func (n *Node) Call(ctx context.Context, to uint32, payload []byte) ([]byte, error) {
+	return n.request(ctx, to, 0, payload)
+}
+
+// CallTraced is Call of a request that belongs to the traced op id (at
+// most MaxTraceID bytes): the peer's handler reads the id with Traced and
+// may record its work under it. A request that would pass MaxPayload with
+// the id goes without it.
+func (n *Node) CallTraced(ctx context.Context, to uint32, id string, payload []byte) ([]byte, error) {
+	if id == "" || len(id) > MaxTraceID || 1+len(id)+len(payload) > MaxPayload {
+		return n.request(ctx, to, 0, payload)
+	}
+	b := make([]byte, 0, 1+len(id)+len(payload))
+	b = append(append(append(b, byte(len(id))), id...), payload...)
+	return n.request(ctx, to, FlagTraced, b)
+}
+
+// FlagTraced, in a request's Flags, says that its payload starts with the
+// id of the traced op it belongs to: its length (a byte), then the id.
+const FlagTraced = 4
+
+// MaxTraceID bounds a traced request's id.
+const MaxTraceID = 255
+
+// Traced splits a request's payload into the id of the traced op it
+// belongs to ("" when it carries none) and the request.
+func Traced(h Header, payload []byte) (id string, req []byte, err error) {
+	if h.Flags&FlagTraced == 0 {
+		return "", payload, nil
+	}
+	if len(payload) < 1 || len(payload) < 1+int(payload[0]) {
+		return "", nil, fmt.Errorf("%w: a traced request of %d bytes", ErrFrame, len(payload))
+	}
+	n := int(payload[0])
+	return string(payload[1 : 1+n]), payload[1+n:], nil
+}
+
+func (n *Node) request(ctx context.Context, to uint32, flags uint32, payload []byte) ([]byte, error) {
 	comm := n.NewComm()
 	ch := n.waiter(comm)
 	done := n.Expect(to)
 	defer done()
-	if err := n.Send(ctx, to, Header{Type: TypeRequest, Comm: comm}, payload); err != nil {
+	if err := n.Send(ctx, to, Header{Type: TypeRequest, Comm: comm, Flags: flags}, payload); err != nil {
 		n.dropWaiter(comm)
 		return nil, err
 	}

@@ -700,6 +700,54 @@ func TestCallReply(t *testing.T) {
 	}
 }
 
+// TestCallTraced: a traced request reaches the handler with its op's id
+// (Traced), an untraced one without; the request's bytes are the same
+// either way, and one too large for the id goes without it.
+func TestCallTraced(t *testing.T) {
+	nodes := cluster(t, 2, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nodes[1].Handle(TypeRequest, func(from uint32, h Header, payload []byte) {
+		id, req, err := Traced(h, payload)
+		b := []byte(fmt.Sprintf("%q %d %v", id, len(req), err))
+		go nodes[1].Reply(context.Background(), from, h, b)
+	})
+	long := strings.Repeat("i", MaxTraceID+1)
+	for _, c := range []struct {
+		id   string
+		size int
+		want string
+	}{
+		{"pid 7 qp 0 tag 1f", 100, `"pid 7 qp 0 tag 1f" 100 <nil>`},
+		{"", 100, `"" 100 <nil>`},
+		{"x", 0, `"x" 0 <nil>`},
+		{long, 10, `"" 10 <nil>`},                                     // too long an id: none
+		{"pid 7", MaxPayload, fmt.Sprintf(`"" %d <nil>`, MaxPayload)}, // no room for it
+	} {
+		b, err := nodes[0].CallTraced(ctx, 2, c.id, make([]byte, c.size))
+		if err != nil || string(b) != c.want {
+			t.Errorf("CallTraced(%.20q, %d bytes): %s, %v; want %s", c.id, c.size, b, err, c.want)
+		}
+	}
+}
+
+// FuzzTraced: whatever a traced request's payload, Traced returns an id
+// and a request within it, or an error.
+func FuzzTraced(f *testing.F) {
+	f.Add([]byte{3, 'a', 'b', 'c', 1, 2})
+	f.Add([]byte{})
+	f.Add([]byte{200, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, req, err := Traced(Header{Type: TypeRequest, Flags: FlagTraced}, b)
+		if err != nil {
+			return
+		}
+		if 1+len(id)+len(req) != len(b) || len(id) > MaxTraceID {
+			t.Fatalf("%d bytes: id of %d, request of %d", len(b), len(id), len(req))
+		}
+	})
+}
+
 // TestSendToStalledReader: a frame's send fails once the peer has taken
 // none of its bytes for the node's deadline, and the peer is declared
 // dead — a peer stopped (SIGSTOP)
