@@ -42,6 +42,12 @@ type collService struct {
 
 	mu    sync.Mutex
 	comms map[uint64]*collComm
+	// dropping are the communicators whose host went away, being closed
+	// (sessionEnded): until one is, its id cannot be joined again (its
+	// transport holds the id), and a join of it is answered StatusBusy,
+	// which the host library tries again.
+	dropping map[uint64]bool
+	dropHook atomic.Pointer[func(id uint64)] // tests: runs before a drop closes the communicator
 
 	stall    time.Duration // defaultCollStall; tests shorten it
 	runs     *prometheus.CounterVec
@@ -203,7 +209,7 @@ func (c *collComm) buffers(mem ring.Accessor, sendSp, recvSp wire.Span) (send, r
 }
 
 func newCollService() *collService {
-	return &collService{comms: map[uint64]*collComm{}, stall: defaultCollStall}
+	return &collService{comms: map[uint64]*collComm{}, dropping: map[uint64]bool{}, stall: defaultCollStall}
 }
 
 func (s *collService) Name() string { return "coll" }
@@ -326,6 +332,11 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 	// the old one is dropped first, so that the peer layer takes the id
 	// and epoch again.
 	s.mu.Lock()
+	if s.dropping[spec.Comm] {
+		s.mu.Unlock()
+		failWith(req, resp, wire.StatusBusy, fmt.Errorf("communicator %#x: its earlier host went away and it is being dropped: join again", spec.Comm))
+		return
+	}
 	if old := s.comms[spec.Comm]; old != nil {
 		delete(s.comms, spec.Comm)
 		s.joined.Store(int64(len(s.comms)))
@@ -371,16 +382,17 @@ func (s *collService) serveJoin(_ context.Context, req *Request, resp *wire.Desc
 // leaving them. It runs on the poller: the closing goes on elsewhere.
 func (s *collService) sessionEnded(x Session) {
 	s.mu.Lock()
-	var gone []*collComm
+	gone := map[uint64]*collComm{}
 	for id, c := range s.comms {
 		if c.owner == x {
-			gone = append(gone, c)
+			gone[id] = c
 			delete(s.comms, id)
+			s.dropping[id] = true
 		}
 	}
 	s.joined.Store(int64(len(s.comms)))
 	s.mu.Unlock()
-	for _, c := range gone {
+	for id, c := range gone {
 		s.dropped.Inc()
 		// The other ranks are told now where collectives are in flight
 		// (here, or in the other ranks' messages waiting here): they wait
@@ -389,11 +401,19 @@ func (s *collService) sessionEnded(x Session) {
 		// reached, while a job restarted with the same id and epoch (whose
 		// numbers start again) can join it anew.
 		why := fmt.Sprintf("rank %d's host went away (it died or closed its connection without leaving)", c.c.Rank())
+		drop := c.forget
 		if c.turns.active() || c.t.Pending() {
-			go c.close(why)
-		} else {
-			go c.forget(why)
+			drop = c.close
 		}
+		go func() {
+			if h := s.dropHook.Load(); h != nil {
+				(*h)(id)
+			}
+			drop(why)
+			s.mu.Lock()
+			delete(s.dropping, id)
+			s.mu.Unlock()
+		}()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -539,4 +540,40 @@ func TestCollIdleHostGone(t *testing.T) {
 	clients = []*host.Client{dialColl(t, agents[0].shm), dialColl(t, agents[1].shm)}
 	comms = joinAll(t, spec, clients...)
 	runCases(t, comms, []*collCase{newCollCase(coll.KindAllReduce, coll.Int32, coll.Sum, 0, 2, 10, 1)}, 1)
+}
+
+// TestCollRejoinWhileDropped: a job restarted at once joins its
+// communicator's id while the agents are still dropping the one its
+// earlier processes left behind (they went away without leaving). The
+// join waits for the drop and succeeds, and the new communicator runs.
+// (The join used to fail with "joined twice" when it came between the
+// agent forgetting the old one and closing it: TestCollFailureGivesBack
+// failed so 2 times in 30.)
+func TestCollRejoinWhileDropped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two agents")
+	}
+	agents := collAgents(t, 16<<20, 16<<20)
+	spec := wire.CollSpec{Comm: 0x4e70, Epoch: 1, Nodes: []uint32{1, 2}}
+	clients := []*host.Client{dialColl(t, agents[0].shm), dialColl(t, agents[1].shm)}
+	comms := joinAll(t, spec, clients...)
+	runCases(t, comms, []*collCase{newCollCase(coll.KindAllReduce, coll.Int32, coll.Sum, 0, 2, 10, 1)}, 1)
+	release := make(chan struct{})
+	var held atomic.Int32
+	hold := func(uint64) { held.Add(1); <-release }
+	for _, a := range agents {
+		collOf(a.Agent).dropHook.Store(&hold)
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+	testutil.WaitFor(t, 10*time.Second, "both agents holding their drops", func() bool { return held.Load() == 2 })
+	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	t0 := time.Now()
+	fresh := []*host.Client{dialColl(t, agents[0].shm), dialColl(t, agents[1].shm)}
+	again := joinAll(t, spec, fresh...)
+	if d := time.Since(t0); d < 250*time.Millisecond {
+		t.Errorf("joined in %v, while the drops were held for 300 ms", d)
+	}
+	runCases(t, again, []*collCase{newCollCase(coll.KindAllReduce, coll.Float32, coll.Sum, 0, 2, 1000, 2)}, 1)
 }

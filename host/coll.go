@@ -67,7 +67,21 @@ func (c *Client) JoinColl(ctx context.Context, spec wire.CollSpec) (*DPUComm, er
 		return nil, fmt.Errorf("host: coll join: pieces of %d bytes (want a multiple of %d up to %d)", spec.Piece, wire.CollPieceUnit, wire.MaxCollPiece)
 	}
 	room := make([]byte, 512)
-	r, err := c.Do(ctx, Request{Op: wire.OpCollJoin, In: [][]byte{spec.Marshal()}, Out: [][]byte{room}})
+	var r Result
+	var err error
+	// Busy: the agent is still dropping this id's communicator of an
+	// earlier host that went away (a job restarted at once).
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		r, err = c.Do(ctx, Request{Op: wire.OpCollJoin, In: [][]byte{spec.Marshal()}, Out: [][]byte{room}})
+		if !errors.Is(err, wire.StatusBusy) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, collErr("join", r, err)
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return nil, collErr("join", r, err)
 	}
