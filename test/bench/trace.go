@@ -3,21 +3,31 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/ec"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/trace"
+	"github.com/hecsys/hec/shared/wire"
 )
 
 // The trace scenario (issue: see where an op's time goes): what recording
 // costs the ops it records. A 1 MiB 10+4 EC encode and a 1 MiB checksum
-// through the agent, timed with nothing recording and with both the
-// agent (GET /v1/trace) and this host process (host.WithTrace) recording,
-// the two phases alternating; each recorded phase's spans are counted
-// against the ops it timed, so a phase the agent did not record does not
-// pass for one that did. Off, an op pays one atomic load on each side.
+// through the agent, and a 1 MiB allreduce among two agents peered on
+// loopback (each rank a host client of its agent, the agents' messages
+// recorded too), timed with nothing recording and with the agents (GET
+// /v1/trace) and this host process (host.WithTrace) recording, the two
+// phases alternating; each recorded phase's spans are counted against
+// the ops it timed, so a phase the agents did not record does not pass
+// for one that did. Off, an op pays one atomic load on each side (and a
+// collective's message one more).
 func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 	const s = "trace"
 	dir, hecd, err := scratchHecd("trace")
@@ -25,6 +35,19 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	rounds, phase := 16, 150*time.Millisecond
+	if quick {
+		rounds, phase = 3, 100*time.Millisecond
+	}
+	if err := traceHandoff(ctx, rep, s, dir, hecd, rounds, phase); err != nil {
+		return err
+	}
+	return traceAllReduce(ctx, rep, s, dir, hecd, rounds, phase)
+}
+
+// traceHandoff measures the cost of recording a 1 MiB EC encode and a 1
+// MiB checksum through one agent.
+func traceHandoff(ctx context.Context, rep *Report, s, dir, hecd string, rounds int, phase time.Duration) error {
 	c0, stop, err := ecAgent(ctx, hecd, dir, "trace")
 	if err != nil {
 		return err
@@ -54,62 +77,22 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		return err
 	}
 	defer c.Free(sum)
-	ops := []struct {
-		name string
-		run  func() error
-	}{
-		{"1 MiB EC encode 10+4", func() error { _, err := e.Encode(ctx, stripe); return err }},
-		{"1 MiB checksum", func() error { _, err := c.Checksum(ctx, sum); return err }},
+	served := func(spans []trace.Span) int {
+		n := 0
+		for _, sp := range spans {
+			if sp.Stage == trace.StageServe {
+				n++
+			}
+		}
+		return n
 	}
-	rounds, phase := 8, 250*time.Millisecond
-	if quick {
-		rounds, phase = 3, 100*time.Millisecond
-	}
-	for _, op := range ops {
-		var ratios []float64
-		var spans []trace.Span // the recorded phases', host and agent
-		for r := range rounds {
-			progress(s, "%s: round %d of %d", op.name, r+1, rounds)
-			off, err := timeRuns(phase, op.run)
-			if err != nil {
-				return fmt.Errorf("%s: %w", op.name, err)
-			}
-			// On: the agent records for longer than the phase, which
-			// begins once its request is surely in.
-			type recorded struct {
-				trace.Reply
-				err error
-			}
-			got := make(chan recorded, 1)
-			go func() {
-				r, err := mgmt.Trace(ctx, phase+200*time.Millisecond)
-				got <- recorded{r, err}
-			}()
-			time.Sleep(50 * time.Millisecond)
-			mark := rec.Mark()
-			end := rec.Begin()
-			on, err := timeRuns(phase, op.run)
-			end()
-			if err != nil {
-				return fmt.Errorf("%s: %w", op.name, err)
-			}
-			reply := <-got
-			if reply.err != nil {
-				return fmt.Errorf("%s: recording the agent: %w", op.name, reply.err)
-			}
-			n := len(on) // timed; the agent saw one more, timeRuns' warm-up
-			served := 0
-			for _, sp := range reply.Spans {
-				if sp.Stage == trace.StageServe {
-					served++
-				}
-			}
-			if served < n {
-				return fmt.Errorf("%s: the agent recorded %d ops of the %d timed while it recorded", op.name, served, n)
-			}
-			ratios = append(ratios, median(on).Seconds()/median(off).Seconds())
-			hostSpans, _ := rec.Since(mark)
-			spans = append(append(spans, hostSpans...), reply.Spans...)
+	for _, op := range []tracedOp{
+		{"1 MiB EC encode 10+4", func() error { _, err := e.Encode(ctx, stripe); return err }, served},
+		{"1 MiB checksum", func() error { _, err := c.Checksum(ctx, sum); return err }, served},
+	} {
+		ratios, spans, err := recordedRatios(ctx, s, op, []*host.Mgmt{mgmt}, rec, rounds, phase)
+		if err != nil {
+			return err
 		}
 		// Where an op's time went, as hecctl trace summary says it.
 		for _, row := range trace.Summarize(spans) {
@@ -120,5 +103,187 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 		}
 		rep.atMostN(s, op.name+" through the agent: recorded (host and agent) / not recorded, medians per phase", ratios, 1.03, "×")
 	}
+	return nil
+}
+
+// tracedOp is an op the scenario times with and without recording:
+// recorded counts the ops of a phase in the agents' spans of it.
+type tracedOp struct {
+	name     string
+	run      func() error
+	recorded func(agents []trace.Span) int
+}
+
+// recordedRatios times op in phases of nothing recording and of the
+// agents (mgmts) and rec recording, rounds times: not, recorded, not —
+// the recorded phase against the mean of the two around it, so that the
+// machine's speed drifting through a round weighs on both sides alike
+// (one phase of each, in turns, put 0.63-1.52 between the medians of
+// an EC encode's rounds). It returns each round's ratio of medians
+// (recorded / not) and the
+// recorded phases' spans, the host's and the agents'. A recorded phase
+// whose agents recorded fewer ops than it timed fails it.
+func recordedRatios(ctx context.Context, s string, op tracedOp, mgmts []*host.Mgmt, rec *trace.Recorder, rounds int, phase time.Duration) (
+	ratios []float64, spans []trace.Span, err error) {
+	for r := range rounds {
+		progress(s, "%s: round %d of %d", op.name, r+1, rounds)
+		before, err := timeRuns(phase, op.run)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", op.name, err)
+		}
+		// On: the agents record for longer than the phase, which begins
+		// once their requests are surely in.
+		replies := make([]trace.Reply, len(mgmts))
+		errs := make([]error, len(mgmts))
+		var wg sync.WaitGroup
+		for i, m := range mgmts {
+			wg.Add(1)
+			go func() { defer wg.Done(); replies[i], errs[i] = m.Trace(ctx, phase+200*time.Millisecond) }()
+		}
+		time.Sleep(50 * time.Millisecond)
+		mark := rec.Mark()
+		end := rec.Begin()
+		on, err := timeRuns(phase, op.run)
+		end()
+		wg.Wait()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", op.name, err)
+		}
+		after, err := timeRuns(phase, op.run)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", op.name, err)
+		}
+		var agents []trace.Span
+		for i, err := range errs {
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: recording agent %d: %w", op.name, i+1, err)
+			}
+			agents = append(agents, replies[i].Spans...)
+		}
+		// Timed: len(on); the agents saw one more, timeRuns' warm-up.
+		if got := op.recorded(agents); got < len(on) {
+			return nil, nil, fmt.Errorf("%s: the agents recorded %d ops of the %d timed while they recorded", op.name, got, len(on))
+		}
+		ratios = append(ratios, 2*median(on).Seconds()/(median(before)+median(after)).Seconds())
+		hostSpans, _ := rec.Since(mark)
+		spans = append(append(spans, hostSpans...), agents...)
+	}
+	return ratios, spans, nil
+}
+
+// traceAllReduce measures the cost of recording a 1 MiB allreduce among
+// two agents peered on loopback: this process is both ranks' host, each
+// a client of its agent, handing over a buffer of its window.
+func traceAllReduce(ctx context.Context, rep *Report, s, dir, hecd string, rounds int, phase time.Duration) error {
+	const n, size, comm = 2, 1 << 20, 0x7ace
+	key := filepath.Join(dir, "cluster.key")
+	if err := os.WriteFile(key, []byte("the trace scenario's cluster key"), 0o600); err != nil {
+		return err
+	}
+	var ls []net.Listener
+	for range 2 * n { // the agents' peer layer, then their management API
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	var peers []string
+	for i := range n {
+		peers = append(peers, fmt.Sprintf("%d@%s", i+1, ls[i].Addr()))
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	rec := trace.NewRecorder(0)
+	mgmts := make([]*host.Mgmt, n)
+	clients := make([]*host.Client, n)
+	bufs := make([][]byte, n)
+	for i := range n {
+		shm := shmPath(fmt.Sprintf("trace-coll-%d", i))
+		cmd := exec.Command(hecd, "--shm", shm, "--region-size", strconv.Itoa(64<<20), "--queue-pairs", "2",
+			"--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", ls[n+i].Addr().String(),
+			"--state-dir", filepath.Join(dir, fmt.Sprint("coll-agent", i)), "--peer", ls[i].Addr().String(),
+			"--peers", peers[0]+","+peers[1], "--node-id", strconv.Itoa(i+1),
+			"--cluster-key-file", key, "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }()
+		mgmts[i] = host.NewMgmt(ls[n+i].Addr().String())
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if st, err := mgmts[i].Status(ctx); err == nil && len(st.Rails) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("agent %d did not calibrate within 20 s", i+1)
+			}
+		}
+		c, err := host.Dial(ctx, "shm://"+shm, host.WithTrace(rec))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if bufs[i], err = c.Alloc(size); err != nil {
+			return err
+		}
+		defer c.Free(bufs[i])
+		clients[i] = c
+	}
+	// Both ranks at once: joining, and each allreduce.
+	comms := make([]*host.DPUComm, n)
+	onBoth := func(f func(i int) error) error {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = f(i) }()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				return fmt.Errorf("rank %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	spec := wire.CollSpec{Comm: comm, Epoch: 1, Nodes: []uint32{1, 2}}
+	if err := onBoth(func(i int) (err error) { comms[i], err = clients[i].JoinColl(ctx, spec); return err }); err != nil {
+		return err
+	}
+	defer onBoth(func(i int) error { return comms[i].Leave(context.WithoutCancel(ctx)) })
+	allreduce := func() error {
+		return onBoth(func(i int) error { return comms[i].AllReduce(ctx, bufs[i], bufs[i], coll.Float32, coll.Sum) })
+	}
+	// The agents' recorded collectives: the ids of the messages they sent.
+	collectives := func(spans []trace.Span) int {
+		ids := map[string]bool{}
+		for _, sp := range spans {
+			if sp.Stage == trace.StageSend {
+				ids[sp.ID] = true
+			}
+		}
+		return len(ids)
+	}
+	// Settle (the communicators calibrate their model at the first).
+	for range 20 {
+		if err := allreduce(); err != nil {
+			return err
+		}
+	}
+	op := tracedOp{"1 MiB allreduce among 2 agents", allreduce, collectives}
+	ratios, spans, err := recordedRatios(ctx, s, op, mgmts, rec, rounds, phase)
+	if err != nil {
+		return err
+	}
+	for _, row := range trace.Summarize(spans) {
+		switch row.Stage {
+		case trace.StageOp, trace.StageServe, trace.StageSend, trace.StageRecv:
+			rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
+		}
+	}
+	rep.atMostN(s, op.name+": recorded (host and agents) / not recorded, medians per phase", ratios, 1.03, "×")
 	return nil
 }
