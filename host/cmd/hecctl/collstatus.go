@@ -47,7 +47,7 @@ others run it are named silent in it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&clusterName, "cluster", "", "every agent of the test cluster NAME (--cluster alone: hec)")
+	f.StringVar(&clusterName, "cluster", "", "every agent of the test cluster NAME (--cluster=NAME; --cluster alone: hec)")
 	f.Lookup("cluster").NoOptDefVal = "hec"
 	f.StringVar(&clusterState, "cluster-state", "", "the cluster's state directory (default /run/hec/cluster-NAME)")
 	f.IntVar(&recent, "recent", 0, "also list each rank's last N collectives")
@@ -65,7 +65,7 @@ type agentTarget struct {
 
 func (a *app) agentTargets(addrs []string, name, state string) ([]agentTarget, error) {
 	if len(addrs) > 0 && name != "" {
-		return nil, usageError{fmt.Errorf("management addresses and --cluster: give one or the other")}
+		return nil, usageError{fmt.Errorf("management addresses %v and --cluster %s: give one or the other (a cluster's name goes after =: --cluster=NAME)", addrs, name)}
 	}
 	if len(addrs) > 0 {
 		var out []agentTarget

@@ -127,7 +127,7 @@ every node's version before and after says which.`,
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "verify the bundle on the agent without installing it")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the commit or the rollback (of each agent, with --cluster)")
-	cmd.Flags().StringVar(&clusterName, "cluster", "", "a rolling update of the test cluster NAME's agents (--cluster alone: hec)")
+	cmd.Flags().StringVar(&clusterName, "cluster", "", "a rolling update of the test cluster NAME's agents (--cluster=NAME; --cluster alone: hec)")
 	cmd.Flags().Lookup("cluster").NoOptDefVal = "hec"
 	cmd.Flags().StringVar(&clusterState, "cluster-state", "", "the cluster's state directory (default /run/hec/cluster-NAME)")
 	cmd.Flags().IntVar(&maxUnavailable, "max-unavailable", 1, "agents restarting at once in a rolling update")

@@ -72,7 +72,7 @@ chrome://tracing open it, one track per process. The summary of
 	f.StringVar(&out, "out", "trace.json", "the trace file to write (Chrome trace-event JSON)")
 	f.BoolVar(&hosts, "hosts", true, "also record the host processes started with HEC_TRACE=1")
 	f.StringVar(&hostDir, "host-dir", host.TraceDir(), "where traced host processes listen ($HEC_TRACE_DIR)")
-	f.StringVar(&clusterName, "cluster", "", "every agent of the test cluster NAME (--cluster alone: hec)")
+	f.StringVar(&clusterName, "cluster", "", "every agent of the test cluster NAME (--cluster=NAME; --cluster alone: hec)")
 	f.Lookup("cluster").NoOptDefVal = "hec"
 	f.StringVar(&clusterState, "cluster-state", "", "the cluster's state directory (default /run/hec/cluster-NAME)")
 	return uses(cmd, useMgmt|useOutput)
