@@ -307,8 +307,10 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(
 	}
 	if c.cfg.Trace.On() {
 		t0, n := time.Now(), 0
-		for _, s := range sinks {
-			n += len(s.Dst)
+		st := &sinkTrace{rec: c.cfg.Trace, id: trace.CollID(c.cfg.TraceComm, c.runSeq), name: c.kind, peer: "rank " + strconv.Itoa(from)}
+		for i := range sinks {
+			n += len(sinks[i].Dst)
+			sinks[i].trace = st
 		}
 		defer func() { c.span(trace.StageRecv, from, n, t0, err) }()
 	}

@@ -60,7 +60,7 @@ func TestMessagesAreTraced(t *testing.T) {
 	run()
 	// sent[a][b]: what rank a recorded sending to b; got[b][a]: what b
 	// recorded receiving from a.
-	sent, got := map[string]int64{}, map[string]int64{}
+	sent, got, reduced := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	kinds := map[string]bool{}
 	for r, rec := range recs {
 		ends[r]()
@@ -80,12 +80,26 @@ func TestMessagesAreTraced(t *testing.T) {
 				sent[fmt.Sprintf("%s %d → %s", s.Name, r, s.Peer)] += s.Bytes
 			case trace.StageRecv:
 				got[fmt.Sprintf("%s %s → %d", s.Name, s.Peer, r)] += s.Bytes
+			case trace.StageReduce:
+				reduced[fmt.Sprintf("%s %s → %d", s.Name, s.Peer, r)] += s.Bytes
 			default:
 				t.Fatalf("rank %d: stage %q", r, s.Stage)
 			}
 		}
 	}
-	for _, k := range []string{"calibrate send", "calibrate recv", "allreduce send", "allreduce recv", "broadcast send", "broadcast recv"} {
+	// An allreduce reduces what it receives in its first half (a ring's
+	// reduce-scatter: (n-1)/n of the buffer from its predecessor); a
+	// broadcast reduces nothing.
+	if kinds["broadcast reduce"] {
+		t.Error("a broadcast recorded reductions")
+	}
+	for r := range n {
+		k := fmt.Sprintf("allreduce rank %d → %d", (r+n-1)%n, r)
+		if rd, g := reduced[k], got[k]; rd <= 0 || rd >= g {
+			t.Errorf("%s: %d bytes reduced of %d received", k, rd, g)
+		}
+	}
+	for _, k := range []string{"calibrate send", "calibrate recv", "allreduce reduce", "allreduce send", "allreduce recv", "broadcast send", "broadcast recv"} {
 		if !kinds[k] {
 			t.Errorf("no %s span on any rank", k)
 		}

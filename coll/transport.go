@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hecsys/hec/shared/bufpool"
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // Transport carries one communicator's messages between its ranks. Messages
@@ -61,6 +63,14 @@ type Sink struct {
 	DType  DType
 	Op     Op
 	Reduce bool
+
+	trace *sinkTrace // while the communicator records: its reductions' spans
+}
+
+// sinkTrace is what a recorded receive's reductions are recorded under.
+type sinkTrace struct {
+	rec            *trace.Recorder
+	id, name, peer string
 }
 
 // Apply checks that data (message seq from rank from) is what the sink
@@ -75,10 +85,21 @@ func (s *Sink) Apply(from int, seq uint32, data []byte) error {
 			ErrProtocol, from, len(data), len(s.Dst))
 	}
 	if s.Reduce {
-		if s.Src != nil {
-			return ReduceTo(s.Dst, s.Src, data, s.DType, s.Op)
+		var t0 time.Time
+		if s.trace != nil {
+			t0 = time.Now()
 		}
-		return Reduce(s.Dst, data, s.DType, s.Op)
+		var err error
+		if s.Src != nil {
+			err = ReduceTo(s.Dst, s.Src, data, s.DType, s.Op)
+		} else {
+			err = Reduce(s.Dst, data, s.DType, s.Op)
+		}
+		if t := s.trace; t != nil {
+			t.rec.Add(trace.Span{ID: t.id, Name: t.name, Stage: trace.StageReduce, Start: t0.UnixNano(),
+				Dur: int64(time.Since(t0)), Bytes: int64(len(data)), Peer: t.peer})
+		}
+		return err
 	}
 	copy(s.Dst, data)
 	return nil

@@ -27,7 +27,7 @@ type Row struct {
 
 // Stages are the stages, recorded and derived, in the order of an op's
 // way: Summarize's rows of a kind follow it.
-var Stages = []string{StageOp, StageTransport, StageQueue, StageServe, StageCopy, StageCode, StageCommit, StageWait, StageRun, StageSend, StageRecv, StageCall, StageHandle, StageSkew}
+var Stages = []string{StageOp, StageTransport, StageQueue, StageServe, StageCopy, StageCode, StageCommit, StageWait, StageRun, StageSend, StageRecv, StageReduce, StageCall, StageHandle, StageSkew}
 
 // Summarize returns, per kind of op and stage, where the time went: the
 // recorded stages, and the derived ones (StageTransport for ops both the

@@ -14,8 +14,9 @@ const (
 	StageWait  = "wait"  // a collective's, on one rank: called, not yet started
 	StageRun   = "run"   // a collective's, on one rank: started to its end
 	// A collective's messages on one rank, per peer (Span.Peer):
-	StageSend = "send" // a message handed to the transport until it took it
-	StageRecv = "recv" // the messages of one step, posted until the last arrived
+	StageSend   = "send"   // a message handed to the transport until it took it
+	StageRecv   = "recv"   // the messages of one step, posted until the last arrived
+	StageReduce = "reduce" // a message reduced into the buffer, as it arrived (inside recv)
 	// An erasure-coded object's requests to the agents holding its
 	// shards (Span.Peer names the agent):
 	StageCall   = "call"   // the coordinator's: a request sent until its reply

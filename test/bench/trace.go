@@ -280,7 +280,7 @@ func traceAllReduce(ctx context.Context, rep *Report, s, dir, hecd string, round
 	}
 	for _, row := range trace.Summarize(spans) {
 		switch row.Stage {
-		case trace.StageOp, trace.StageServe, trace.StageSend, trace.StageRecv:
+		case trace.StageOp, trace.StageServe, trace.StageSend, trace.StageRecv, trace.StageReduce:
 			rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
 		}
 	}
