@@ -43,6 +43,22 @@ type Status struct {
 	// Update is the A/B slots and the latest update (nil when the agent
 	// was not started by a loader that keeps slots).
 	Update *UpdateStatus `json:"update,omitempty"`
+	// RDMA is what the agent's machine offers for RDMA (nil from an
+	// agent that does not say).
+	RDMA *RDMAStatus `json:"rdma,omitempty"`
+}
+
+// RDMAStatus is the agent's RDMA devices and its RDMA rail.
+type RDMAStatus struct {
+	Devices []sysinfo.RDMADevice `json:"devices"`
+	// Summary says in a line what the devices are (none: why).
+	Summary string `json:"summary"`
+	// Rail is "absent: WHY" while the agent cannot carry the handoff or
+	// its peer links over RDMA.
+	Rail string `json:"rail"`
+	// Errors are the soft-RoCE links asked for (hecd --rdma-rxe) that
+	// could not be made, each with why.
+	Errors []string `json:"errors,omitempty"`
 }
 
 // ServesHandoff says whether the agent serves the handoff: its region, or
