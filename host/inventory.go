@@ -17,6 +17,10 @@ type Inventory struct {
 	// GPUStatus says why GPUs is empty when it is: "no GPU (NVML library
 	// not found)", "no GPU (built without cgo)", … Never an error.
 	GPUStatus string `json:"gpu_status"`
+	// RDMA are the RDMA devices (/sys/class/infiniband); RDMAStatus says
+	// in a line what they are, or why there is none.
+	RDMA       []sysinfo.RDMADevice `json:"rdma"`
+	RDMAStatus string               `json:"rdma_status"`
 }
 
 // BlueField is a BlueField DPU function seen on the host's PCI bus.
@@ -61,6 +65,9 @@ func Discover(root string) (Inventory, error) {
 			inv.BlueFields = append(inv.BlueFields, BlueField{PCI: d.Address, Generation: gen, Function: fn, NUMANode: d.NUMANode})
 		}
 	}
+	var rerr error
+	inv.RDMA, rerr = fs.RDMADevices()
+	inv.RDMAStatus = sysinfo.RDMASummary(inv.RDMA, rerr)
 	if root == "" || root == "/" {
 		inv.GPUs, inv.GPUStatus = discoverGPUs(fs)
 	} else {

@@ -198,6 +198,7 @@ func (a *app) rails(ctx context.Context, recalibrate bool) error {
 	for _, g := range inv.GPUs {
 		fmt.Fprintf(out, "  gpu     %d: %s, %.0f GiB, %s (NUMA node %d), %d NVLinks\n", g.Index, g.Name, float64(g.MemoryBytes)/(1<<30), g.PCI, g.NUMANode, g.NVLinks)
 	}
+	fmt.Fprintf(out, "  rdma    %s\n", inv.RDMAStatus)
 
 	hr, hsrc := hostCalibration(recalibrate)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
@@ -238,6 +239,9 @@ func (a *app) rails(ctx context.Context, recalibrate bool) error {
 		fmt.Fprintf(tw, "dpu\t(the agent serves no handoff, so it calibrates no rail)\n")
 	case len(st.Rails) == 0:
 		fmt.Fprintf(tw, "dpu\t(the agent has not calibrated yet: it does in the background once ready)\n")
+	}
+	if st.RDMA != nil {
+		fmt.Fprintf(tw, "rdma\t(%s)\n", st.RDMA.Rail)
 	}
 	cl, err := a.dial(ctx)
 	if err != nil {
