@@ -24,7 +24,7 @@ func TestRDMAStatus(t *testing.T) {
 	a := runAgent(t, Config{
 		Agent: AgentConfig{Shm: shm, RegionSize: 4 << 20, QueuePairs: 1, TCP: Off, Mgmt: Off, StateDir: dir},
 		RESP:  RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off},
-		RDMA:  RDMAConfig{Rxe: []string{"nosuch9"}},
+		RDMA: RDMAConfig{Rxe: []string{"nosuch9"}},
 	})
 	st := a.Status()
 	if !st.Ready || st.RDMA == nil {
