@@ -1,0 +1,81 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ErrUnavailable wraps why verbs cannot be used here.
+var ErrUnavailable = errors.New("verbs: unavailable")
+
+// Endpoint is one end of a connection: what the other end's Connect needs.
+type Endpoint struct {
+	QPN uint32   // queue pair number (24 bits)
+	PSN uint32   // first packet sequence number (24 bits)
+	GID [16]byte // the port's address
+}
+
+// EndpointSize is an Endpoint's encoding's length.
+const EndpointSize = 24
+
+// Append appends e's encoding (little-endian QPN, PSN, then the GID).
+func (e Endpoint) Append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, e.QPN)
+	b = binary.LittleEndian.AppendUint32(b, e.PSN)
+	return append(b, e.GID[:]...)
+}
+
+// ParseEndpoint decodes an Endpoint, checking its numbers' bounds.
+func ParseEndpoint(b []byte) (Endpoint, error) {
+	if len(b) != EndpointSize {
+		return Endpoint{}, fmt.Errorf("verbs: an endpoint of %d bytes, want %d", len(b), EndpointSize)
+	}
+	e := Endpoint{QPN: binary.LittleEndian.Uint32(b), PSN: binary.LittleEndian.Uint32(b[4:])}
+	copy(e.GID[:], b[8:])
+	if e.QPN >= 1<<24 || e.PSN >= 1<<24 || e.QPN < 2 {
+		return Endpoint{}, fmt.Errorf("verbs: endpoint with QPN %#x, PSN %#x", e.QPN, e.PSN)
+	}
+	return e, nil
+}
+
+// RemoteKey names a peer's registered memory: its address, length and
+// key.
+type RemoteKey struct {
+	Addr, Len uint64
+	RKey      uint32
+}
+
+// Completion is one completed work request.
+type Completion struct {
+	ID     uint64
+	Bytes  int // received (receives)
+	Opcode int
+	Imm    uint32
+	HasImm bool
+	Err    error // the request failed (nil: it succeeded)
+}
+
+// Op is a send queue's operation.
+type Op int
+
+const (
+	Send         Op = 0 // to the peer's next posted receive
+	Write        Op = 1 // into the peer's memory (RemoteKey), no completion there
+	Read         Op = 2 // from the peer's memory into r
+	WriteWithImm Op = 3 // Write, then the peer's next receive completes with Imm
+)
+
+func (o Op) String() string {
+	switch o {
+	case Send:
+		return "send"
+	case Write:
+		return "write"
+	case Read:
+		return "read"
+	case WriteWithImm:
+		return "write with immediate"
+	}
+	return fmt.Sprintf("op(%d)", int(o))
+}
