@@ -2,8 +2,14 @@ package vm
 
 import (
 	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hecsys/hec/test/guestvm"
 )
 
 // TestRDMARxeInVM: an arm64 VM agent started with soft-RoCE on its NIC
@@ -42,5 +48,38 @@ func TestRDMARxeInVM(t *testing.T) {
 	}
 	if r.Rail == "" || r.Rail == "absent: "+r.Summary {
 		t.Errorf("rail %q: want it absent for want of a transport, the device being there", r.Rail)
+	}
+}
+
+// TestRDMAVerbsInGuest runs package verbs' tests (shared/verbs, built here
+// with cgo) in an x86_64 guest whose kernel has soft-RoCE, on an rxe
+// device over the guest's NIC, where they must not skip
+// (HEC_REQUIRE_RDMA=1): the queue pairs move bytes by send, RDMA write,
+// read and write with immediate, and the NIC refuses a write beyond the
+// peer's region. This machine's own kernel has no RDMA.
+func TestRDMAVerbsInGuest(t *testing.T) {
+	ctx := context.Background()
+	work := t.TempDir()
+	bin := filepath.Join(work, "verbs.test")
+	if out, err := exec.Command("go", "test", "-c", "-o", bin, "../../shared/verbs").CombinedOutput(); err != nil {
+		t.Fatalf("go test -c shared/verbs: %v\n%s", err, out)
+	}
+	accel, why := guestvm.Accel(ctx)
+	t.Logf("guest: %s (%s)", accel, why)
+	out, err := guestvm.Run(ctx, guestvm.Options{Work: work, Script: `set -e
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.9.0.1/24 dev eth0
+rdma link add rxe0 type rxe netdev eth0
+HEC_REQUIRE_RDMA=1 /mnt/verbs.test -test.v -test.count=1 -test.run 'TestRDMA|TestEndpoint'`})
+	if errors.Is(err, guestvm.ErrNoQEMU) {
+		t.Skip(err)
+	}
+	t.Logf("in the guest:\n%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestRDMALoopback") {
+		t.Fatal("TestRDMALoopback did not pass in the guest")
 	}
 }
