@@ -79,3 +79,16 @@ func (o Op) String() string {
 	}
 	return fmt.Sprintf("op(%d)", int(o))
 }
+
+// framed is private data with its length first (the connection manager
+// pads the field it arrives in).
+func framed(b []byte) []byte { return append([]byte{byte(len(b))}, b...) }
+
+// unframed is what framed framed, false when the field (untrusted: the
+// peer's) holds no frame.
+func unframed(b []byte) ([]byte, bool) {
+	if len(b) == 0 || int(b[0]) > len(b)-1 {
+		return nil, false
+	}
+	return b[1 : 1+int(b[0])], true
+}

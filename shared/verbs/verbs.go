@@ -6,7 +6,7 @@ package verbs
 #cgo LDFLAGS: -ldl
 #include <errno.h>
 #include <stdlib.h>
-#include "shim.h"
+#include "cmshim.h"
 */
 import "C"
 
@@ -51,6 +51,8 @@ type Device struct {
 	gidx int // the GID index this package addresses the port by
 	gid  [16]byte
 	mtu  int // the port's active MTU (enum ibv_mtu)
+	// borrowed: the context is a connection manager id's, not closed here.
+	borrowed bool
 }
 
 // Open opens the RDMA device name ("" for the first) on port 1.
@@ -127,10 +129,10 @@ func (d *Device) Close() error {
 		C.hec_dealloc_pd(d.pd)
 		d.pd = nil
 	}
-	if d.ctx != nil {
+	if d.ctx != nil && !d.borrowed {
 		C.hec_close(d.ctx)
-		d.ctx = nil
 	}
+	d.ctx = nil
 	return nil
 }
 
@@ -189,6 +191,7 @@ type QP struct {
 	psn   uint32
 	depth int
 	wcs   [16]C.hec_wc
+	cmID  *C.struct_rdma_cm_id // a connection manager's queue pair (rdma_destroy_qp closes it)
 }
 
 // NewQP makes a queue pair of depth work requests each way, ready to
@@ -231,7 +234,11 @@ func (q *QP) Connect(remote Endpoint) error {
 // Close destroys the queue pair and its completion queue.
 func (q *QP) Close() error {
 	if q.qp != nil {
-		C.hec_destroy_qp(q.qp)
+		if q.cmID != nil {
+			C.hec_cm_destroy_qp(q.cmID)
+		} else {
+			C.hec_destroy_qp(q.qp)
+		}
 		q.qp = nil
 	}
 	if q.cq != nil {

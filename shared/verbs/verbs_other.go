@@ -14,3 +14,15 @@ type Device struct{ Name string }
 
 // Open fails: see Available.
 func Open(string) (*Device, error) { return nil, Available() }
+
+// Conn is an RDMA connection; without cgo none is made.
+type Conn struct{}
+
+// Close does nothing.
+func (*Conn) Close() error { return nil }
+
+// Listener takes RDMA connections; without cgo none listens.
+type Listener struct{}
+
+// Close does nothing.
+func (*Listener) Close() error { return nil }
