@@ -18,8 +18,9 @@ import (
 )
 
 // Modules are what the guest loads (their dependencies first): virtio's
-// network, 9p for the file systems, soft-RoCE.
-var Modules = []string{"virtio_pci", "virtio_net", "9pnet_virtio", "9p", "crc32_generic", "rdma_rxe"}
+// network, 9p for the file systems, soft-RoCE and the RDMA connection
+// manager's device (rdma_ucm).
+var Modules = []string{"virtio_pci", "virtio_net", "9pnet_virtio", "9p", "crc32_generic", "rdma_rxe", "rdma_ucm"}
 
 // ErrNoQEMU says qemu-system-x86_64 is not installed.
 var ErrNoQEMU = errors.New("qemu-system-x86_64 is not installed (make test-deps installs qemu-system-x86 as root)")
