@@ -178,6 +178,7 @@ var scenarios = []scenario{
 	{"ec-objects", benchECObjects},
 	{"trace", benchTrace},
 	{"peers", benchPeers},
+	{"rdma", benchRDMA},
 	{"coll", benchColl},
 	{"coll-auto", benchCollAuto},
 	{"torch", benchTorch},

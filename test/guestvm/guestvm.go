@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hecsys/hec/images"
 	"github.com/hecsys/hec/test/testutil"
 )
@@ -115,13 +117,30 @@ var (
 
 // Accel is how guests run here, "kvm" or "tcg", and why not KVM where
 // not: KVM is used where /dev/kvm boots a guest that runs a script
-// within 15 s. HEC_GUEST_ACCEL=kvm|tcg forces it.
+// within 15 s. The verdict is kept in .cache/guestvm-accel for this
+// machine's kernel and QEMU (a check costs 15 s where KVM fails);
+// HEC_GUEST_ACCEL=kvm|tcg forces it.
 func Accel(ctx context.Context) (string, string) {
 	accelOnce.Do(func() {
 		if a := os.Getenv("HEC_GUEST_ACCEL"); a == "kvm" || a == "tcg" {
 			accel, accelWhy = a, "HEC_GUEST_ACCEL="+a
 			return
 		}
+		var uname unix.Utsname
+		unix.Uname(&uname)
+		qv, _ := exec.Command("qemu-system-x86_64", "--version").Output()
+		stamp := unix.ByteSliceToString(uname.Release[:]) + " " + strings.SplitN(string(qv), "\n", 2)[0]
+		cache := filepath.Join(testutil.ModuleRoot(), ".cache", "guestvm-accel")
+		if b, err := os.ReadFile(cache); err == nil {
+			if lines := strings.SplitN(string(b), "\n", 3); len(lines) == 3 && lines[0] == stamp && (lines[1] == "kvm" || lines[1] == "tcg") {
+				accel, accelWhy = lines[1], strings.TrimSpace(lines[2])+" (checked before: "+cache+")"
+				return
+			}
+		}
+		defer func() {
+			os.MkdirAll(filepath.Dir(cache), 0o755)
+			os.WriteFile(cache, []byte(stamp+"\n"+accel+"\n"+accelWhy+"\n"), 0o644)
+		}()
 		accel = "tcg"
 		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 		if err != nil {
