@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -94,13 +95,7 @@ func traceHandoff(ctx context.Context, rep *Report, s, dir, hecd string, rounds 
 		if err != nil {
 			return err
 		}
-		// Where an op's time went, as hecctl trace summary says it.
-		for _, row := range trace.Summarize(spans) {
-			switch row.Stage {
-			case trace.StageOp, trace.StageTransport, trace.StageQueue, trace.StageServe, trace.StageCode:
-				rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
-			}
-		}
+		reportStages(rep, s, op.name, spans, trace.StageOp, trace.StageTransport, trace.StageQueue, trace.StageServe, trace.StageCode)
 		rep.atMostN(s, op.name+" through the agent: recorded (host and agent) / not recorded, medians per phase", ratios, 1.03, "×")
 	}
 	return nil
@@ -278,12 +273,17 @@ func traceAllReduce(ctx context.Context, rep *Report, s, dir, hecd string, round
 	if err != nil {
 		return err
 	}
-	for _, row := range trace.Summarize(spans) {
-		switch row.Stage {
-		case trace.StageOp, trace.StageServe, trace.StageSend, trace.StageRecv, trace.StageReduce:
-			rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", op.name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
-		}
-	}
+	reportStages(rep, s, op.name, spans, trace.StageOp, trace.StageServe, trace.StageSend, trace.StageRecv, trace.StageReduce)
 	rep.atMostN(s, op.name+": recorded (host and agents) / not recorded, medians per phase", ratios, 1.03, "×")
 	return nil
+}
+
+// reportStages reports where name's time went in spans, as hecctl trace
+// summary says it: each of stages' median.
+func reportStages(rep *Report, s, name string, spans []trace.Span, stages ...string) {
+	for _, row := range trace.Summarize(spans) {
+		if slices.Contains(stages, row.Stage) {
+			rep.add(s, fmt.Sprintf("%s, recorded: %s stage %s, median of %d", name, row.Name, row.Stage, row.Count), float64(row.P50)/1e3, "µs")
+		}
+	}
 }
