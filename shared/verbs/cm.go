@@ -30,15 +30,8 @@ const (
 	cmDisconnected   = 10
 )
 
-// MaxPrivate bounds the private data a connection request carries, and
-// MaxPrivateReply an accept's. The connection manager hands the peer its
-// transport's whole field (56 bytes of a request, 196 of a reply on
-// InfiniBand and RoCE), zeros after what was sent: this package sends a
-// length byte first, so that the peer gets what was sent.
-const (
-	MaxPrivate      = 55
-	MaxPrivateReply = C.HEC_CM_PRIVATE_MAX - 1
-)
+// The shim's room for private data is what MaxPrivateReply frames.
+var _ [C.HEC_CM_PRIVATE_MAX - 1 - MaxPrivateReply]struct{}
 
 // channel is an event channel of the connection manager, non-blocking.
 type channel struct {

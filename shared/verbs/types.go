@@ -56,6 +56,17 @@ type Completion struct {
 	Err    error // the request failed (nil: it succeeded)
 }
 
+// Work is one send-queue request.
+type Work struct {
+	Op       Op
+	ID       uint64
+	Region   *Region
+	Off, Len int
+	Remote   RemoteKey // Write, Read, WriteWithImm: where (Remote.Addr is the address itself)
+	Imm      uint32
+	Signaled bool // complete it on this side's queue (else only errors do)
+}
+
 // Op is a send queue's operation.
 type Op int
 
@@ -92,3 +103,13 @@ func unframed(b []byte) ([]byte, bool) {
 	}
 	return b[1 : 1+int(b[0])], true
 }
+
+// MaxPrivate bounds the private data a connection request carries, and
+// MaxPrivateReply an accept's. The connection manager hands the peer its
+// transport's whole field (56 bytes of a request, 196 of a reply on
+// InfiniBand and RoCE), zeros after what was sent: this package sends a
+// length byte first, so that the peer gets what was sent.
+const (
+	MaxPrivate      = 55
+	MaxPrivateReply = 195
+)

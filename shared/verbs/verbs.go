@@ -268,17 +268,6 @@ func (q *QP) PostRecv(r *Region, off, n int, id uint64) error {
 	return nil
 }
 
-// Work is one send-queue request.
-type Work struct {
-	Op       Op
-	ID       uint64
-	Region   *Region
-	Off, Len int
-	Remote   RemoteKey // Write, Read, WriteWithImm: where (Remote.Addr is the address itself)
-	Imm      uint32
-	Signaled bool // complete it on this side's queue (else only errors do)
-}
-
 // Post posts w.
 func (q *QP) Post(w Work) error {
 	var p unsafe.Pointer
