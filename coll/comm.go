@@ -91,10 +91,11 @@ type Config struct {
 	// fails it sooner, and an abort ends it.
 	SendTimeout time.Duration
 	// Trace, while it records, gets each message this rank sends
-	// (trace.StageSend) and each step's receive from a peer
-	// (trace.StageRecv), under the collective's trace.CollID(TraceComm,
-	// seq): the id every rank's agent gives it. Off (or nil), a message
-	// pays one atomic load.
+	// (trace.StageSend), each step's receive from a peer
+	// (trace.StageRecv) and each received message's reduction
+	// (trace.StageReduce), under the collective's
+	// trace.CollID(TraceComm, seq): the id every rank's agent gives it.
+	// Off (or nil), a message pays one atomic load.
 	Trace     *trace.Recorder
 	TraceComm uint64
 }
@@ -204,7 +205,7 @@ func (c *Comm) send(ctx context.Context, to int, b []byte) {
 	err := c.t.Send(&c.sctx, to, c.seq, b)
 	c.sctx.Context = nil
 	if c.cfg.Trace.On() {
-		c.span(trace.StageSend, to, len(b), now, err)
+		c.spanOf(to).add(trace.StageSend, len(b), now, err)
 	}
 	if err == nil {
 		return
@@ -307,12 +308,12 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(
 	}
 	if c.cfg.Trace.On() {
 		t0, n := time.Now(), 0
-		st := &sinkTrace{rec: c.cfg.Trace, id: trace.CollID(c.cfg.TraceComm, c.runSeq), name: c.kind, peer: "rank " + strconv.Itoa(from)}
+		st := c.spanOf(from)
 		for i := range sinks {
 			n += len(sinks[i].Dst)
 			sinks[i].trace = st
 		}
-		defer func() { c.span(trace.StageRecv, from, n, t0, err) }()
+		defer func() { st.add(trace.StageRecv, n, t0, err) }()
 	}
 	if dr, ok := c.t.(DirectReceiver); ok {
 		return dr.RecvPlan(ctx, from, sinks, start, func(k int) {
@@ -343,14 +344,10 @@ func (c *Comm) recvPlan(ctx context.Context, from int, sinks []Sink, start func(
 	return nil
 }
 
-// span records a message's stage with peer rank, from t0 to now.
-func (c *Comm) span(stage string, peer, bytes int, t0 time.Time, err error) {
-	s := trace.Span{ID: trace.CollID(c.cfg.TraceComm, c.runSeq), Name: c.kind, Stage: stage,
-		Start: t0.UnixNano(), Dur: int64(time.Since(t0)), Bytes: int64(bytes), Peer: "rank " + strconv.Itoa(peer)}
-	if err != nil {
-		s.Status = "failed"
-	}
-	c.cfg.Trace.Add(s)
+// spanOf is what the running collective's spans with peer rank are
+// recorded under.
+func (c *Comm) spanOf(peer int) *sinkTrace {
+	return &sinkTrace{rec: c.cfg.Trace, id: trace.CollID(c.cfg.TraceComm, c.runSeq), name: c.kind, peer: "rank " + strconv.Itoa(peer)}
 }
 
 // Received counts the messages this rank has received: a watchdog that

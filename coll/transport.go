@@ -67,10 +67,21 @@ type Sink struct {
 	trace *sinkTrace // while the communicator records: its reductions' spans
 }
 
-// sinkTrace is what a recorded receive's reductions are recorded under.
+// sinkTrace is what a collective's spans with one peer are recorded
+// under: its sends, a receive and the receive's reductions.
 type sinkTrace struct {
 	rec            *trace.Recorder
 	id, name, peer string
+}
+
+// add records stage, of bytes, from t0 to now; err fails it.
+func (t *sinkTrace) add(stage string, bytes int, t0 time.Time, err error) {
+	s := trace.Span{ID: t.id, Name: t.name, Stage: stage, Start: t0.UnixNano(), Dur: int64(time.Since(t0)),
+		Bytes: int64(bytes), Peer: t.peer}
+	if err != nil {
+		s.Status = "failed"
+	}
+	t.rec.Add(s)
 }
 
 // Apply checks that data (message seq from rank from) is what the sink
@@ -95,9 +106,8 @@ func (s *Sink) Apply(from int, seq uint32, data []byte) error {
 		} else {
 			err = Reduce(s.Dst, data, s.DType, s.Op)
 		}
-		if t := s.trace; t != nil {
-			t.rec.Add(trace.Span{ID: t.id, Name: t.name, Stage: trace.StageReduce, Start: t0.UnixNano(),
-				Dur: int64(time.Since(t0)), Bytes: int64(len(data)), Peer: t.peer})
+		if s.trace != nil {
+			s.trace.add(trace.StageReduce, len(data), t0, nil)
 		}
 		return err
 	}
