@@ -209,16 +209,24 @@ func (s *otlpService) sampled(id string) bool {
 // 16 bytes of the SHA-256 of its id (trace.OpID, trace.CollID), so that
 // every span of an op, from any agent, lands in one trace.
 func OTLPTraceID(id string) oteltrace.TraceID {
+	tid, _ := otlpIDs(id)
+	return tid
+}
+
+// otlpIDs are op id's trace id (OTLPTraceID) and the span id of the
+// parent its spans name, which no one exports: the SHA-256 of the id, its
+// first 16 bytes and the next 8.
+func otlpIDs(id string) (oteltrace.TraceID, oteltrace.SpanID) {
 	sum := sha256.Sum256([]byte(id))
-	return oteltrace.TraceID(sum[:16])
+	return oteltrace.TraceID(sum[:16]), oteltrace.SpanID(sum[16:24])
 }
 
 // exportSpan gives one recorded span to the tracer, with its times: a
 // child of a parent no one exports (the op, by its trace id).
 func exportSpan(tracer oteltrace.Tracer, sp trace.Span) {
-	sum := sha256.Sum256([]byte(sp.ID))
-	parent := oteltrace.NewSpanContext(oteltrace.SpanContextConfig{TraceID: oteltrace.TraceID(sum[:16]),
-		SpanID: oteltrace.SpanID(sum[16:24]), TraceFlags: oteltrace.FlagsSampled, Remote: true})
+	tid, parentID := otlpIDs(sp.ID)
+	parent := oteltrace.NewSpanContext(oteltrace.SpanContextConfig{TraceID: tid,
+		SpanID: parentID, TraceFlags: oteltrace.FlagsSampled, Remote: true})
 	ctx := oteltrace.ContextWithRemoteSpanContext(context.Background(), parent)
 	_, span := tracer.Start(ctx, sp.Name+" "+sp.Stage, oteltrace.WithSpanKind(oteltrace.SpanKindServer),
 		oteltrace.WithTimestamp(time.Unix(0, sp.Start)),
