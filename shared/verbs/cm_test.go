@@ -3,7 +3,6 @@ package verbs
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -66,9 +65,7 @@ func TestRDMAConnectionManager(t *testing.T) {
 		defer region.Close()
 		// The region's key goes by a send: the client posted its receive.
 		k := region.Key()
-		msg := binary.LittleEndian.AppendUint64(nil, k.Addr)
-		msg = binary.LittleEndian.AppendUint64(msg, k.Len)
-		msg = binary.LittleEndian.AppendUint32(msg, k.RKey)
+		msg := k.Append(nil)
 		copy(region.Buf[size-64:], msg)
 		if err := c.QP.PostRecv(region, size-128, 64, 1); err != nil {
 			done <- served{err: err}
@@ -115,10 +112,13 @@ func TestRDMAConnectionManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := await(t, c.QP, 10)
-	if kc.Err != nil || kc.Bytes != 20 {
+	if kc.Err != nil || kc.Bytes != RemoteKeySize {
 		t.Fatalf("the listener's key: %+v", kc)
 	}
-	remote := RemoteKey{Addr: binary.LittleEndian.Uint64(r.Buf), Len: binary.LittleEndian.Uint64(r.Buf[8:]), RKey: binary.LittleEndian.Uint32(r.Buf[16:])}
+	remote, err := ParseRemoteKey(r.Buf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fill(r.Buf, 5)
 	want := append([]byte(nil), r.Buf[:size-128]...)
 	if err := c.QP.Post(Work{Op: Write, ID: 11, Region: r, Len: size - 128, Remote: remote}); err != nil {

@@ -46,6 +46,26 @@ type RemoteKey struct {
 	RKey      uint32
 }
 
+// RemoteKeySize is a RemoteKey's encoding's length.
+const RemoteKeySize = 20
+
+// Append appends k's encoding (little-endian address, length, key): what
+// a peer sends so that the other end may write and read its region.
+func (k RemoteKey) Append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, k.Addr)
+	b = binary.LittleEndian.AppendUint64(b, k.Len)
+	return binary.LittleEndian.AppendUint32(b, k.RKey)
+}
+
+// ParseRemoteKey decodes a RemoteKey from the first RemoteKeySize bytes
+// of b.
+func ParseRemoteKey(b []byte) (RemoteKey, error) {
+	if len(b) < RemoteKeySize {
+		return RemoteKey{}, fmt.Errorf("verbs: a remote key of %d bytes, want %d", len(b), RemoteKeySize)
+	}
+	return RemoteKey{Addr: binary.LittleEndian.Uint64(b), Len: binary.LittleEndian.Uint64(b[8:]), RKey: binary.LittleEndian.Uint32(b[16:])}, nil
+}
+
 // Completion is one completed work request.
 type Completion struct {
 	ID     uint64

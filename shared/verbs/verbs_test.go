@@ -164,6 +164,17 @@ func TestRDMALoopback(t *testing.T) {
 	}
 }
 
+func TestRemoteKeyEncoding(t *testing.T) {
+	k := RemoteKey{Addr: 0x7f00_1234_5000, Len: 1 << 20, RKey: 0xabcd}
+	got, err := ParseRemoteKey(k.Append(nil))
+	if err != nil || got != k {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	if _, err := ParseRemoteKey(k.Append(nil)[:RemoteKeySize-1]); err == nil {
+		t.Fatal("a short remote key parsed")
+	}
+}
+
 func TestEndpointEncoding(t *testing.T) {
 	e := Endpoint{QPN: 0x11, PSN: 0xabcdef, GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 9, 15: 1}}
 	got, err := ParseEndpoint(e.Append(nil))

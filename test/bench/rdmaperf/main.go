@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -141,9 +140,7 @@ func serve(ctx context.Context, rdmaAddr, tcpAddr string) error {
 	// nothing of this side but its region. The client's last message says
 	// it is done.
 	k := r.Key()
-	msg := binary.LittleEndian.AppendUint64(nil, k.Addr)
-	msg = binary.LittleEndian.AppendUint64(msg, k.Len)
-	msg = binary.LittleEndian.AppendUint32(msg, k.RKey)
+	msg := k.Append(nil)
 	copy(r.Buf, msg)
 	if err := c.QP.PostRecv(r, 4096, 64, 1); err != nil {
 		return err
@@ -229,7 +226,10 @@ func client(ctx context.Context, rdmaAddr, tcpAddr string) error {
 	if err := await(ctx, c.QP, 1); err != nil {
 		return err
 	}
-	remote := verbs.RemoteKey{Addr: binary.LittleEndian.Uint64(r.Buf), Len: binary.LittleEndian.Uint64(r.Buf[8:]), RKey: binary.LittleEndian.Uint32(r.Buf[16:])}
+	remote, err := verbs.ParseRemoteKey(r.Buf)
+	if err != nil {
+		return err
+	}
 	res := []Result{{Transport: "rdma", GBps: map[string]float64{}, CPUmsGB: map[string]float64{}},
 		{Transport: "tcp", GBps: map[string]float64{}, CPUmsGB: map[string]float64{}}}
 
