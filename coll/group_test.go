@@ -522,7 +522,7 @@ func TestEarlyFramesKeepTheirOrder(t *testing.T) {
 func TestAbortTellsTheFirstReason(t *testing.T) {
 	gs := openGroup(t, 3, Config{})
 	t1, t0, t2 := gs[1].Transport, gs[0].Transport, gs[2].Transport
-	t1.e.tellAbort(t0.nodes[0], t1.comm, t1.epoch, "rank 1's host went away") // rank 0 alone is told
+	t1.e.tellAbort(t0.nodes[0], t1.comm, t1.epoch, t1.rank, "rank 1's host went away") // rank 0 alone is told
 	select {
 	case <-t0.abortSignal():
 	case <-time.After(10 * time.Second):
@@ -573,4 +573,75 @@ func TestGroupKeepsItsModelByHosts(t *testing.T) {
 	if a2, r2 := model(); a2 != a1 || r2 != r1 {
 		t.Fatalf("the second group measured again: α %v rate %g, the first's %v %g", a2, r2, a1, r1)
 	}
+}
+
+// TestStaleAbortSparesTheRestartedRank: a rank whose host went away is
+// forgotten and its job restarted with the same communicator id and
+// epoch; the aborts the old job's other ranks send on as they give up
+// (naming the rank that went away) must not abort the communicator that
+// rank joined anew. (They did: TestCollIdleHostGone failed in CI with
+// the restarted job's rank 0 aborted by "rank 0's host went away".)
+func TestStaleAbortSparesTheRestartedRank(t *testing.T) {
+	gs := openGroup(t, 3, Config{})
+	olds := []*PeerTransport{gs[0].Transport, gs[1].Transport, gs[2].Transport}
+	comm, epoch, nodes := olds[0].comm, olds[0].epoch, olds[0].nodes
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	aborted := func(tr *PeerTransport) bool {
+		select {
+		case <-tr.abortSignal():
+			return true
+		default:
+			return false
+		}
+	}
+	waitAborted := func(tr *PeerTransport, what string) {
+		select {
+		case <-tr.abortSignal():
+		case <-ctx.Done():
+			t.Fatalf("%s was not aborted", what)
+		}
+	}
+	// Rank 0's host went away: its agent forgets it; rank 1 sends for a
+	// collective rank 0 never reached and is told.
+	olds[0].Forget(1, "rank 0's host went away")
+	if err := olds[1].Send(ctx, 0, 1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitAborted(olds[1], "rank 1")
+	// The job restarts at rank 0 first; then rank 1's old host gives up,
+	// which tells rank 2, whose old host gives up too.
+	fresh0, err := olds[0].e.Join(comm, epoch, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	olds[1].Abort("rank 1's host gave the communicator up")
+	waitAborted(olds[2], "rank 2")
+	olds[2].Abort("rank 2's host gave the communicator up")
+	olds[1].Close()
+	olds[2].Close()
+	// Whatever the old ranks sent rank 0 is in before what the new ones
+	// send it (one connection per pair, in order).
+	for r := 1; r <= 2; r++ {
+		fresh, err := olds[r].e.Join(comm, epoch, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		if err := fresh.Send(ctx, 0, 1, []byte{byte(r)}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := fresh0.Recv(ctx, r)
+		if err != nil {
+			t.Fatalf("the restarted rank 0 receiving from rank %d: %v", r, err)
+		}
+		m.Release()
+	}
+	if aborted(fresh0) {
+		fresh0.mu.Lock()
+		why := fresh0.why
+		fresh0.mu.Unlock()
+		t.Fatalf("the restarted rank 0 was aborted by the old job: %s", why)
+	}
+	fresh0.Close()
 }

@@ -33,9 +33,9 @@ type Endpoint struct {
 	comms      map[commKey]*PeerTransport
 	early      map[commKey][]earlyFrame
 	earlyBytes int
-	aborts     map[commKey]string // aborts of communicators not joined yet
-	gone       map[commKey]*tomb  // communicators forgotten (Forget) and not joined again
-	joining    map[commKey]bool   // communicators taking their held frames (Join)
+	aborts     map[commKey]keptAbort // aborts of communicators not joined yet
+	gone       map[commKey]*tomb     // communicators forgotten (Forget) and not joined again
+	joining    map[commKey]bool      // communicators taking their held frames (Join)
 
 	// Dropped counts frames refused: from a non-member, over a bound.
 	Dropped atomic.Uint64
@@ -43,10 +43,32 @@ type Endpoint struct {
 
 type commKey struct{ comm, epoch uint64 }
 
+// keptAbort is an abort of a communicator this node has not joined yet.
+type keptAbort struct {
+	why    string
+	origin int // the rank where it began; -1 where the sender did not say
+	from   uint32
+}
+
+// An abort frame names the rank where the abort began (its first reason):
+// Flags holds that rank plus one above its low byte, zero where unknown.
+// A rank does not take an abort that began with itself, told back to it:
+// it knew first, and a communicator it joined anew (a job restarted with
+// the same id and epoch) must not be aborted by the job that is gone.
+func abortFlags(origin int) uint32 {
+	if origin < 0 {
+		return 0
+	}
+	return uint32(origin+1) << 8
+}
+
+func abortOrigin(h peer.Header) int { return int(h.Flags>>8) - 1 }
+
 // tomb is what a forgotten communicator answers the frames of collectives
 // its rank never reached: an abort, once to each sender.
 type tomb struct {
 	next uint32 // the first sequence number the rank did not reach
+	rank int    // the forgotten rank
 	why  string
 	told map[uint32]bool
 }
@@ -64,7 +86,7 @@ type earlyFrame struct {
 // other handlers of those types.
 func NewEndpoint(node *peer.Node) *Endpoint {
 	e := &Endpoint{node: node, comms: map[commKey]*PeerTransport{}, early: map[commKey][]earlyFrame{},
-		aborts: map[commKey]string{}, gone: map[commKey]*tomb{}, joining: map[commKey]bool{}}
+		aborts: map[commKey]keptAbort{}, gone: map[commKey]*tomb{}, joining: map[commKey]bool{}}
 	node.Handle(peer.TypeData, e.serveData)
 	node.Handle(peer.TypeAbort, e.serveAbort)
 	return e
@@ -86,7 +108,7 @@ func (e *Endpoint) serveData(from uint32, h peer.Header, payload []byte) {
 		e.mu.Unlock()
 		e.Dropped.Add(1)
 		if tell {
-			go e.tellAbort(from, h.Comm, h.Epoch, g.why)
+			go e.tellAbort(from, h.Comm, h.Epoch, g.rank, g.why)
 		}
 		return
 	}
@@ -94,7 +116,7 @@ func (e *Endpoint) serveData(from uint32, h peer.Header, payload []byte) {
 		if e.earlyBytes+len(payload) > maxEarly || len(e.early) > 4096 {
 			e.mu.Unlock()
 			e.Dropped.Add(1)
-			go e.tellAbort(from, h.Comm, h.Epoch, "too much data for communicators not joined yet")
+			go e.tellAbort(from, h.Comm, h.Epoch, -1, "too much data for communicators not joined yet")
 			return
 		}
 		e.early[k] = append(e.early[k], earlyFrame{from: from, seq: seq, b: append([]byte(nil), payload...)})
@@ -115,18 +137,20 @@ func (e *Endpoint) serveAbort(from uint32, h peer.Header, payload []byte) {
 		// Kept for a rank that joins later; not for a communicator this
 		// rank forgot, whose abort concerns the job that is gone, not one
 		// restarted with the same id and epoch.
-		e.aborts[k] = why
+		e.aborts[k] = keptAbort{why: why, origin: abortOrigin(h), from: from}
 	}
 	e.mu.Unlock()
 	if t != nil {
-		t.aborted(why)
+		t.abortedBy(why, abortOrigin(h), from)
 	}
 }
 
-func (e *Endpoint) tellAbort(to uint32, comm, epoch uint64, why string) {
+// tellAbort sends node to an abort of comm that began at rank origin (-1:
+// not known).
+func (e *Endpoint) tellAbort(to uint32, comm, epoch uint64, origin int, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.node.Deadline())
 	defer cancel()
-	e.node.Send(ctx, to, peer.Header{Type: peer.TypeAbort, Comm: comm, Epoch: epoch}, []byte(why))
+	e.node.Send(ctx, to, peer.Header{Type: peer.TypeAbort, Comm: comm, Epoch: epoch, Flags: abortFlags(origin)}, []byte(why))
 }
 
 // Join returns this node's transport in communicator comm at epoch: the
@@ -184,11 +208,11 @@ func (e *Endpoint) Join(comm, epoch uint64, nodes []uint32) (*PeerTransport, err
 	}
 	delete(e.joining, k)
 	e.comms[k] = t
-	why, wasAborted := e.aborts[k] // until now, an abort was kept there
+	kept, wasAborted := e.aborts[k] // until now, an abort was kept there
 	delete(e.aborts, k)
 	e.mu.Unlock()
 	if wasAborted {
-		t.aborted(why)
+		t.abortedBy(kept.why, kept.origin, kept.from)
 	}
 	return t, nil
 }
@@ -204,7 +228,9 @@ type PeerTransport struct {
 
 	mu     sync.Mutex
 	abort  chan struct{}
-	why    string
+	why    string // the first abort's reason
+	origin int    // the rank where it began
+	teller int    // the rank that told it here; -1: it began here
 	closed bool
 }
 
@@ -232,11 +258,30 @@ func (t *PeerTransport) deliver(from uint32, seq uint32, b []byte) {
 
 func (t *PeerTransport) abortSignal() <-chan struct{} { return t.abort }
 
-func (t *PeerTransport) aborted(why string) {
+// aborted aborts t for a reason of this rank's.
+func (t *PeerTransport) aborted(why string) { t.abort1(why, t.rank, -1) }
+
+// abortedBy takes an abort node from sent, which began at rank origin
+// (-1: the sender's own). One that began here is not taken (abortFlags).
+func (t *PeerTransport) abortedBy(why string, origin int, from uint32) {
+	teller, ok := t.rankOf[from]
+	if !ok {
+		return
+	}
+	if origin < 0 || origin >= len(t.nodes) {
+		origin = teller
+	}
+	if origin == t.rank {
+		return
+	}
+	t.abort1(why, origin, teller)
+}
+
+func (t *PeerTransport) abort1(why string, origin, teller int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.why == "" {
-		t.why = why
+		t.why, t.origin, t.teller = why, origin, teller
 		if t.why == "" {
 			t.why = "no reason given"
 		}
@@ -376,18 +421,20 @@ func (t *PeerTransport) RecvPlan(ctx context.Context, from int, sinks []Sink, st
 
 // Abort fails this rank's waits and tells every other rank, at once, each
 // within the node's deadline, why the communicator was first aborted here
-// (reason, unless another rank's abort came first); it returns when the aborts are sent (so a
-// process may exit after it) or that deadline passed.
+// (reason, unless another rank's abort came first: then every rank but
+// the one it began at and the one that told it); it returns when the
+// aborts are sent (so a process may exit after it) or that deadline
+// passed.
 func (t *PeerTransport) Abort(reason string) {
 	t.aborted(reason)
 	t.mu.Lock()
-	reason = t.why // an earlier abort's reason, told on: it names the cause, not this rank's giving up
+	reason, origin, teller := t.why, t.origin, t.teller // an earlier abort's reason, told on: it names the cause, not this rank's giving up
 	t.mu.Unlock()
 	var wg sync.WaitGroup
 	for r, id := range t.nodes {
-		if r != t.rank && t.e.node.Dead(id) == "" { // the dead would hold us up
+		if r != t.rank && r != origin && r != teller && t.e.node.Dead(id) == "" { // the dead would hold us up
 			wg.Add(1)
-			go func() { defer wg.Done(); t.e.tellAbort(id, t.comm, t.epoch, reason) }()
+			go func() { defer wg.Done(); t.e.tellAbort(id, t.comm, t.epoch, origin, reason) }()
 		}
 	}
 	wg.Wait()
@@ -443,7 +490,7 @@ func (t *PeerTransport) Forget(next uint32, why string) {
 			break
 		}
 	}
-	t.e.gone[k] = &tomb{next: next & (1<<SeqBits - 1), why: why, told: map[uint32]bool{}}
+	t.e.gone[k] = &tomb{next: next & (1<<SeqBits - 1), rank: t.rank, why: why, told: map[uint32]bool{}}
 	if t.e.comms[k] == t {
 		delete(t.e.comms, k) // at once with the tomb: no frame falls between
 	}
