@@ -210,6 +210,22 @@ func Dial(ctx context.Context, addr netip.AddrPort, private []byte, depth int) (
 	return c, reply, nil
 }
 
+// WaitDisconnected returns nil when the connection ends: the peer
+// disconnected (or its process died and its kernel said so), or the
+// device went away; ctx's error when ctx ends first. Close the
+// connection only after it returned.
+func (c *Conn) WaitDisconnected(ctx context.Context) error {
+	for {
+		e, err := c.ch.event(ctx)
+		if err != nil {
+			return err
+		}
+		if e.id == c.id && int(e.event) != cmEstablished {
+			return nil
+		}
+	}
+}
+
 // Close disconnects and releases the connection.
 func (c *Conn) Close() error {
 	if c.id != nil && c.QP != nil {

@@ -81,6 +81,9 @@ func Dial(context.Context, netip.AddrPort, []byte, int) (*Conn, []byte, error) {
 // Close does nothing.
 func (*Conn) Close() error { return nil }
 
+// WaitDisconnected returns at once: there is no connection.
+func (*Conn) WaitDisconnected(context.Context) error { return nil }
+
 // Listener takes RDMA connections; without cgo none listens.
 type Listener struct{}
 
