@@ -249,8 +249,10 @@ type Client struct {
 }
 
 // Dial connects to the agent at target: "shm:///dev/shm/NAME" (the shared
-// region; the agent must be running) or "tcp://HOST:PORT". An empty target
-// means DefaultShm.
+// region; the agent must be running), "tcp://HOST:PORT" or
+// "rdma://HOST:PORT" (the agent's RDMA handoff, hecd --rdma-listen: the
+// window is registered memory the agent reads and writes). An empty
+// target means DefaultShm.
 func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
 	o := options{chunk: defaultChunk, attachWait: 5 * time.Second, agentTimeout: 2 * time.Second, heartbeat: 250 * time.Millisecond}
 	for _, f := range opt {
@@ -278,8 +280,13 @@ func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
 			return nil, fmt.Errorf("dial %q: want tcp://HOST:PORT: %w", target, ErrTarget)
 		}
 		c.t, err = dialTCP(ctx, u.Host, o)
+	case "rdma":
+		if u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("dial %q: want rdma://HOST:PORT: %w", target, ErrTarget)
+		}
+		c.t, err = dialRDMA(ctx, u.Host, o)
 	default:
-		return nil, fmt.Errorf("dial %q: scheme %q (want shm or tcp): %w", target, u.Scheme, ErrTarget)
+		return nil, fmt.Errorf("dial %q: scheme %q (want shm, tcp or rdma): %w", target, u.Scheme, ErrTarget)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)

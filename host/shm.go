@@ -219,20 +219,7 @@ func (t *shmTransport) window() int {
 }
 
 // offset returns b's offset in the current window, if b lies in it.
-func (t *shmTransport) offset(b []byte) (uint64, bool) {
-	if len(t.win) == 0 {
-		return 0, false
-	}
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.win)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if len(b) == 0 {
-		return 0, p >= base && p <= base+uintptr(len(t.win))
-	}
-	if p < base || p+uintptr(len(b)) > base+uintptr(len(t.win)) {
-		return 0, false
-	}
-	return uint64(p - base), true
-}
+func (t *shmTransport) offset(b []byte) (uint64, bool) { return windowOffset(t.win, b) }
 
 func (t *shmTransport) inWindow(b []byte) bool {
 	t.mu.Lock()
@@ -256,23 +243,7 @@ func (t *shmTransport) windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bo
 }
 
 // run is windowRuns of one group. With t.mu held.
-func (t *shmTransport) run(bufs [][]byte) ([]byte, bool) {
-	if len(bufs) == 0 {
-		return nil, false
-	}
-	start, ok := t.offset(bufs[0])
-	if !ok {
-		return nil, false
-	}
-	end := start
-	for _, b := range bufs {
-		if off, ok := t.offset(b); !ok || off != end || len(b) == 0 {
-			return nil, false
-		}
-		end += uint64(len(b))
-	}
-	return t.win[start:end:end], true
-}
+func (t *shmTransport) run(bufs [][]byte) ([]byte, bool) { return windowRun(t.win, bufs) }
 
 func (t *shmTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	t.mu.Lock()
@@ -428,30 +399,9 @@ func (t *shmTransport) inflight() int {
 // prepare assigns a slot and builds the descriptor; inputs outside the
 // window are copied into staging buffers in it.
 func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
-	nIn := len(c.Req.In)
-	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
-	c.staged = c.staged[:0]
-	// In and Out in one list, on the stack (checkBatch saw that they are
-	// at most a descriptor's spans).
-	var bufsA [wire.MaxSpans][]byte
-	for i, b := range append(append(bufsA[:0], c.Req.In...), c.Req.Out...) {
-		off, ok := t.offset(b)
-		if !ok {
-			so, err := t.arena.Alloc(uint64(len(b)))
-			if err != nil {
-				t.unstage(c)
-				return d, fmt.Errorf("stage %d bytes for %s: %w", len(b), c.Req.Op, err)
-			}
-			if i < nIn {
-				copy(t.win[so:], b)
-			}
-			c.staged = append(c.staged, so)
-			off = so
-		}
-		d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
-		if i >= nIn {
-			c.outSpans[i-nIn] = d.Spans[i]
-		}
+	d, err := windowDesc(c, t.win, t.arena)
+	if err != nil {
+		return d, err
 	}
 	slot := t.slots[len(t.slots)-1]
 	t.slots = t.slots[:len(t.slots)-1]
@@ -463,12 +413,7 @@ func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
 	return d, nil
 }
 
-func (t *shmTransport) unstage(c *Call) {
-	for _, off := range c.staged {
-		t.arena.Free(off)
-	}
-	c.staged = c.staged[:0]
-}
+func (t *shmTransport) unstage(c *Call) { unstage(c, t.arena) }
 
 // reap polls completions and completes their calls. With t.mu held.
 func (t *shmTransport) reap() {

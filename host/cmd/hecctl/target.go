@@ -64,13 +64,13 @@ func parseTarget(s string) (string, error) {
 			return "", fmt.Errorf("--agent %q: a region is an absolute path (shm:///dev/shm/NAME)", s)
 		}
 		return t, nil
-	case "tcp":
+	case "tcp", "rdma":
 		if _, _, err := net.SplitHostPort(rest); err != nil {
-			return "", fmt.Errorf("--agent %q: want shm:///dev/shm/NAME, tcp://HOST:PORT, a path or HOST:PORT", s)
+			return "", fmt.Errorf("--agent %q: want shm:///dev/shm/NAME, tcp://HOST:PORT, rdma://HOST:PORT, a path or HOST:PORT", s)
 		}
 		return t, nil
 	}
-	return "", fmt.Errorf("--agent %q: unknown scheme %q (shm or tcp)", s, scheme)
+	return "", fmt.Errorf("--agent %q: unknown scheme %q (shm, tcp or rdma)", s, scheme)
 }
 
 // records are the agents hecctl knows of: VMs it booted, nodes of test

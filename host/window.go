@@ -1,0 +1,88 @@
+package host
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/hecsys/hec/shared/ring"
+	"github.com/hecsys/hec/shared/wire"
+)
+
+// What the transports with a window (shared memory, RDMA) share: where a
+// buffer lies in it, runs of buffers, staging the rest.
+
+// windowOffset returns b's offset in win, if b lies in it.
+func windowOffset(win, b []byte) (uint64, bool) {
+	if len(win) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(win)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if len(b) == 0 {
+		return 0, p >= base && p <= base+uintptr(len(win))
+	}
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(win)) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
+
+// windowRun returns bufs as one slice of win, when every one lies in it
+// and each starts where the one before it ends.
+func windowRun(win []byte, bufs [][]byte) ([]byte, bool) {
+	if len(bufs) == 0 {
+		return nil, false
+	}
+	start, ok := windowOffset(win, bufs[0])
+	if !ok {
+		return nil, false
+	}
+	end := start
+	for _, b := range bufs {
+		if off, ok := windowOffset(win, b); !ok || off != end || len(b) == 0 {
+			return nil, false
+		}
+		end += uint64(len(b))
+	}
+	return win[start:end:end], true
+}
+
+// windowDesc builds c's descriptor over win: buffers in it are named in
+// place, others are staged in buffers of arena (inputs copied in), which
+// c.staged lists. Its tag is the caller's to set.
+func windowDesc(c *Call, win []byte, arena *ring.Allocator) (wire.Desc, error) {
+	nIn := len(c.Req.In)
+	d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
+	c.staged = c.staged[:0]
+	// In and Out in one list, on the stack (checkBatch saw that they are
+	// at most a descriptor's spans).
+	var bufsA [wire.MaxSpans][]byte
+	for i, b := range append(append(bufsA[:0], c.Req.In...), c.Req.Out...) {
+		off, ok := windowOffset(win, b)
+		if !ok {
+			so, err := arena.Alloc(uint64(len(b)))
+			if err != nil {
+				unstage(c, arena)
+				return d, fmt.Errorf("stage %d bytes for %s: %w", len(b), c.Req.Op, err)
+			}
+			if i < nIn {
+				copy(win[so:], b)
+			}
+			c.staged = append(c.staged, so)
+			off = so
+		}
+		d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
+		if i >= nIn {
+			c.outSpans[i-nIn] = d.Spans[i]
+		}
+	}
+	return d, nil
+}
+
+// unstage frees c's staging buffers.
+func unstage(c *Call, arena *ring.Allocator) {
+	for _, off := range c.staged {
+		arena.Free(off)
+	}
+	c.staged = c.staged[:0]
+}
