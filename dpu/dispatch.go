@@ -28,7 +28,7 @@ type Request struct {
 	// Mem is the queue pair's window (shared memory) or the frame's payload
 	// (TCP). Spans in Desc have been checked against Mem.Len().
 	Mem ring.Accessor
-	// Transport is "shm" or "tcp".
+	// Transport is "shm", "tcp" or "rdma".
 	Transport string
 	// Session is the host session it came from (its queue pair's lease,
 	// its connection).
@@ -404,12 +404,19 @@ func (d *Dispatcher) Trace() *trace.Recorder { return d.trace }
 // ServeFrame serves one request that arrived over a stream transport; the
 // payload is its memory.
 func (d *Dispatcher) ServeFrame(ctx context.Context, sess Session, req *wire.Desc, payload []byte, resp *wire.Desc) {
-	in := ring.Incoming{Desc: *req, Err: req.Validate(uint64(len(payload)))}
+	d.ServeIn(ctx, "tcp", sess, req, payload, resp)
+}
+
+// ServeIn serves one request whose memory the transport (named so in
+// Request.Transport) has in mem: a stream's payload, or the agent's copy
+// of an RDMA host's window.
+func (d *Dispatcher) ServeIn(ctx context.Context, transport string, sess Session, req *wire.Desc, mem []byte, resp *wire.Desc) {
+	in := ring.Incoming{Desc: *req, Err: req.Validate(uint64(len(mem)))}
 	e := d.begin(&in, resp)
 	if e == nil {
 		return
 	}
-	r := Request{Desc: *req, Mem: ring.NewMappedWindow(payload), Transport: "tcp", Session: sess}
+	r := Request{Desc: *req, Mem: ring.NewMappedWindow(mem), Transport: transport, Session: sess}
 	d.serve(ctx, e, &r, resp)
 }
 

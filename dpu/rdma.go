@@ -2,6 +2,7 @@ package dpu
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"regexp"
@@ -23,9 +24,24 @@ type RDMAConfig struct {
 	// eth0` does). One it cannot add is reported in the status, not
 	// fatal: the agent serves what does not need RDMA.
 	Rxe []string `toml:"rxe"`
+	// Listen is where the RDMA handoff takes hosts (IPv4:PORT of an RDMA
+	// device's interface, or 0.0.0.0:PORT; "" or "off": none). Hosts dial
+	// rdma://HOST:PORT.
+	Listen string `toml:"listen"`
+	// Window is the largest host window the agent mirrors per connection
+	// (bytes of the agent's memory each host may take; default 64 MiB).
+	Window uint64 `toml:"window"`
 }
 
-func (c *RDMAConfig) withDefaults() error { return nil }
+func (c *RDMAConfig) withDefaults() error {
+	if c.Window == 0 {
+		c.Window = 64 << 20
+	}
+	if c.Listen == Off {
+		c.Listen = ""
+	}
+	return nil
+}
 
 var netdevName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 
@@ -39,6 +55,7 @@ func (c *RDMAConfig) validate() error {
 }
 
 func (c *RDMAConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "rdma-listen", c.Listen, "serve the handoff over RDMA at IPv4:PORT (hosts dial rdma://HOST:PORT; needs an RDMA device there and rdma-core's libraries)")
 	fs.Var(listFlag{&c.Rxe}, "rdma-rxe", "run soft-RoCE (rdma_rxe) on these network interfaces, NETDEV,...: an RDMA link rxe_NETDEV on each (tests and VMs without an RDMA NIC)")
 }
 
@@ -46,9 +63,10 @@ func (c *RDMAConfig) flags(fs *flag.FlagSet) {
 // machine's RDMA devices, and the RDMA rail: absent while hecd carries no
 // op over RDMA, with why.
 type rdmaService struct {
-	cfg    RDMAConfig
-	root   string   // where /sys is read ("": this machine's)
-	errors []string // the links asked for that could not be made
+	cfg     RDMAConfig
+	root    string   // where /sys is read ("": this machine's)
+	errors  []string // the links asked for that could not be made
+	handoff *rdmaHandoff
 }
 
 func newRDMAService(c RDMAConfig) *rdmaService { return &rdmaService{cfg: c} }
@@ -91,17 +109,39 @@ func addRxe(dev string) error {
 	return nil
 }
 
-func (s *rdmaService) Start(context.Context, *Env) error { return nil }
-func (s *rdmaService) Stop()                             {}
+// Start serves the RDMA handoff where asked. One that cannot listen (no
+// device, no rdma-core) is reported, not fatal: the agent serves the rest.
+func (s *rdmaService) Start(ctx context.Context, env *Env) error {
+	if s.cfg.Listen == "" {
+		return nil
+	}
+	h, err := listenRDMA(s.cfg.Listen, s.cfg.Window, env)
+	if err != nil {
+		if errors.Is(err, ErrConfig) {
+			return err
+		}
+		s.errors = append(s.errors, err.Error())
+		env.Log.Warn("rdma: no RDMA handoff", "err", err)
+		return nil
+	}
+	s.handoff = h
+	env.Go(func() { h.serve(ctx) })
+	return nil
+}
+
+func (s *rdmaService) Stop() {}
 
 // rdmaRailAbsent is why the RDMA rail is absent where devices are.
-const rdmaRailAbsent = "absent: this hecd carries its handoff and peer links over shared memory and TCP only (no RDMA transport yet)"
+const rdmaRailAbsent = "absent: this hecd serves no RDMA handoff (--rdma-listen), and its peer links run over TCP"
 
 func (s *rdmaService) status() *api.RDMAStatus {
 	devs, err := sysinfo.FS{Root: s.root}.RDMADevices()
 	st := &api.RDMAStatus{Devices: devs, Summary: sysinfo.RDMASummary(devs, err), Errors: s.errors}
 	st.Rail = rdmaRailAbsent
-	if len(devs) == 0 {
+	switch {
+	case s.handoff != nil:
+		st.Rail = fmt.Sprintf("handoff at rdma://%s (windows up to %d MiB); peer links over TCP", s.handoff.addr, s.cfg.Window>>20)
+	case len(devs) == 0:
 		st.Rail = "absent: " + st.Summary
 	}
 	return st
@@ -112,6 +152,9 @@ func (s *rdmaService) Status() api.Service {
 	note := st.Summary
 	if len(st.Errors) > 0 {
 		note += "; " + strings.Join(st.Errors, "; ")
+	}
+	if s.handoff != nil {
+		return api.Service{Name: "rdma", Addr: s.handoff.addr.String(), Served: true, Note: note}
 	}
 	return api.Service{Name: "rdma", Served: false, Note: note}
 }

@@ -15,8 +15,8 @@ import (
 // TestRDMARxeInVM: an arm64 VM agent started with soft-RoCE on its NIC
 // (hec.rdma_rxe=eth0: hecd --rdma-rxe eth0) makes the RDMA link and says
 // so: its status lists the device, its port ACTIVE and RoCE over eth0,
-// with no error, and the RDMA rail absent for want of a transport, not
-// of a device. The image carries rdma_rxe and the RDMA core and loads
+// with no error, and the RDMA rail absent for want of a handoff asked
+// for (--rdma-listen), not of a device. The image carries rdma_rxe and the RDMA core and loads
 // them at boot. (This machine's own kernel has no RDMA: the VM is where
 // RDMA is tested.)
 func TestRDMARxeInVM(t *testing.T) {
@@ -51,29 +51,44 @@ func TestRDMARxeInVM(t *testing.T) {
 	}
 }
 
-// TestRDMAVerbsInGuest runs package verbs' tests (shared/verbs, built here
-// with cgo) in an x86_64 guest whose kernel has soft-RoCE, on an rxe
-// device over the guest's NIC, where they must not skip
-// (HEC_REQUIRE_RDMA=1): the queue pairs move bytes by send, RDMA write,
-// read and write with immediate, and the NIC refuses a write beyond the
-// peer's region; the RDMA connection manager connects a client to a
-// listener that checks the key the request carries (a wrong one is
-// rejected). This machine's own kernel has no RDMA.
+// TestRDMAVerbsInGuest runs the RDMA tests of packages built here with
+// cgo in an x86_64 guest whose kernel has soft-RoCE, on an rxe device
+// over the guest's NIC, where they must not skip (HEC_REQUIRE_RDMA=1):
+//   - shared/verbs: the queue pairs move bytes by send, RDMA write, read
+//     and write with immediate, and the NIC refuses a write beyond the
+//     peer's region; the RDMA connection manager connects a client to a
+//     listener that checks the key the request carries (a wrong one is
+//     rejected);
+//   - dpu: the handoff over RDMA (TestRDMAHandoff): the host library's
+//     round trips against an agent, the same as over TCP, a hostile
+//     host's descriptors, the token.
+//
+// This machine's own kernel has no RDMA.
 func TestRDMAVerbsInGuest(t *testing.T) {
 	ctx := context.Background()
 	work := t.TempDir()
-	bin := filepath.Join(work, "verbs.test")
-	if out, err := exec.Command("go", "test", "-c", "-o", bin, "../../shared/verbs").CombinedOutput(); err != nil {
-		t.Fatalf("go test -c shared/verbs: %v\n%s", err, out)
+	suites := []struct {
+		pkg, bin, run string
+		want          []string
+	}{
+		{"../../shared/verbs", "verbs.test", "TestRDMA|TestEndpoint", []string{"TestRDMALoopback", "TestRDMAConnectionManager"}},
+		{"../../dpu", "dpu.test", "TestRDMAHandoff", []string{"TestRDMAHandoff/tcp", "TestRDMAHandoff/rdma", "TestRDMAHandoff/hostile", "TestRDMAHandoff/token"}},
 	}
-	accel, why := guestvm.Accel(ctx)
-	t.Logf("guest: %s (%s)", accel, why)
-	out, err := guestvm.Run(ctx, guestvm.Options{Work: work, Script: `set -e
+	script := `set -e
 ip link set lo up
 ip link set eth0 up
 ip addr add 10.9.0.1/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0
-HEC_REQUIRE_RDMA=1 /mnt/verbs.test -test.v -test.count=1 -test.run 'TestRDMA|TestEndpoint'`})
+`
+	for _, s := range suites {
+		if out, err := exec.Command("go", "test", "-c", "-o", filepath.Join(work, s.bin), s.pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go test -c %s: %v\n%s", s.pkg, err, out)
+		}
+		script += "HEC_REQUIRE_RDMA=1 /mnt/" + s.bin + " -test.v -test.count=1 -test.run '" + s.run + "'\n"
+	}
+	accel, why := guestvm.Accel(ctx)
+	t.Logf("guest: %s (%s)", accel, why)
+	out, err := guestvm.Run(ctx, guestvm.Options{Work: work, Script: script})
 	if errors.Is(err, guestvm.ErrNoQEMU) {
 		t.Skip(err)
 	}
@@ -81,9 +96,11 @@ HEC_REQUIRE_RDMA=1 /mnt/verbs.test -test.v -test.count=1 -test.run 'TestRDMA|Tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"TestRDMALoopback", "TestRDMAConnectionManager"} {
-		if !strings.Contains(string(out), "--- PASS: "+name) {
-			t.Errorf("%s did not pass in the guest", name)
+	for _, s := range suites {
+		for _, name := range s.want {
+			if !strings.Contains(string(out), "--- PASS: "+name) {
+				t.Errorf("%s did not pass in the guest", name)
+			}
 		}
 	}
 }
