@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/verbs"
@@ -19,8 +20,14 @@ type Config struct {
 	SlotSize int           // the longest message (default 256)
 	MaxSleep time.Duration // the poller's longest sleep when idle (default 200µs)
 	// OnMessage takes each message received, on the poller's goroutine:
-	// b is valid until it returns, and it must not block on the link.
+	// b is valid until it returns (with Hold: until Repost), and it must
+	// not block on the link.
 	OnMessage func(b []byte)
+	// Hold keeps each message's receive slot until the taker calls
+	// Repost: a peer that sends faster than it is read finds no receive
+	// posted, and its NIC waits and retries (flow control without
+	// credits).
+	Hold bool
 }
 
 // QueueDepth is the send queue a connection for a Link of cfg needs when
@@ -71,8 +78,12 @@ type Link struct {
 	err     error
 	cancel  context.CancelFunc
 	stopped sync.WaitGroup
-	closed  bool
+	closed  bool // Close began: no more sends
 }
+
+// linger bounds how long Close waits for the messages sent before it to
+// be taken by the peer (a peer that reads nothing would hold it up).
+const linger = time.Second
 
 // ErrClosed is why a link closed here ended.
 var ErrClosed = errors.New("rdmalink: closed")
@@ -130,6 +141,13 @@ func (l *Link) Regions() []*verbs.Region {
 	return l.regions
 }
 
+// Closed reports whether Close was called.
+func (l *Link) Closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
 // Done is closed when the link has ended; Err says why.
 func (l *Link) Done() <-chan struct{} { return l.done }
 
@@ -171,9 +189,12 @@ func (l *Link) Send(ctx context.Context, b []byte) error {
 	}
 	for {
 		l.mu.Lock()
-		if l.err != nil {
+		if l.err != nil || l.closed {
 			err := l.err
 			l.mu.Unlock()
+			if err == nil {
+				err = ErrClosed
+			}
 			return err
 		}
 		if n := len(l.free); n > 0 {
@@ -284,7 +305,10 @@ func (l *Link) complete(c verbs.Completion) bool {
 		}
 		off := int(n) * l.cfg.SlotSize
 		if l.cfg.OnMessage != nil {
-			l.cfg.OnMessage(l.slots.Buf[off : off+c.Bytes])
+			l.cfg.OnMessage(l.slots.Buf[off : off+c.Bytes : off+l.cfg.SlotSize])
+		}
+		if l.cfg.Hold {
+			return true
 		}
 		if err := l.conn.QP.PostRecv(l.slots, off, l.cfg.SlotSize, c.ID); err != nil {
 			l.fail(fmt.Errorf("rdmalink: post receive: %w", err))
@@ -318,8 +342,29 @@ func (l *Link) complete(c verbs.Completion) bool {
 	return true
 }
 
-// Close ends the link: the poller stops, the queue pair, the regions and
-// the connection are released (the peer sees a disconnection).
+// Repost posts again the receive slot of b, a message OnMessage was given
+// (with Config.Hold).
+func (l *Link) Repost(b []byte) error {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.slots.Buf)))
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - base)
+	if off < 0 || off >= l.cfg.Slots*l.cfg.SlotSize || off%l.cfg.SlotSize != 0 {
+		return fmt.Errorf("rdmalink: repost of a message not in a receive slot")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if err := l.conn.QP.PostRecv(l.slots, off, l.cfg.SlotSize, id(kindRecv, uint64(off/l.cfg.SlotSize))); err != nil {
+		return fmt.Errorf("rdmalink: post receive: %w", err)
+	}
+	return nil
+}
+
+// Close ends the link: once the messages sent before it have been taken
+// by the peer (for at most a second: linger), the poller stops and the
+// queue pair, the regions and the connection are released (the peer sees
+// a disconnection).
 func (l *Link) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -328,6 +373,7 @@ func (l *Link) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	l.drain()
 	l.fail(ErrClosed)
 	l.cancel()
 	l.stopped.Wait()
@@ -339,6 +385,27 @@ func (l *Link) Close() error {
 	}
 	l.slots.Close()
 	return l.conn.Close()
+}
+
+// drain waits, up to linger, for every send slot to be free: what was
+// sent has been received (a reliable connection completes a send once the
+// peer acknowledged it).
+func (l *Link) drain() {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(linger)
+	for {
+		l.mu.Lock()
+		idle := len(l.free) == l.cfg.Slots || l.err != nil
+		l.mu.Unlock()
+		if idle || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-l.done:
+		case <-tick.C:
+		}
+	}
 }
 
 // Messages is the handshake's view of a link: Write sends one message,
