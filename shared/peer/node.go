@@ -44,7 +44,12 @@ type Config struct {
 	// runs); Listen is then ignored. Run closes it.
 	Listener net.Listener
 	Peers    map[uint32]string // the members: id → address (may include this node)
-	Key      []byte            // the cluster key, at least 16 bytes
+	// Dial, when set, connects to a peer's address in place of a TCP
+	// dial (the peer links over RDMA: rdmalink.DialStream, with an
+	// rdmalink.StreamListener as Listener). The handshake and the frames
+	// run on what it returns unchanged.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	Key  []byte // the cluster key, at least 16 bytes
 	// Deadline: a peer from which work is pending and that has sent
 	// nothing for this long is declared dead (default 2 s). Heartbeats go
 	// out every Deadline/4 on an idle connection.
@@ -424,8 +429,16 @@ func (n *Node) conn(ctx context.Context, p *Peer) (*Conn, error) {
 }
 
 func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
-	d := net.Dialer{Timeout: n.cfg.Deadline}
-	nc, err := d.DialContext(ctx, "tcp", p.Addr)
+	var nc net.Conn
+	var err error
+	if n.cfg.Dial != nil {
+		dctx, cancel := context.WithTimeout(ctx, n.cfg.Deadline)
+		nc, err = n.cfg.Dial(dctx, p.Addr)
+		cancel()
+	} else {
+		d := net.Dialer{Timeout: n.cfg.Deadline}
+		nc, err = d.DialContext(ctx, "tcp", p.Addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("peer: dial node %d at %s: %w", p.ID, p.Addr, err)
 	}
