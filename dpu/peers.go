@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/peer"
+	"github.com/hecsys/hec/shared/rdmalink"
 )
 
 // parsePeers reads "ID@HOST:PORT" members.
@@ -60,6 +62,10 @@ type PeerConfig struct {
 	// Deadline declares dead a peer that owes work and has sent nothing
 	// for this long. Default 2s.
 	Deadline Duration `toml:"deadline"`
+	// Transport carries the peer links: "tcp" (default) or "rdma" (the
+	// same frames over RDMA streams, rdmalink.Stream: Addr and every
+	// member's address are then IPv4:PORT of RDMA devices' interfaces).
+	Transport string `toml:"transport"`
 }
 
 func (c *PeerConfig) withDefaults() error {
@@ -67,10 +73,14 @@ func (c *PeerConfig) withDefaults() error {
 	defString(&c.Membership, "static")
 	defString(&c.Cluster, "hec")
 	defDuration(&c.Deadline, 2*time.Second)
+	defString(&c.Transport, "tcp")
 	return nil
 }
 
 func (c *PeerConfig) validate() error {
+	if c.Transport != "tcp" && c.Transport != "rdma" {
+		return fmt.Errorf("--peer-transport %q: want tcp or rdma: %w", c.Transport, ErrConfig)
+	}
 	if err := checkAddr("peer", c.Addr); err != nil {
 		return err
 	}
@@ -101,6 +111,7 @@ func (c *PeerConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Membership, "membership", c.Membership, "static (--peers) or etcd://HOST:PORT")
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster name (the etcd key prefix)")
 	fs.Var(&c.Deadline, "peer-deadline", "declare dead a peer that owes work and has sent nothing for this long")
+	fs.StringVar(&c.Transport, "peer-transport", c.Transport, "carry the peer links over tcp or rdma (the same frames over RDMA streams; --peer and --peers then name IPv4:PORT of RDMA devices' interfaces)")
 }
 
 // peerService is the peer layer: the node, its membership, and the
@@ -128,11 +139,17 @@ func (s *peerService) Open(ctx context.Context, env *Env) error {
 	}
 	key = []byte(strings.TrimSpace(string(key)))
 	s.members, _ = parsePeers(s.cfg.Peers)
-	ln, err := env.Listen("peer", s.cfg.Addr)
-	if err != nil {
+	var ln net.Listener
+	var dial func(context.Context, string) (net.Conn, error)
+	if s.cfg.Transport == "rdma" {
+		if ln, err = rdmalink.ListenStream(s.cfg.Addr); err != nil {
+			return fmt.Errorf("--peer %s --peer-transport rdma: %w", s.cfg.Addr, err)
+		}
+		dial = rdmalink.DialStream
+	} else if ln, err = env.Listen("peer", s.cfg.Addr); err != nil {
 		return err
 	}
-	node, err := peer.NewNode(peer.Config{ID: s.cfg.NodeID, Listener: ln, Peers: s.members, Key: key,
+	node, err := peer.NewNode(peer.Config{ID: s.cfg.NodeID, Listener: ln, Dial: dial, Peers: s.members, Key: key,
 		Deadline: s.cfg.Deadline.Duration, Log: env.Log})
 	if err != nil {
 		ln.Close()

@@ -67,9 +67,13 @@ type rdmaService struct {
 	root    string   // where /sys is read ("": this machine's)
 	errors  []string // the links asked for that could not be made
 	handoff *rdmaHandoff
+	// peerOver is what carries the peer links: "tcp" or "rdma".
+	peerOver string
 }
 
-func newRDMAService(c RDMAConfig) *rdmaService { return &rdmaService{cfg: c} }
+func newRDMAService(c RDMAConfig, peerTransport string) *rdmaService {
+	return &rdmaService{cfg: c, peerOver: peerTransport}
+}
 
 func (s *rdmaService) Name() string { return "rdma" }
 
@@ -131,18 +135,22 @@ func (s *rdmaService) Start(ctx context.Context, env *Env) error {
 
 func (s *rdmaService) Stop() {}
 
-// rdmaRailAbsent is why the RDMA rail is absent where devices are.
-const rdmaRailAbsent = "absent: this hecd serves no RDMA handoff (--rdma-listen), and its peer links run over TCP"
-
 func (s *rdmaService) status() *api.RDMAStatus {
 	devs, err := sysinfo.FS{Root: s.root}.RDMADevices()
 	st := &api.RDMAStatus{Devices: devs, Summary: sysinfo.RDMASummary(devs, err), Errors: s.errors}
-	st.Rail = rdmaRailAbsent
+	peers := "peer links over TCP"
+	if s.peerOver == "rdma" {
+		peers = "peer links over RDMA"
+	}
 	switch {
-	case s.handoff != nil:
-		st.Rail = fmt.Sprintf("handoff at rdma://%s (windows up to %d MiB); peer links over TCP", s.handoff.addr, s.cfg.Window>>20)
 	case len(devs) == 0:
 		st.Rail = "absent: " + st.Summary
+	case s.handoff != nil:
+		st.Rail = fmt.Sprintf("handoff at rdma://%s (windows up to %d MiB); %s", s.handoff.addr, s.cfg.Window>>20, peers)
+	case s.peerOver == "rdma":
+		st.Rail = "no RDMA handoff (--rdma-listen); " + peers
+	default:
+		st.Rail = "absent: this hecd serves no RDMA handoff (--rdma-listen), and its peer links run over TCP"
 	}
 	return st
 }

@@ -27,5 +27,5 @@ func (c *Config) sections() []section {
 // it.
 func (c *Config) services() []Service {
 	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update), newOTLPService(c.Trace), newRDMAService(c.RDMA)}
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update), newOTLPService(c.Trace), newRDMAService(c.RDMA, c.Peer.Transport)}
 }

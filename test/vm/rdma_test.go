@@ -72,7 +72,8 @@ func TestRDMAVerbsInGuest(t *testing.T) {
 		want          []string
 	}{
 		{"../../shared/verbs", "verbs.test", "TestRDMA|TestEndpoint", []string{"TestRDMALoopback", "TestRDMAConnectionManager"}},
-		{"../../dpu", "dpu.test", "TestRDMAHandoff", []string{"TestRDMAHandoff/tcp", "TestRDMAHandoff/rdma", "TestRDMAHandoff/hostile", "TestRDMAHandoff/token"}},
+		{"../../shared/rdmalink", "rdmalink.test", "TestRDMA", []string{"TestRDMAStreamIsAConn", "TestRDMAStreamCarriesBytes"}},
+		{"../../dpu", "dpu.test", "TestRDMAHandoff|TestRDMAPeerLinks", []string{"TestRDMAHandoff/tcp", "TestRDMAHandoff/rdma", "TestRDMAHandoff/hostile", "TestRDMAHandoff/token", "TestRDMAPeerLinks"}},
 	}
 	script := `set -e
 ip link set lo up
