@@ -130,7 +130,7 @@ func connDevice(id *C.struct_rdma_cm_id) (*Device, error) {
 func connQP(d *Device, id *C.struct_rdma_cm_id, depth int) (*QP, error) {
 	q := &QP{d: d, depth: depth, cmID: id}
 	var err error
-	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth)); q.cq == nil {
+	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
 		return nil, fmt.Errorf("verbs: completion queue of %d: %w", 2*depth, errnoOr(err, syscall.ENOMEM))
 	}
 	if rc := C.hec_cm_create_qp(id, d.pd, q.cq, C.int(depth), 64); rc != 0 {

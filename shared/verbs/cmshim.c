@@ -26,6 +26,7 @@ static struct {
 	int (*accept)(struct rdma_cm_id *, struct rdma_conn_param *);
 	int (*reject)(struct rdma_cm_id *, const void *, uint8_t);
 	int (*disconnect)(struct rdma_cm_id *);
+	int (*set_option)(struct rdma_cm_id *, int, int, void *, size_t); // optional
 	const char *(*event_str)(enum rdma_cm_event_type);
 } cm;
 
@@ -55,6 +56,7 @@ static const char *cm_load(void) {
 	CMSYM(get_cm_event, "rdma_get_cm_event");
 	CMSYM(ack_cm_event, "rdma_ack_cm_event");
 	CMSYM(create_qp, "rdma_create_qp");
+	*(void **)&cm.set_option = dlsym(h, "rdma_set_option");
 	CMSYM(destroy_qp, "rdma_destroy_qp");
 	CMSYM(connect, "rdma_connect");
 	CMSYM(accept, "rdma_accept");
@@ -164,19 +166,35 @@ static struct rdma_conn_param param(const void *priv, int len) {
 	memset(&p, 0, sizeof p);
 	p.private_data = priv;
 	p.private_data_len = (uint8_t)len;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
+	// RDMA READs in flight each way: the RDMA handoff's agent reads a
+	// large span as several (16: what common NICs take; rxe takes more).
+	p.responder_resources = 16;
+	p.initiator_depth = 16;
 	p.retry_count = 7;
 	p.rnr_retry_count = 7;
 	return p;
 }
 
+// ackTimeout is the queue pair's local ACK timeout, 4.096 µs × 2^14 =
+// 67 ms: how long a sender (or a reader, of its READ's responses) waits
+// before it sends again what was lost. The connection manager's default
+// follows the path's packet lifetime, seconds on some links; soft-RoCE
+// in VMs loses packets under load, and each loss cost that much.
+static void set_ack_timeout(struct rdma_cm_id *id) {
+	if (cm.set_option) {
+		uint8_t t = 14;
+		cm.set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t);
+	}
+}
+
 int hec_cm_connect(struct rdma_cm_id *id, const void *priv, int len) {
+	set_ack_timeout(id);
 	struct rdma_conn_param p = param(priv, len);
 	return cm.connect(id, &p) ? errno : 0;
 }
 
 int hec_cm_accept(struct rdma_cm_id *id, const void *priv, int len) {
+	set_ack_timeout(id);
 	struct rdma_conn_param p = param(priv, len);
 	return cm.accept(id, &p) ? errno : 0;
 }

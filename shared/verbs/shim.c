@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 
 #if HEC_HAVE_VERBS
@@ -27,6 +28,10 @@ static struct {
 	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
 	int (*query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *);
 	const char *(*wc_status_str)(enum ibv_wc_status);
+	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
+	int (*destroy_comp_channel)(struct ibv_comp_channel *);
+	int (*get_cq_event)(struct ibv_comp_channel *, struct ibv_cq **, void **);
+	void (*ack_cq_events)(struct ibv_cq *, unsigned int);
 } lib;
 
 static const char *loaded;
@@ -56,6 +61,10 @@ static const char *load(void) {
 	SYM(query_gid, "ibv_query_gid");
 	SYM(query_port, "ibv_query_port");
 	SYM(wc_status_str, "ibv_wc_status_str");
+	SYM(create_comp_channel, "ibv_create_comp_channel");
+	SYM(destroy_comp_channel, "ibv_destroy_comp_channel");
+	SYM(get_cq_event, "ibv_get_cq_event");
+	SYM(ack_cq_events, "ibv_ack_cq_events");
 	return NULL;
 }
 
@@ -97,8 +106,51 @@ struct ibv_mr *hec_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 int hec_dereg_mr(struct ibv_mr *mr) { return lib.dereg_mr(mr); }
 uint32_t hec_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
 uint32_t hec_mr_rkey(struct ibv_mr *mr) { return mr->rkey; }
-struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth) { return lib.create_cq(c, depth, NULL, NULL, 0); }
-int hec_destroy_cq(struct ibv_cq *cq) { return lib.destroy_cq(cq); }
+struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd) {
+	struct ibv_comp_channel *ch = lib.create_comp_channel(c);
+	if (!ch) {
+		return NULL;
+	}
+	int fl = fcntl(ch->fd, F_GETFL);
+	if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		int saved = errno;
+		lib.destroy_comp_channel(ch);
+		errno = saved;
+		return NULL;
+	}
+	struct ibv_cq *cq = lib.create_cq(c, depth, NULL, ch, 0);
+	if (!cq) {
+		int saved = errno;
+		lib.destroy_comp_channel(ch);
+		errno = saved;
+		return NULL;
+	}
+	*fd = ch->fd;
+	return cq;
+}
+
+int hec_destroy_cq(struct ibv_cq *cq) {
+	hec_cq_events(cq); // a queue with events not acknowledged cannot go
+	struct ibv_comp_channel *ch = cq->channel;
+	int rc = lib.destroy_cq(cq);
+	if (rc == 0 && ch) {
+		lib.destroy_comp_channel(ch);
+	}
+	return rc;
+}
+
+int hec_cq_arm(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+
+int hec_cq_events(struct ibv_cq *cq) {
+	int n = 0;
+	struct ibv_cq *ev;
+	void *ctx;
+	while (cq->channel && lib.get_cq_event(cq->channel, &ev, &ctx) == 0) {
+		lib.ack_cq_events(ev, 1);
+		n++;
+	}
+	return n;
+}
 
 struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) {
 	struct ibv_qp_init_attr a;
@@ -240,8 +292,10 @@ struct ibv_mr *hec_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 int hec_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
 uint32_t hec_mr_lkey(struct ibv_mr *mr) { return 0; }
 uint32_t hec_mr_rkey(struct ibv_mr *mr) { return 0; }
-struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth) { errno = ENOSYS; return NULL; }
+struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd) { errno = ENOSYS; return NULL; }
 int hec_destroy_cq(struct ibv_cq *cq) { return ENOSYS; }
+int hec_cq_arm(struct ibv_cq *cq) { return ENOSYS; }
+int hec_cq_events(struct ibv_cq *cq) { return 0; }
 struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) { errno = ENOSYS; return NULL; }
 int hec_destroy_qp(struct ibv_qp *qp) { return ENOSYS; }
 uint32_t hec_qp_num(struct ibv_qp *qp) { return 0; }

@@ -43,8 +43,14 @@ struct ibv_mr *hec_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 int hec_dereg_mr(struct ibv_mr *mr);
 uint32_t hec_mr_lkey(struct ibv_mr *mr);
 uint32_t hec_mr_rkey(struct ibv_mr *mr);
-struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth);
+// hec_create_cq makes a completion queue with a completion channel of
+// its own (its fd non-blocking, in *fd): a poller that found nothing arms
+// it (hec_cq_arm) and sleeps in poll(2) until the next completion.
+struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd);
 int hec_destroy_cq(struct ibv_cq *cq);
+int hec_cq_arm(struct ibv_cq *cq);
+// hec_cq_events takes (and acknowledges) the channel's events: how many.
+int hec_cq_events(struct ibv_cq *cq);
 struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline);
 int hec_destroy_qp(struct ibv_qp *qp);
 uint32_t hec_qp_num(struct ibv_qp *qp);

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -192,6 +193,7 @@ type QP struct {
 	depth int
 	wcs   [16]C.hec_wc
 	cmID  *C.struct_rdma_cm_id // a connection manager's queue pair (rdma_destroy_qp closes it)
+	fd    C.int                // the completion channel's (non-blocking)
 }
 
 // NewQP makes a queue pair of depth work requests each way, ready to
@@ -199,7 +201,7 @@ type QP struct {
 func (d *Device) NewQP(depth int) (*QP, error) {
 	q := &QP{d: d, depth: depth, psn: rand.Uint32() & 0xffffff}
 	var err error
-	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth)); q.cq == nil {
+	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
 		return nil, fmt.Errorf("verbs: %s: completion queue of %d: %w", d.Name, 2*depth, errnoOr(err, syscall.ENOMEM))
 	}
 	if q.qp, err = C.hec_create_qp(d.pd, q.cq, C.int(depth), 64); q.qp == nil {
@@ -314,6 +316,32 @@ func (q *QP) Poll(out []Completion) ([]Completion, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// Arm asks for an event at the queue's next completion (WaitEvent). A
+// completion already queued makes none: poll once more after arming,
+// before waiting.
+func (q *QP) Arm() error {
+	if rc := C.hec_cq_arm(q.cq); rc != 0 {
+		return fmt.Errorf("verbs: arm the completion queue: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// WaitEvent sleeps until the event Arm asked for comes, or d passes, and
+// takes the events that came; it reports whether one did. The sleep is
+// the kernel's (poll(2)): a poller sleeping so costs no CPU, which
+// soft-RoCE, whose NIC is that CPU, needs.
+func (q *QP) WaitEvent(d time.Duration) (bool, error) {
+	ms := int(d.Milliseconds())
+	if ms == 0 && d > 0 {
+		ms = 1
+	}
+	fds := []unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLIN}}
+	if _, err := unix.Poll(fds, ms); err != nil && err != unix.EINTR {
+		return false, fmt.Errorf("verbs: wait for a completion: %w", err)
+	}
+	return C.hec_cq_events(q.cq) > 0, nil
 }
 
 func errnoOr(err error, or syscall.Errno) error {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // Available says why verbs cannot be used: this build has no cgo.
@@ -66,6 +67,12 @@ func (*QP) Post(Work) error { return Available() }
 
 // Poll fails: see Available.
 func (*QP) Poll(out []Completion) ([]Completion, error) { return out, Available() }
+
+// Arm says why there is no queue.
+func (*QP) Arm() error { return Available() }
+
+// WaitEvent says why there is no queue.
+func (*QP) WaitEvent(time.Duration) (bool, error) { return false, Available() }
 
 // Conn is an RDMA connection; without cgo none is made.
 type Conn struct {
