@@ -18,7 +18,7 @@ import (
 type Config struct {
 	Slots    int           // receives posted, and sends in flight (default 64)
 	SlotSize int           // the longest message (default 256)
-	MaxSleep time.Duration // the poller's longest sleep when idle (default 200µs)
+	MaxSleep time.Duration // the poller's longest sleep without a completion (default 20 ms: how soon it sees Close)
 	// OnMessage takes each message received, on the poller's goroutine:
 	// b is valid until it returns (with Hold: until Repost), and it must
 	// not block on the link.
@@ -46,7 +46,7 @@ func (c *Config) defaults() {
 		c.SlotSize = 256
 	}
 	if c.MaxSleep <= 0 {
-		c.MaxSleep = 200 * time.Microsecond
+		c.MaxSleep = 20 * time.Millisecond
 	}
 }
 
@@ -73,7 +73,6 @@ type Link struct {
 	waits   map[uint64]chan error
 	seq     uint64
 	freed   chan struct{} // a send slot freed (capacity 1)
-	wake    chan struct{} // work posted: the poller spins again (capacity 1)
 	done    chan struct{} // closed when the link ends
 	err     error
 	cancel  context.CancelFunc
@@ -94,7 +93,7 @@ var ErrClosed = errors.New("rdmalink: closed")
 func New(conn *verbs.Conn, cfg Config) (*Link, error) {
 	cfg.defaults()
 	l := &Link{conn: conn, cfg: cfg, waits: map[uint64]chan error{}, freed: make(chan struct{}, 1),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		done: make(chan struct{})}
 	var err error
 	if l.slots, err = conn.Device.Register(2 * cfg.Slots * cfg.SlotSize); err != nil {
 		conn.Close()
@@ -174,13 +173,6 @@ func (l *Link) fail(err error) {
 	}
 }
 
-func (l *Link) kick() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
 // Send sends b (at most SlotSize bytes) to the peer's next receive,
 // waiting for a free slot until ctx ends.
 func (l *Link) Send(ctx context.Context, b []byte) error {
@@ -207,7 +199,6 @@ func (l *Link) Send(ctx context.Context, b []byte) error {
 				l.free = append(l.free, slot)
 			}
 			l.mu.Unlock()
-			l.kick()
 			return err
 		}
 		l.mu.Unlock()
@@ -256,7 +247,6 @@ func (l *Link) Do(ctx context.Context, ws ...verbs.Work) error {
 		chs = append(chs, ch)
 	}
 	l.mu.Unlock()
-	l.kick()
 	var first error = perr
 	for _, ch := range chs {
 		select {
@@ -271,25 +261,61 @@ func (l *Link) Do(ctx context.Context, ws ...verbs.Work) error {
 	return first
 }
 
-// poll takes completions until ctx ends.
+// poll takes completions until ctx ends: it spins a while after the last
+// (ring.Waiter's spin), then sleeps in the kernel until the next one
+// comes (the completion channel), never yielding in between: on
+// soft-RoCE the NIC's work is this machine's kernel's, which a poller
+// that keeps its CPU starves.
 func (l *Link) poll(ctx context.Context) {
-	w := ring.Waiter{Wake: l.wake, MaxSleep: l.cfg.MaxSleep}
+	var w ring.Waiter
+	w.SkipYield()
+	q := l.conn.QP
 	var cs []verbs.Completion
+	take := func() bool { // the completions polled; false: the link ended
+		w.Reset()
+		w.SkipYield()
+		for _, c := range cs {
+			if !l.complete(c) {
+				return false
+			}
+		}
+		return true
+	}
 	for ctx.Err() == nil {
 		var err error
-		if cs, err = l.conn.QP.Poll(cs[:0]); err != nil {
+		if cs, err = q.Poll(cs[:0]); err != nil {
 			l.fail(err)
 			return
 		}
-		if len(cs) == 0 {
+		if len(cs) > 0 {
+			if !take() {
+				return
+			}
+			continue
+		}
+		if !w.Idle() {
 			w.Wait()
 			continue
 		}
-		w.Reset()
-		for _, c := range cs {
-			if !l.complete(c) {
+		// Arm, look once more (a completion queued before arming makes
+		// no event), then sleep until one comes (bounded, to see ctx).
+		if err := q.Arm(); err != nil {
+			l.fail(err)
+			return
+		}
+		if cs, err = q.Poll(cs[:0]); err != nil {
+			l.fail(err)
+			return
+		}
+		if len(cs) > 0 {
+			if !take() {
 				return
 			}
+			continue
+		}
+		if _, err := q.WaitEvent(l.cfg.MaxSleep); err != nil {
+			l.fail(err)
+			return
 		}
 	}
 }
