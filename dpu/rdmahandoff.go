@@ -38,6 +38,11 @@ func listenRDMA(addr string, maxWindow uint64, env *Env) (*rdmaHandoff, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--rdma-listen %q: want IPv4:PORT: %w", addr, ErrConfig)
 	}
+	// An RDMA device's address reaches beyond this machine: as the TCP
+	// handoff, it wants the operator's token, or --insecure.
+	if err := env.Shared.checkExposed(env.Log, "--rdma-listen", addr, env.Shared.Token != ""); err != nil {
+		return nil, err
+	}
 	ln, err := verbs.Listen(ap)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: listen at %s: %w", addr, err)
@@ -177,17 +182,8 @@ func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Ses
 		resp = wire.Desc{Tag: req.Tag, Op: req.Op, Status: wire.StatusBadArg}
 	} else {
 		if req.Validate(window.Len) == nil {
-			var reads [wire.MaxSpans]verbs.Work
-			n := 0
-			for _, sp := range req.SpanList() {
-				if sp.Len > 0 {
-					reads[n] = verbs.Work{Op: verbs.Read, Region: region, Off: int(sp.Off), Len: int(sp.Len),
-						Remote: verbs.RemoteKey{Addr: window.Addr + uint64(sp.Off), RKey: window.RKey}}
-					n++
-				}
-			}
-			if err := link.Do(ctx, reads[:n]...); err != nil {
-				return fmt.Errorf("read the op's spans: %w", err)
+			if err := readSpans(ctx, link, region, window, req.SpanList()); err != nil {
+				return err
 			}
 		}
 		h.env.Dispatcher.ServeIn(ctx, "rdma", sess, &req, mirror, &resp)
@@ -210,4 +206,43 @@ func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Ses
 	var out [wire.DescSize]byte
 	resp.Marshal(out[:])
 	return link.Send(ctx, out[:])
+}
+
+// Reads of an op's spans: pieces of at most rdmaReadPiece bytes, at most
+// rdmaReadsInFlight at once (the connection's READ resources): a lost
+// packet costs one piece's retry, and pieces overlap on the wire.
+const (
+	rdmaReadPiece     = 1 << 20
+	rdmaReadsInFlight = 16
+)
+
+// readSpans reads spans of the host's window into the same offsets of the
+// agent's mirror.
+func readSpans(ctx context.Context, link *rdmalink.Link, region *verbs.Region, window verbs.RemoteKey, spans []wire.Span) error {
+	var reads [rdmaReadsInFlight]verbs.Work
+	n := 0
+	flush := func() error {
+		err := link.Do(ctx, reads[:n]...)
+		n = 0
+		if err != nil {
+			return fmt.Errorf("read the op's spans: %w", err)
+		}
+		return nil
+	}
+	for _, sp := range spans {
+		for off := uint64(sp.Off); off < sp.End(); off += rdmaReadPiece {
+			ln := min(sp.End()-off, rdmaReadPiece)
+			reads[n] = verbs.Work{Op: verbs.Read, Region: region, Off: int(off), Len: int(ln),
+				Remote: verbs.RemoteKey{Addr: window.Addr + off, RKey: window.RKey}}
+			if n++; n == len(reads) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if n > 0 {
+		return flush()
+	}
+	return nil
 }

@@ -52,7 +52,7 @@ func rdmaAddr(t *testing.T) netip.Addr {
 func TestRDMAHandoff(t *testing.T) {
 	ip := rdmaAddr(t)
 	rdmaListen := netip.AddrPortFrom(ip, 7480).String()
-	a := startRDMAAgent(t, AgentConfig{}, rdmaListen)
+	a := startRDMAAgent(t, AgentConfig{Insecure: true}, rdmaListen)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, target := range []string{"tcp://" + a.Addr("tcp"), "rdma://" + rdmaListen} {
@@ -366,5 +366,22 @@ func TestRDMAPeerLinks(t *testing.T) {
 		t.Fatal("a node without the cluster key was answered over RDMA")
 	} else {
 		t.Logf("a stranger's ping: %v", err)
+	}
+}
+
+// TestRDMAHandoffWantsCredentials: an RDMA handoff (an RDMA device's
+// address reaches beyond this machine) without the operator's token is
+// refused at start, as the TCP handoff is, unless --insecure; the check
+// comes before any device is needed.
+func TestRDMAHandoffWantsCredentials(t *testing.T) {
+	a, err := New(Config{Agent: AgentConfig{Shm: Off, TCP: "127.0.0.1:0", Mgmt: Off, StateDir: t.TempDir()},
+		RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}, RDMA: RDMAConfig{Listen: "10.9.0.1:7470"}}, nil)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = a.Run(ctx)
+	}
+	if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--rdma-listen 10.9.0.1:7470 reaches beyond this machine without credentials") {
+		t.Fatalf("an RDMA handoff without a token: %v", err)
 	}
 }
