@@ -11,9 +11,12 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hecsys/hec/dpu"
+	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/verbs"
 )
 
@@ -39,12 +42,19 @@ func main() {
 	role := flag.String("role", "client", "server or client")
 	rdmaAddr := flag.String("rdma", "10.9.0.1:7471", "the server's RDMA CM address")
 	tcpAddr := flag.String("tcp", "10.9.0.1:7472", "the server's TCP address")
+	handoffTCP := flag.String("handoff-tcp", "10.9.0.1:7473", "the server's agent's TCP handoff")
+	handoffRDMA := flag.String("handoff-rdma", "10.9.0.1:7474", "the server's agent's RDMA handoff")
 	flag.Parse()
+	agentTargets = []string{"rdma://" + *handoffRDMA, "tcp://" + *handoffTCP}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
 	if *role == "server" {
-		err = serve(ctx, *rdmaAddr, *tcpAddr)
+		var stop func()
+		if stop, err = runAgent(*handoffTCP, *handoffRDMA); err == nil {
+			err = serve(ctx, *rdmaAddr, *tcpAddr)
+			stop()
+		}
 	} else {
 		err = client(ctx, *rdmaAddr, *tcpAddr)
 	}
@@ -197,7 +207,97 @@ func serve(ctx context.Context, rdmaAddr, tcpAddr string) error {
 			return err
 		}
 	}
-	return nil
+	// The client measures the agent's handoffs, then says it is done.
+	var done [1]byte
+	_, err = io.ReadFull(conn, done[:])
+	return err
+}
+
+// agentTargets are the server's agent's handoffs, RDMA's first.
+var agentTargets []string
+
+// runAgent runs an agent (hecd's core, in this process) serving the
+// handoff over TCP and over RDMA.
+func runAgent(tcpAddr, rdmaAddr string) (stop func(), err error) {
+	state, err := os.MkdirTemp("", "rdmaperf-agent")
+	if err != nil {
+		return nil, err
+	}
+	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: tcpAddr, Mgmt: dpu.Off, StateDir: state, Insecure: true},
+		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}, RDMA: dpu.RDMAConfig{Listen: rdmaAddr}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if st := a.Status(); st.RDMA == nil || !strings.Contains(st.RDMA.Rail, "rdma://") {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("the agent serves no RDMA handoff: %+v", st.RDMA)
+	}
+	return func() { cancel(); <-done }, nil
+}
+
+// handoffSizes are the checksums measured through the agent: buffers of
+// the client's window (Alloc), so that RDMA hands them over without a
+// copy on this side.
+var handoffSizes = []struct {
+	name  string
+	bytes int
+	times int
+}{{"1MiB", 1 << 20, 32}, {"16MiB", 16 << 20, 4}}
+
+// measureHandoff measures an agent's handoff at target: ping p50 (the
+// agent's ping op) and checksums of window buffers.
+func measureHandoff(ctx context.Context, target string) (Result, error) {
+	r := Result{Transport: "handoff " + strings.SplitN(target, ":", 2)[0], GBps: map[string]float64{}, CPUmsGB: map[string]float64{}}
+	var c *host.Client
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if c, err = host.Dial(ctx, target); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, err
+		}
+	}
+	defer c.Close()
+	fmt.Fprintf(os.Stderr, "rdmaperf: %s: pings\n", c)
+	var rtts []time.Duration
+	for range pings {
+		t0 := time.Now()
+		if err := c.Ping(ctx); err != nil {
+			return r, err
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	r.PingP50US = p50(rtts)
+	for _, s := range handoffSizes {
+		b, err := c.Alloc(s.bytes)
+		if err != nil {
+			return r, err
+		}
+		for i := range b {
+			b[i] = byte(i)
+		}
+		fmt.Fprintf(os.Stderr, "rdmaperf: %s: %d checksums of %s\n", target, s.times, s.name)
+		c0, t0 := cpu(), time.Now()
+		for range s.times {
+			if _, err := c.Checksum(ctx, b); err != nil {
+				return r, err
+			}
+		}
+		record(&r, s.name, s.bytes*s.times, time.Since(t0), cpu()-c0)
+		c.Free(b)
+	}
+	return r, nil
 }
 
 func client(ctx context.Context, rdmaAddr, tcpAddr string) error {
@@ -308,6 +408,17 @@ func client(ctx context.Context, rdmaAddr, tcpAddr string) error {
 			return errors.Join(errors.New("tcp: no acknowledgement"), err)
 		}
 		record(&res[1], s.name, s.bytes*s.times, time.Since(t0), cpu()-c0)
+	}
+	fmt.Fprintln(os.Stderr, "rdmaperf: the agent's handoffs")
+	for _, target := range agentTargets {
+		r, err := measureHandoff(ctx, target)
+		if err != nil {
+			return fmt.Errorf("%s: %w", target, err)
+		}
+		res = append(res, r)
+	}
+	if _, err := conn.Write([]byte{1}); err != nil {
+		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
