@@ -40,24 +40,24 @@ type channel struct {
 }
 
 func newChannel() (*channel, error) {
-	if why := C.hec_cm_load(); why != nil {
+	if why := C.hecv_cm_load(); why != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, C.GoString(why))
 	}
 	var fd C.int
-	ch, err := C.hec_cm_channel(&fd)
+	ch, err := C.hecv_cm_channel(&fd)
 	if ch == nil {
 		return nil, fmt.Errorf("verbs: connection manager: %w (no RDMA, or no rdma_ucm)", errnoOr(err, syscall.ENODEV))
 	}
 	return &channel{ch: ch, fd: int(fd)}, nil
 }
 
-func (c *channel) close() { C.hec_cm_channel_close(c.ch) }
+func (c *channel) close() { C.hecv_cm_channel_close(c.ch) }
 
 // event waits for the channel's next event, until ctx ends.
-func (c *channel) event(ctx context.Context) (C.hec_cm_event, error) {
-	var e C.hec_cm_event
+func (c *channel) event(ctx context.Context) (C.hecv_cm_event, error) {
+	var e C.hecv_cm_event
 	for {
-		rc := C.hec_cm_get_event(c.ch, &e)
+		rc := C.hecv_cm_get_event(c.ch, &e)
 		if rc == 0 {
 			return e, nil
 		}
@@ -74,7 +74,7 @@ func (c *channel) event(ctx context.Context) (C.hec_cm_event, error) {
 
 // expect waits for event want of id; any other event of it is an error
 // naming it.
-func (c *channel) expect(ctx context.Context, id *C.struct_rdma_cm_id, want int) (C.hec_cm_event, error) {
+func (c *channel) expect(ctx context.Context, id *C.struct_rdma_cm_id, want int) (C.hecv_cm_event, error) {
 	for {
 		e, err := c.event(ctx)
 		if err != nil {
@@ -85,7 +85,7 @@ func (c *channel) expect(ctx context.Context, id *C.struct_rdma_cm_id, want int)
 		}
 		if int(e.event) != want {
 			return e, fmt.Errorf("verbs: connection manager: %s (status %d), waiting for %s",
-				C.GoString(C.hec_cm_event_str(e.event)), int(e.status), C.GoString(C.hec_cm_event_str(C.int(want))))
+				C.GoString(C.hecv_cm_event_str(e.event)), int(e.status), C.GoString(C.hecv_cm_event_str(C.int(want))))
 		}
 		return e, nil
 	}
@@ -114,13 +114,13 @@ type Conn struct {
 // connDevice is the device of a connection manager id, with a protection
 // domain of its own.
 func connDevice(id *C.struct_rdma_cm_id) (*Device, error) {
-	ctx := C.hec_cm_verbs(id)
+	ctx := C.hecv_cm_verbs(id)
 	if ctx == nil {
 		return nil, fmt.Errorf("verbs: the connection has no device")
 	}
-	d := &Device{Name: "rdma_cm", Port: int(C.hec_cm_port(id)), ctx: ctx, borrowed: true}
+	d := &Device{Name: "rdma_cm", Port: int(C.hecv_cm_port(id)), ctx: ctx, borrowed: true}
 	var err error
-	if d.pd, err = C.hec_alloc_pd(ctx); d.pd == nil {
+	if d.pd, err = C.hecv_alloc_pd(ctx); d.pd == nil {
 		return nil, fmt.Errorf("verbs: protection domain: %w", errnoOr(err, syscall.ENOMEM))
 	}
 	return d, nil
@@ -130,14 +130,14 @@ func connDevice(id *C.struct_rdma_cm_id) (*Device, error) {
 func connQP(d *Device, id *C.struct_rdma_cm_id, depth int) (*QP, error) {
 	q := &QP{d: d, depth: depth, cmID: id}
 	var err error
-	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
+	if q.cq, err = C.hecv_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
 		return nil, fmt.Errorf("verbs: completion queue of %d: %w", 2*depth, errnoOr(err, syscall.ENOMEM))
 	}
-	if rc := C.hec_cm_create_qp(id, d.pd, q.cq, C.int(depth), 64); rc != 0 {
-		C.hec_destroy_cq(q.cq)
+	if rc := C.hecv_cm_create_qp(id, d.pd, q.cq, C.int(depth), 64); rc != 0 {
+		C.hecv_destroy_cq(q.cq)
 		return nil, fmt.Errorf("verbs: queue pair of %d: %w", depth, syscall.Errno(rc))
 	}
-	q.qp = C.hec_cm_qp(id)
+	q.qp = C.hecv_cm_qp(id)
 	return q, nil
 }
 
@@ -171,17 +171,17 @@ func Dial(ctx context.Context, addr netip.AddrPort, private []byte, depth int) (
 			c.Close()
 		}
 	}()
-	if c.id, err = C.hec_cm_id(ch.ch); c.id == nil {
+	if c.id, err = C.hecv_cm_id(ch.ch); c.id == nil {
 		return nil, nil, fmt.Errorf("verbs: connection manager id: %w", errnoOr(err, syscall.ENOMEM))
 	}
 	const resolveMS = 2000
-	if rc := C.hec_cm_resolve_addr(c.id, ip, port, resolveMS); rc != 0 {
+	if rc := C.hecv_cm_resolve_addr(c.id, ip, port, resolveMS); rc != 0 {
 		return nil, nil, fmt.Errorf("verbs: resolve %v: %w", addr, syscall.Errno(rc))
 	}
 	if _, err := ch.expect(ctx, c.id, cmAddrResolved); err != nil {
 		return nil, nil, fmt.Errorf("verbs: resolve %v: %w", addr, err)
 	}
-	if rc := C.hec_cm_resolve_route(c.id, resolveMS); rc != 0 {
+	if rc := C.hecv_cm_resolve_route(c.id, resolveMS); rc != 0 {
 		return nil, nil, fmt.Errorf("verbs: route to %v: %w", addr, syscall.Errno(rc))
 	}
 	if _, err := ch.expect(ctx, c.id, cmRouteResolved); err != nil {
@@ -195,7 +195,7 @@ func Dial(ctx context.Context, addr netip.AddrPort, private []byte, depth int) (
 	}
 	p, n := cBytes(framed(private))
 	defer C.free(p)
-	if rc := C.hec_cm_connect(c.id, p, n); rc != 0 {
+	if rc := C.hecv_cm_connect(c.id, p, n); rc != 0 {
 		return nil, nil, fmt.Errorf("verbs: connect to %v: %w", addr, syscall.Errno(rc))
 	}
 	e, err := ch.expect(ctx, c.id, cmEstablished)
@@ -229,7 +229,7 @@ func (c *Conn) WaitDisconnected(ctx context.Context) error {
 // Close disconnects and releases the connection.
 func (c *Conn) Close() error {
 	if c.id != nil && c.QP != nil {
-		C.hec_cm_disconnect(c.id)
+		C.hecv_cm_disconnect(c.id)
 	}
 	if c.QP != nil {
 		c.QP.Close()
@@ -240,7 +240,7 @@ func (c *Conn) Close() error {
 		c.Device = nil
 	}
 	if c.id != nil {
-		C.hec_cm_destroy_id(c.id)
+		C.hecv_cm_destroy_id(c.id)
 		c.id = nil
 	}
 	if c.ch != nil {
@@ -268,11 +268,11 @@ func Listen(addr netip.AddrPort) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{ch: ch}
-	if l.id, err = C.hec_cm_id(ch.ch); l.id == nil {
+	if l.id, err = C.hecv_cm_id(ch.ch); l.id == nil {
 		ch.close()
 		return nil, fmt.Errorf("verbs: connection manager id: %w", errnoOr(err, syscall.ENOMEM))
 	}
-	if rc := C.hec_cm_listen(l.id, ip, port, 16); rc != 0 {
+	if rc := C.hecv_cm_listen(l.id, ip, port, 16); rc != 0 {
 		l.Close()
 		return nil, fmt.Errorf("verbs: listen at %v: %w", addr, syscall.Errno(rc))
 	}
@@ -283,7 +283,7 @@ func Listen(addr netip.AddrPort) (*Listener, error) {
 // and returns the reply (at most MaxPrivateReply bytes), or an error that rejects it
 // (Accept then returns that error: call it again for the next request).
 func (l *Listener) Accept(ctx context.Context, depth int, check func(private []byte) ([]byte, error)) (*Conn, error) {
-	var e C.hec_cm_event
+	var e C.hecv_cm_event
 	for {
 		var err error
 		if e, err = l.ch.event(ctx); err != nil {
@@ -302,29 +302,29 @@ func (l *Listener) Accept(ctx context.Context, depth int, check func(private []b
 	}()
 	private, framedOK := unframed(C.GoBytes(unsafe.Pointer(&e.private_data[0]), e.private_len))
 	if !framedOK {
-		C.hec_cm_reject(c.id)
+		C.hecv_cm_reject(c.id)
 		return nil, fmt.Errorf("verbs: connection request refused: its private data is not framed (not a client of this package)")
 	}
 	reply, err := check(private)
 	if err != nil {
-		C.hec_cm_reject(c.id)
+		C.hecv_cm_reject(c.id)
 		return nil, fmt.Errorf("verbs: connection request refused: %w", err)
 	}
 	if len(reply) > MaxPrivateReply {
-		C.hec_cm_reject(c.id)
+		C.hecv_cm_reject(c.id)
 		return nil, fmt.Errorf("verbs: a reply of %d bytes, at most %d", len(reply), MaxPrivateReply)
 	}
 	if c.Device, err = connDevice(c.id); err != nil {
-		C.hec_cm_reject(c.id)
+		C.hecv_cm_reject(c.id)
 		return nil, err
 	}
 	if c.QP, err = connQP(c.Device, c.id, depth); err != nil {
-		C.hec_cm_reject(c.id)
+		C.hecv_cm_reject(c.id)
 		return nil, err
 	}
 	p, n := cBytes(framed(reply))
 	defer C.free(p)
-	if rc := C.hec_cm_accept(c.id, p, n); rc != 0 {
+	if rc := C.hecv_cm_accept(c.id, p, n); rc != 0 {
 		return nil, fmt.Errorf("verbs: accept: %w", syscall.Errno(rc))
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -336,7 +336,7 @@ func (l *Listener) Accept(ctx context.Context, depth int, check func(private []b
 	if c.ch, err = newChannel(); err != nil {
 		return nil, err
 	}
-	if rc := C.hec_cm_migrate(c.id, c.ch.ch); rc != 0 {
+	if rc := C.hecv_cm_migrate(c.id, c.ch.ch); rc != 0 {
 		return nil, fmt.Errorf("verbs: migrate the connection: %w", syscall.Errno(rc))
 	}
 	ok = true
@@ -346,7 +346,7 @@ func (l *Listener) Accept(ctx context.Context, depth int, check func(private []b
 // Close stops listening.
 func (l *Listener) Close() error {
 	if l.id != nil {
-		C.hec_cm_destroy_id(l.id)
+		C.hecv_cm_destroy_id(l.id)
 		l.id = nil
 	}
 	if l.ch != nil {

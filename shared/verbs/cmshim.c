@@ -36,7 +36,7 @@ static int cm_tried;
 #define CMSYM(field, name) do { *(void **)&cm.field = dlsym(h, name); if (!cm.field) return "librdmacm.so.1 lacks " name; } while (0)
 
 static const char *cm_load(void) {
-	const char *why = hec_load();
+	const char *why = hecv_load();
 	if (why) {
 		return why;
 	}
@@ -66,7 +66,7 @@ static const char *cm_load(void) {
 	return NULL;
 }
 
-const char *hec_cm_load(void) {
+const char *hecv_cm_load(void) {
 	if (!cm_tried) {
 		cm_loaded = cm_load();
 		cm_tried = 1;
@@ -74,7 +74,7 @@ const char *hec_cm_load(void) {
 	return cm_loaded;
 }
 
-struct rdma_event_channel *hec_cm_channel(int *fd) {
+struct rdma_event_channel *hecv_cm_channel(int *fd) {
 	struct rdma_event_channel *ch = cm.create_event_channel();
 	if (!ch) {
 		return NULL;
@@ -85,9 +85,9 @@ struct rdma_event_channel *hec_cm_channel(int *fd) {
 	return ch;
 }
 
-void hec_cm_channel_close(struct rdma_event_channel *ch) { cm.destroy_event_channel(ch); }
+void hecv_cm_channel_close(struct rdma_event_channel *ch) { cm.destroy_event_channel(ch); }
 
-struct rdma_cm_id *hec_cm_id(struct rdma_event_channel *ch) {
+struct rdma_cm_id *hecv_cm_id(struct rdma_event_channel *ch) {
 	struct rdma_cm_id *id = NULL;
 	if (cm.create_id(ch, &id, NULL, RDMA_PS_TCP) != 0) {
 		return NULL;
@@ -95,8 +95,8 @@ struct rdma_cm_id *hec_cm_id(struct rdma_event_channel *ch) {
 	return id;
 }
 
-int hec_cm_destroy_id(struct rdma_cm_id *id) { return cm.destroy_id(id) ? errno : 0; }
-int hec_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return cm.migrate_id(id, ch) ? errno : 0; }
+int hecv_cm_destroy_id(struct rdma_cm_id *id) { return cm.destroy_id(id) ? errno : 0; }
+int hecv_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return cm.migrate_id(id, ch) ? errno : 0; }
 
 static struct sockaddr_in sin4(uint32_t ip, uint16_t port) {
 	struct sockaddr_in a;
@@ -107,7 +107,7 @@ static struct sockaddr_in sin4(uint32_t ip, uint16_t port) {
 	return a;
 }
 
-int hec_cm_listen(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int backlog) {
+int hecv_cm_listen(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int backlog) {
 	struct sockaddr_in a = sin4(ip, port);
 	if (cm.bind_addr(id, (struct sockaddr *)&a) != 0) {
 		return errno;
@@ -115,14 +115,14 @@ int hec_cm_listen(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int backlog
 	return cm.listen(id, backlog) ? errno : 0;
 }
 
-int hec_cm_resolve_addr(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int timeout_ms) {
+int hecv_cm_resolve_addr(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int timeout_ms) {
 	struct sockaddr_in a = sin4(ip, port);
 	return cm.resolve_addr(id, NULL, (struct sockaddr *)&a, timeout_ms) ? errno : 0;
 }
 
-int hec_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms) { return cm.resolve_route(id, timeout_ms) ? errno : 0; }
+int hecv_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms) { return cm.resolve_route(id, timeout_ms) ? errno : 0; }
 
-int hec_cm_get_event(struct rdma_event_channel *ch, hec_cm_event *out) {
+int hecv_cm_get_event(struct rdma_event_channel *ch, hecv_cm_event *out) {
 	struct rdma_cm_event *e = NULL;
 	if (cm.get_cm_event(ch, &e) != 0) {
 		return errno;
@@ -145,7 +145,7 @@ int hec_cm_get_event(struct rdma_event_channel *ch, hec_cm_event *out) {
 	return 0;
 }
 
-int hec_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) {
+int hecv_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = cq;
@@ -159,7 +159,7 @@ int hec_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq
 	return cm.create_qp(id, pd, &a) ? errno : 0;
 }
 
-void hec_cm_destroy_qp(struct rdma_cm_id *id) { cm.destroy_qp(id); }
+void hecv_cm_destroy_qp(struct rdma_cm_id *id) { cm.destroy_qp(id); }
 
 static struct rdma_conn_param param(const void *priv, int len) {
 	struct rdma_conn_param p;
@@ -187,46 +187,46 @@ static void set_ack_timeout(struct rdma_cm_id *id) {
 	}
 }
 
-int hec_cm_connect(struct rdma_cm_id *id, const void *priv, int len) {
+int hecv_cm_connect(struct rdma_cm_id *id, const void *priv, int len) {
 	set_ack_timeout(id);
 	struct rdma_conn_param p = param(priv, len);
 	return cm.connect(id, &p) ? errno : 0;
 }
 
-int hec_cm_accept(struct rdma_cm_id *id, const void *priv, int len) {
+int hecv_cm_accept(struct rdma_cm_id *id, const void *priv, int len) {
 	set_ack_timeout(id);
 	struct rdma_conn_param p = param(priv, len);
 	return cm.accept(id, &p) ? errno : 0;
 }
 
-int hec_cm_reject(struct rdma_cm_id *id) { return cm.reject(id, NULL, 0) ? errno : 0; }
-int hec_cm_disconnect(struct rdma_cm_id *id) { return cm.disconnect(id) ? errno : 0; }
-struct ibv_context *hec_cm_verbs(struct rdma_cm_id *id) { return id->verbs; }
-struct ibv_qp *hec_cm_qp(struct rdma_cm_id *id) { return id->qp; }
-uint8_t hec_cm_port(struct rdma_cm_id *id) { return id->port_num; }
-const char *hec_cm_event_str(int event) { return cm.event_str((enum rdma_cm_event_type)event); }
+int hecv_cm_reject(struct rdma_cm_id *id) { return cm.reject(id, NULL, 0) ? errno : 0; }
+int hecv_cm_disconnect(struct rdma_cm_id *id) { return cm.disconnect(id) ? errno : 0; }
+struct ibv_context *hecv_cm_verbs(struct rdma_cm_id *id) { return id->verbs; }
+struct ibv_qp *hecv_cm_qp(struct rdma_cm_id *id) { return id->qp; }
+uint8_t hecv_cm_port(struct rdma_cm_id *id) { return id->port_num; }
+const char *hecv_cm_event_str(int event) { return cm.event_str((enum rdma_cm_event_type)event); }
 
 #else
 
-const char *hec_cm_load(void) { return "built without librdmacm's headers (install librdmacm-dev and build again)"; }
-struct rdma_event_channel *hec_cm_channel(int *fd) { errno = ENOSYS; return NULL; }
-void hec_cm_channel_close(struct rdma_event_channel *ch) {}
-struct rdma_cm_id *hec_cm_id(struct rdma_event_channel *ch) { errno = ENOSYS; return NULL; }
-int hec_cm_destroy_id(struct rdma_cm_id *id) { return ENOSYS; }
-int hec_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return ENOSYS; }
-int hec_cm_listen(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int backlog) { return ENOSYS; }
-int hec_cm_resolve_addr(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int timeout_ms) { return ENOSYS; }
-int hec_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms) { return ENOSYS; }
-int hec_cm_get_event(struct rdma_event_channel *ch, hec_cm_event *out) { return ENOSYS; }
-int hec_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) { return ENOSYS; }
-void hec_cm_destroy_qp(struct rdma_cm_id *id) {}
-int hec_cm_connect(struct rdma_cm_id *id, const void *priv, int len) { return ENOSYS; }
-int hec_cm_accept(struct rdma_cm_id *id, const void *priv, int len) { return ENOSYS; }
-int hec_cm_reject(struct rdma_cm_id *id) { return ENOSYS; }
-int hec_cm_disconnect(struct rdma_cm_id *id) { return ENOSYS; }
-struct ibv_context *hec_cm_verbs(struct rdma_cm_id *id) { return NULL; }
-struct ibv_qp *hec_cm_qp(struct rdma_cm_id *id) { return NULL; }
-uint8_t hec_cm_port(struct rdma_cm_id *id) { return 0; }
-const char *hec_cm_event_str(int event) { return "unknown"; }
+const char *hecv_cm_load(void) { return "built without librdmacm's headers (install librdmacm-dev and build again)"; }
+struct rdma_event_channel *hecv_cm_channel(int *fd) { errno = ENOSYS; return NULL; }
+void hecv_cm_channel_close(struct rdma_event_channel *ch) {}
+struct rdma_cm_id *hecv_cm_id(struct rdma_event_channel *ch) { errno = ENOSYS; return NULL; }
+int hecv_cm_destroy_id(struct rdma_cm_id *id) { return ENOSYS; }
+int hecv_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return ENOSYS; }
+int hecv_cm_listen(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int backlog) { return ENOSYS; }
+int hecv_cm_resolve_addr(struct rdma_cm_id *id, uint32_t ip, uint16_t port, int timeout_ms) { return ENOSYS; }
+int hecv_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms) { return ENOSYS; }
+int hecv_cm_get_event(struct rdma_event_channel *ch, hecv_cm_event *out) { return ENOSYS; }
+int hecv_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) { return ENOSYS; }
+void hecv_cm_destroy_qp(struct rdma_cm_id *id) {}
+int hecv_cm_connect(struct rdma_cm_id *id, const void *priv, int len) { return ENOSYS; }
+int hecv_cm_accept(struct rdma_cm_id *id, const void *priv, int len) { return ENOSYS; }
+int hecv_cm_reject(struct rdma_cm_id *id) { return ENOSYS; }
+int hecv_cm_disconnect(struct rdma_cm_id *id) { return ENOSYS; }
+struct ibv_context *hecv_cm_verbs(struct rdma_cm_id *id) { return NULL; }
+struct ibv_qp *hecv_cm_qp(struct rdma_cm_id *id) { return NULL; }
+uint8_t hecv_cm_port(struct rdma_cm_id *id) { return 0; }
+const char *hecv_cm_event_str(int event) { return "unknown"; }
 
 #endif

@@ -68,7 +68,7 @@ static const char *load(void) {
 	return NULL;
 }
 
-const char *hec_load(void) {
+const char *hecv_load(void) {
 	if (!tried) {
 		loaded = load();
 		tried = 1;
@@ -76,7 +76,7 @@ const char *hec_load(void) {
 	return loaded;
 }
 
-struct ibv_context *hec_open(const char *name, char *got, size_t gotlen) {
+struct ibv_context *hecv_open(const char *name, char *got, size_t gotlen) {
 	int n = 0;
 	struct ibv_device **list = lib.get_device_list(&n);
 	if (!list) {
@@ -99,14 +99,14 @@ struct ibv_context *hec_open(const char *name, char *got, size_t gotlen) {
 	return c;
 }
 
-int hec_close(struct ibv_context *c) { return lib.close_device(c); }
-struct ibv_pd *hec_alloc_pd(struct ibv_context *c) { return lib.alloc_pd(c); }
-int hec_dealloc_pd(struct ibv_pd *pd) { return lib.dealloc_pd(pd); }
-struct ibv_mr *hec_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) { return lib.reg_mr(pd, addr, len, access); }
-int hec_dereg_mr(struct ibv_mr *mr) { return lib.dereg_mr(mr); }
-uint32_t hec_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
-uint32_t hec_mr_rkey(struct ibv_mr *mr) { return mr->rkey; }
-struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd) {
+int hecv_close(struct ibv_context *c) { return lib.close_device(c); }
+struct ibv_pd *hecv_alloc_pd(struct ibv_context *c) { return lib.alloc_pd(c); }
+int hecv_dealloc_pd(struct ibv_pd *pd) { return lib.dealloc_pd(pd); }
+struct ibv_mr *hecv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) { return lib.reg_mr(pd, addr, len, access); }
+int hecv_dereg_mr(struct ibv_mr *mr) { return lib.dereg_mr(mr); }
+uint32_t hecv_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
+uint32_t hecv_mr_rkey(struct ibv_mr *mr) { return mr->rkey; }
+struct ibv_cq *hecv_create_cq(struct ibv_context *c, int depth, int *fd) {
 	struct ibv_comp_channel *ch = lib.create_comp_channel(c);
 	if (!ch) {
 		return NULL;
@@ -129,8 +129,8 @@ struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd) {
 	return cq;
 }
 
-int hec_destroy_cq(struct ibv_cq *cq) {
-	hec_cq_events(cq); // a queue with events not acknowledged cannot go
+int hecv_destroy_cq(struct ibv_cq *cq) {
+	hecv_cq_events(cq); // a queue with events not acknowledged cannot go
 	struct ibv_comp_channel *ch = cq->channel;
 	int rc = lib.destroy_cq(cq);
 	if (rc == 0 && ch) {
@@ -139,9 +139,9 @@ int hec_destroy_cq(struct ibv_cq *cq) {
 	return rc;
 }
 
-int hec_cq_arm(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+int hecv_cq_arm(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
 
-int hec_cq_events(struct ibv_cq *cq) {
+int hecv_cq_events(struct ibv_cq *cq) {
 	int n = 0;
 	struct ibv_cq *ev;
 	void *ctx;
@@ -152,7 +152,7 @@ int hec_cq_events(struct ibv_cq *cq) {
 	return n;
 }
 
-struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) {
+struct ibv_qp *hecv_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = cq;
@@ -167,10 +167,10 @@ struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, in
 	return lib.create_qp(pd, &a);
 }
 
-int hec_destroy_qp(struct ibv_qp *qp) { return lib.destroy_qp(qp); }
-uint32_t hec_qp_num(struct ibv_qp *qp) { return qp->qp_num; }
+int hecv_destroy_qp(struct ibv_qp *qp) { return lib.destroy_qp(qp); }
+uint32_t hecv_qp_num(struct ibv_qp *qp) { return qp->qp_num; }
 
-int hec_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) {
+int hecv_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) {
 	union ibv_gid g;
 	int rc = lib.query_gid(c, (uint8_t)port, index, &g);
 	if (rc == 0) {
@@ -179,7 +179,7 @@ int hec_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) {
 	return rc;
 }
 
-int hec_port_active_mtu(struct ibv_context *c, int port) {
+int hecv_port_active_mtu(struct ibv_context *c, int port) {
 	struct ibv_port_attr a;
 	memset(&a, 0, sizeof a);
 	if (lib.query_port(c, (uint8_t)port, &a) != 0) {
@@ -188,7 +188,7 @@ int hec_port_active_mtu(struct ibv_context *c, int port) {
 	return (int)a.active_mtu;
 }
 
-int hec_qp_init(struct ibv_qp *qp, int port) {
+int hecv_qp_init(struct ibv_qp *qp, int port) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_INIT;
@@ -198,7 +198,7 @@ int hec_qp_init(struct ibv_qp *qp, int port) {
 	return lib.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-int hec_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t remote_qpn, uint32_t remote_psn, const uint8_t gid[16], int sgid_index) {
+int hecv_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t remote_qpn, uint32_t remote_psn, const uint8_t gid[16], int sgid_index) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
@@ -216,7 +216,7 @@ int hec_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t remote_qpn, uint32
 		IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 }
 
-int hec_qp_rts(struct ibv_qp *qp, uint32_t psn) {
+int hecv_qp_rts(struct ibv_qp *qp, uint32_t psn) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
@@ -229,7 +229,7 @@ int hec_qp_rts(struct ibv_qp *qp, uint32_t psn) {
 		IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-int hec_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey) {
+int hecv_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey) {
 	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
 	struct ibv_recv_wr wr, *bad;
 	memset(&wr, 0, sizeof wr);
@@ -239,7 +239,7 @@ int hec_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint
 	return ibv_post_recv(qp, &wr, &bad);
 }
 
-int hec_post_send(struct ibv_qp *qp, int op, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
+int hecv_post_send(struct ibv_qp *qp, int op, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
 	uint64_t raddr, uint32_t rkey, uint32_t imm, int signaled, int inline_data) {
 	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
 	struct ibv_send_wr wr, *bad;
@@ -262,7 +262,7 @@ int hec_post_send(struct ibv_qp *qp, int op, uint64_t id, void *addr, uint32_t l
 	return ibv_post_send(qp, &wr, &bad);
 }
 
-int hec_poll_cq(struct ibv_cq *cq, hec_wc *out, int max) {
+int hecv_poll_cq(struct ibv_cq *cq, hecv_wc *out, int max) {
 	struct ibv_wc wc[16];
 	if (max > 16) {
 		max = 16;
@@ -279,35 +279,35 @@ int hec_poll_cq(struct ibv_cq *cq, hec_wc *out, int max) {
 	return n;
 }
 
-const char *hec_wc_status_str(uint32_t status) { return lib.wc_status_str((enum ibv_wc_status)status); }
+const char *hecv_wc_status_str(uint32_t status) { return lib.wc_status_str((enum ibv_wc_status)status); }
 
 #else // no <infiniband/verbs.h> at build time
 
-const char *hec_load(void) { return "built without libibverbs' headers (install libibverbs-dev and build again)"; }
-struct ibv_context *hec_open(const char *name, char *got, size_t gotlen) { errno = ENOSYS; return NULL; }
-int hec_close(struct ibv_context *c) { return ENOSYS; }
-struct ibv_pd *hec_alloc_pd(struct ibv_context *c) { errno = ENOSYS; return NULL; }
-int hec_dealloc_pd(struct ibv_pd *pd) { return ENOSYS; }
-struct ibv_mr *hec_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) { errno = ENOSYS; return NULL; }
-int hec_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
-uint32_t hec_mr_lkey(struct ibv_mr *mr) { return 0; }
-uint32_t hec_mr_rkey(struct ibv_mr *mr) { return 0; }
-struct ibv_cq *hec_create_cq(struct ibv_context *c, int depth, int *fd) { errno = ENOSYS; return NULL; }
-int hec_destroy_cq(struct ibv_cq *cq) { return ENOSYS; }
-int hec_cq_arm(struct ibv_cq *cq) { return ENOSYS; }
-int hec_cq_events(struct ibv_cq *cq) { return 0; }
-struct ibv_qp *hec_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) { errno = ENOSYS; return NULL; }
-int hec_destroy_qp(struct ibv_qp *qp) { return ENOSYS; }
-uint32_t hec_qp_num(struct ibv_qp *qp) { return 0; }
-int hec_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) { return ENOSYS; }
-int hec_port_active_mtu(struct ibv_context *c, int port) { return -1; }
-int hec_qp_init(struct ibv_qp *qp, int port) { return ENOSYS; }
-int hec_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t remote_qpn, uint32_t remote_psn, const uint8_t gid[16], int sgid_index) { return ENOSYS; }
-int hec_qp_rts(struct ibv_qp *qp, uint32_t psn) { return ENOSYS; }
-int hec_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey) { return ENOSYS; }
-int hec_post_send(struct ibv_qp *qp, int op, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
+const char *hecv_load(void) { return "built without libibverbs' headers (install libibverbs-dev and build again)"; }
+struct ibv_context *hecv_open(const char *name, char *got, size_t gotlen) { errno = ENOSYS; return NULL; }
+int hecv_close(struct ibv_context *c) { return ENOSYS; }
+struct ibv_pd *hecv_alloc_pd(struct ibv_context *c) { errno = ENOSYS; return NULL; }
+int hecv_dealloc_pd(struct ibv_pd *pd) { return ENOSYS; }
+struct ibv_mr *hecv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) { errno = ENOSYS; return NULL; }
+int hecv_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
+uint32_t hecv_mr_lkey(struct ibv_mr *mr) { return 0; }
+uint32_t hecv_mr_rkey(struct ibv_mr *mr) { return 0; }
+struct ibv_cq *hecv_create_cq(struct ibv_context *c, int depth, int *fd) { errno = ENOSYS; return NULL; }
+int hecv_destroy_cq(struct ibv_cq *cq) { return ENOSYS; }
+int hecv_cq_arm(struct ibv_cq *cq) { return ENOSYS; }
+int hecv_cq_events(struct ibv_cq *cq) { return 0; }
+struct ibv_qp *hecv_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int depth, int max_inline) { errno = ENOSYS; return NULL; }
+int hecv_destroy_qp(struct ibv_qp *qp) { return ENOSYS; }
+uint32_t hecv_qp_num(struct ibv_qp *qp) { return 0; }
+int hecv_query_gid(struct ibv_context *c, int port, int index, uint8_t gid[16]) { return ENOSYS; }
+int hecv_port_active_mtu(struct ibv_context *c, int port) { return -1; }
+int hecv_qp_init(struct ibv_qp *qp, int port) { return ENOSYS; }
+int hecv_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t remote_qpn, uint32_t remote_psn, const uint8_t gid[16], int sgid_index) { return ENOSYS; }
+int hecv_qp_rts(struct ibv_qp *qp, uint32_t psn) { return ENOSYS; }
+int hecv_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey) { return ENOSYS; }
+int hecv_post_send(struct ibv_qp *qp, int op, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
 	uint64_t raddr, uint32_t rkey, uint32_t imm, int signaled, int inline_data) { return ENOSYS; }
-int hec_poll_cq(struct ibv_cq *cq, hec_wc *out, int max) { return -ENOSYS; }
-const char *hec_wc_status_str(uint32_t status) { return "unknown"; }
+int hecv_poll_cq(struct ibv_cq *cq, hecv_wc *out, int max) { return -ENOSYS; }
+const char *hecv_wc_status_str(uint32_t status) { return "unknown"; }
 
 #endif

@@ -36,7 +36,7 @@ var (
 // library missing, built without cgo or headers).
 func Available() error {
 	loadOnce.Do(func() {
-		if why := C.hec_load(); why != nil {
+		if why := C.hecv_load(); why != nil {
 			loadErr = fmt.Errorf("%w: %s", ErrUnavailable, C.GoString(why))
 		}
 	})
@@ -64,7 +64,7 @@ func Open(name string) (*Device, error) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var got [64]C.char
-	ctx, err := C.hec_open(cname, &got[0], C.size_t(len(got)))
+	ctx, err := C.hecv_open(cname, &got[0], C.size_t(len(got)))
 	if ctx == nil {
 		if name == "" {
 			return nil, fmt.Errorf("verbs: no RDMA device: %w", errnoOr(err, syscall.ENODEV))
@@ -72,11 +72,11 @@ func Open(name string) (*Device, error) {
 		return nil, fmt.Errorf("verbs: device %s: %w", name, errnoOr(err, syscall.ENODEV))
 	}
 	d := &Device{Name: C.GoString(&got[0]), Port: 1, ctx: ctx}
-	if d.pd, err = C.hec_alloc_pd(ctx); d.pd == nil {
-		C.hec_close(ctx)
+	if d.pd, err = C.hecv_alloc_pd(ctx); d.pd == nil {
+		C.hecv_close(ctx)
 		return nil, fmt.Errorf("verbs: %s: protection domain: %w", d.Name, errnoOr(err, syscall.ENOMEM))
 	}
-	if d.mtu = int(C.hec_port_active_mtu(ctx, C.int(d.Port))); d.mtu < 1 {
+	if d.mtu = int(C.hecv_port_active_mtu(ctx, C.int(d.Port))); d.mtu < 1 {
 		d.Close()
 		return nil, fmt.Errorf("verbs: %s port %d: cannot query it", d.Name, d.Port)
 	}
@@ -94,7 +94,7 @@ func (d *Device) pickGID() error {
 	best := -1
 	for i := range 128 {
 		var g [16]byte
-		if C.hec_query_gid(d.ctx, C.int(d.Port), C.int(i), (*C.uint8_t)(&g[0])) != 0 {
+		if C.hecv_query_gid(d.ctx, C.int(d.Port), C.int(i), (*C.uint8_t)(&g[0])) != 0 {
 			break
 		}
 		if g == [16]byte{} {
@@ -114,7 +114,7 @@ func (d *Device) pickGID() error {
 		return fmt.Errorf("verbs: %s port %d: no GID (an Ethernet port without an address?)", d.Name, d.Port)
 	}
 	d.gidx = best
-	C.hec_query_gid(d.ctx, C.int(d.Port), C.int(best), (*C.uint8_t)(&d.gid[0]))
+	C.hecv_query_gid(d.ctx, C.int(d.Port), C.int(best), (*C.uint8_t)(&d.gid[0]))
 	return nil
 }
 
@@ -127,11 +127,11 @@ func (d *Device) MTU() int { return 128 << d.mtu }
 // Close releases the device. Close its queue pairs and regions first.
 func (d *Device) Close() error {
 	if d.pd != nil {
-		C.hec_dealloc_pd(d.pd)
+		C.hecv_dealloc_pd(d.pd)
 		d.pd = nil
 	}
 	if d.ctx != nil && !d.borrowed {
-		C.hec_close(d.ctx)
+		C.hecv_close(d.ctx)
 	}
 	d.ctx = nil
 	return nil
@@ -156,7 +156,7 @@ func (d *Device) Register(size int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verbs: map %d bytes: %w", size, err)
 	}
-	mr, err := C.hec_reg_mr(d.pd, unsafe.Pointer(&buf[0]), C.size_t(size),
+	mr, err := C.hecv_reg_mr(d.pd, unsafe.Pointer(&buf[0]), C.size_t(size),
 		C.IBV_ACCESS_LOCAL_WRITE|C.IBV_ACCESS_REMOTE_WRITE|C.IBV_ACCESS_REMOTE_READ)
 	if mr == nil {
 		unix.Munmap(buf)
@@ -168,13 +168,13 @@ func (d *Device) Register(size int) (*Region, error) {
 // Key is what a peer needs to reach the region: its address and remote
 // key.
 func (r *Region) Key() RemoteKey {
-	return RemoteKey{Addr: uint64(uintptr(unsafe.Pointer(&r.Buf[0]))), Len: uint64(len(r.Buf)), RKey: uint32(C.hec_mr_rkey(r.mr))}
+	return RemoteKey{Addr: uint64(uintptr(unsafe.Pointer(&r.Buf[0]))), Len: uint64(len(r.Buf)), RKey: uint32(C.hecv_mr_rkey(r.mr))}
 }
 
 // Close deregisters and unmaps the region.
 func (r *Region) Close() error {
 	if r.mr != nil {
-		C.hec_dereg_mr(r.mr)
+		C.hecv_dereg_mr(r.mr)
 		r.mr = nil
 	}
 	if r.Buf != nil {
@@ -191,7 +191,7 @@ type QP struct {
 	qp    *C.struct_ibv_qp
 	psn   uint32
 	depth int
-	wcs   [16]C.hec_wc
+	wcs   [16]C.hecv_wc
 	cmID  *C.struct_rdma_cm_id // a connection manager's queue pair (rdma_destroy_qp closes it)
 	fd    C.int                // the completion channel's (non-blocking)
 }
@@ -201,14 +201,14 @@ type QP struct {
 func (d *Device) NewQP(depth int) (*QP, error) {
 	q := &QP{d: d, depth: depth, psn: rand.Uint32() & 0xffffff}
 	var err error
-	if q.cq, err = C.hec_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
+	if q.cq, err = C.hecv_create_cq(d.ctx, C.int(2*depth), &q.fd); q.cq == nil {
 		return nil, fmt.Errorf("verbs: %s: completion queue of %d: %w", d.Name, 2*depth, errnoOr(err, syscall.ENOMEM))
 	}
-	if q.qp, err = C.hec_create_qp(d.pd, q.cq, C.int(depth), 64); q.qp == nil {
-		C.hec_destroy_cq(q.cq)
+	if q.qp, err = C.hecv_create_qp(d.pd, q.cq, C.int(depth), 64); q.qp == nil {
+		C.hecv_destroy_cq(q.cq)
 		return nil, fmt.Errorf("verbs: %s: queue pair of %d: %w", d.Name, depth, errnoOr(err, syscall.ENOMEM))
 	}
-	if rc := C.hec_qp_init(q.qp, C.int(d.Port)); rc != 0 {
+	if rc := C.hecv_qp_init(q.qp, C.int(d.Port)); rc != 0 {
 		q.Close()
 		return nil, fmt.Errorf("verbs: %s: queue pair to INIT: %w", d.Name, syscall.Errno(rc))
 	}
@@ -217,17 +217,17 @@ func (d *Device) NewQP(depth int) (*QP, error) {
 
 // Local is this queue pair's end, for the peer's Connect.
 func (q *QP) Local() Endpoint {
-	return Endpoint{QPN: uint32(C.hec_qp_num(q.qp)), PSN: q.psn, GID: q.d.gid}
+	return Endpoint{QPN: uint32(C.hecv_qp_num(q.qp)), PSN: q.psn, GID: q.d.gid}
 }
 
 // Connect connects the queue pair to the peer's end (to RTR, then RTS).
 func (q *QP) Connect(remote Endpoint) error {
 	g := remote.GID
-	if rc := C.hec_qp_rtr(q.qp, C.int(q.d.Port), C.int(q.d.mtu), C.uint32_t(remote.QPN), C.uint32_t(remote.PSN),
+	if rc := C.hecv_qp_rtr(q.qp, C.int(q.d.Port), C.int(q.d.mtu), C.uint32_t(remote.QPN), C.uint32_t(remote.PSN),
 		(*C.uint8_t)(&g[0]), C.int(q.d.gidx)); rc != 0 {
 		return fmt.Errorf("verbs: queue pair to RTR (peer QPN %#x): %w", remote.QPN, syscall.Errno(rc))
 	}
-	if rc := C.hec_qp_rts(q.qp, C.uint32_t(q.psn)); rc != 0 {
+	if rc := C.hecv_qp_rts(q.qp, C.uint32_t(q.psn)); rc != 0 {
 		return fmt.Errorf("verbs: queue pair to RTS: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -237,14 +237,14 @@ func (q *QP) Connect(remote Endpoint) error {
 func (q *QP) Close() error {
 	if q.qp != nil {
 		if q.cmID != nil {
-			C.hec_cm_destroy_qp(q.cmID)
+			C.hecv_cm_destroy_qp(q.cmID)
 		} else {
-			C.hec_destroy_qp(q.qp)
+			C.hecv_destroy_qp(q.qp)
 		}
 		q.qp = nil
 	}
 	if q.cq != nil {
-		C.hec_destroy_cq(q.cq)
+		C.hecv_destroy_cq(q.cq)
 		q.cq = nil
 	}
 	return nil
@@ -264,7 +264,7 @@ func (q *QP) PostRecv(r *Region, off, n int, id uint64) error {
 	if err != nil {
 		return err
 	}
-	if rc := C.hec_post_recv(q.qp, C.uint64_t(id), p, C.uint32_t(n), C.hec_mr_lkey(r.mr)); rc != 0 {
+	if rc := C.hecv_post_recv(q.qp, C.uint64_t(id), p, C.uint32_t(n), C.hecv_mr_lkey(r.mr)); rc != 0 {
 		return fmt.Errorf("verbs: post receive: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -279,13 +279,13 @@ func (q *QP) Post(w Work) error {
 		if p, err = span(w.Region, w.Off, w.Len); err != nil {
 			return err
 		}
-		lkey = C.hec_mr_lkey(w.Region.mr)
+		lkey = C.hecv_mr_lkey(w.Region.mr)
 	}
 	inline := 0
 	if w.Op != Read && w.Len <= 64 {
 		inline = 1
 	}
-	if rc := C.hec_post_send(q.qp, C.int(w.Op), C.uint64_t(w.ID), p, C.uint32_t(w.Len), lkey,
+	if rc := C.hecv_post_send(q.qp, C.int(w.Op), C.uint64_t(w.ID), p, C.uint32_t(w.Len), lkey,
 		C.uint64_t(w.Remote.Addr), C.uint32_t(w.Remote.RKey), C.uint32_t(w.Imm), b2i(w.Signaled), C.int(inline)); rc != 0 {
 		return fmt.Errorf("verbs: post %v: %w", w.Op, syscall.Errno(rc))
 	}
@@ -301,7 +301,7 @@ func b2i(b bool) C.int {
 
 // Poll appends the completions ready now (at most 16) to out.
 func (q *QP) Poll(out []Completion) ([]Completion, error) {
-	n := int(C.hec_poll_cq(q.cq, &q.wcs[0], C.int(len(q.wcs))))
+	n := int(C.hecv_poll_cq(q.cq, &q.wcs[0], C.int(len(q.wcs))))
 	if n < 0 {
 		return out, fmt.Errorf("verbs: poll: %w", syscall.Errno(-n))
 	}
@@ -311,7 +311,7 @@ func (q *QP) Poll(out []Completion) ([]Completion, error) {
 			c.Imm, c.HasImm = uint32(w.imm), true
 		}
 		if w.status != C.IBV_WC_SUCCESS {
-			c.Err = fmt.Errorf("verbs: work request %d: %s", c.ID, C.GoString(C.hec_wc_status_str(w.status)))
+			c.Err = fmt.Errorf("verbs: work request %d: %s", c.ID, C.GoString(C.hecv_wc_status_str(w.status)))
 		}
 		out = append(out, c)
 	}
@@ -322,7 +322,7 @@ func (q *QP) Poll(out []Completion) ([]Completion, error) {
 // completion already queued makes none: poll once more after arming,
 // before waiting.
 func (q *QP) Arm() error {
-	if rc := C.hec_cq_arm(q.cq); rc != 0 {
+	if rc := C.hecv_cq_arm(q.cq); rc != 0 {
 		return fmt.Errorf("verbs: arm the completion queue: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -341,7 +341,7 @@ func (q *QP) WaitEvent(d time.Duration) (bool, error) {
 	if _, err := unix.Poll(fds, ms); err != nil && err != unix.EINTR {
 		return false, fmt.Errorf("verbs: wait for a completion: %w", err)
 	}
-	return C.hec_cq_events(q.cq) > 0, nil
+	return C.hecv_cq_events(q.cq) > 0, nil
 }
 
 func errnoOr(err error, or syscall.Errno) error {
