@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -269,29 +271,39 @@ func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
 	if c.tr == nil {
 		c.tr = processTracer()
 	}
-	switch u.Scheme {
-	case "shm":
-		if u.Path == "" || u.Host != "" {
-			return nil, fmt.Errorf("dial %q: want shm:///PATH: %w", target, ErrTarget)
-		}
-		c.t, err = dialShm(ctx, u.Path, o)
-	case "tcp":
-		if u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return nil, fmt.Errorf("dial %q: want tcp://HOST:PORT: %w", target, ErrTarget)
-		}
-		c.t, err = dialTCP(ctx, u.Host, o)
-	case "rdma":
-		if u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return nil, fmt.Errorf("dial %q: want rdma://HOST:PORT: %w", target, ErrTarget)
-		}
-		c.t, err = dialRDMA(ctx, u.Host, o)
-	default:
-		return nil, fmt.Errorf("dial %q: scheme %q (want shm, tcp or rdma): %w", target, u.Scheme, ErrTarget)
+	d, ok := transports[u.Scheme]
+	if !ok {
+		return nil, fmt.Errorf("dial %q: scheme %q (want %s): %w", target, u.Scheme, schemes(), ErrTarget)
 	}
+	if d.path != (u.Path != "" && u.Path != "/") || d.path == (u.Host != "") {
+		return nil, fmt.Errorf("dial %q: want %s: %w", target, d.form, ErrTarget)
+	}
+	where := u.Host
+	if d.path {
+		where = u.Path
+	}
+	c.t, err = d.dial(ctx, where, o)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return c, nil
+}
+
+// transports are the schemes Dial takes: one line each.
+var transports = map[string]struct {
+	form string
+	path bool // the target names a path (shm:///PATH), not HOST:PORT
+	dial func(ctx context.Context, where string, o options) (transport, error)
+}{
+	"shm":  {"shm:///PATH", true, func(ctx context.Context, p string, o options) (transport, error) { return dialShm(ctx, p, o) }},
+	"tcp":  {"tcp://HOST:PORT", false, func(ctx context.Context, a string, o options) (transport, error) { return dialTCP(ctx, a, o) }},
+	"rdma": {"rdma://HOST:PORT", false, func(ctx context.Context, a string, o options) (transport, error) { return dialRDMA(ctx, a, o) }},
+}
+
+// schemes lists the schemes Dial takes, for errors.
+func schemes() string {
+	names := slices.Sorted(maps.Keys(transports))
+	return strings.Join(names, ", ")
 }
 
 // Target returns what Dial was given.
