@@ -29,13 +29,24 @@ import (
 // completed, until the test ends.
 func startAgent(t *testing.T, ac AgentConfig) *Agent {
 	t.Helper()
+	return startAgentWith(t, ac, nil)
+}
+
+// startAgentWith is startAgent with the rest of the configuration set by
+// more (nil: nothing more).
+func startAgentWith(t *testing.T, ac AgentConfig, more func(*Config)) *Agent {
+	t.Helper()
 	ac.Shm = Off
 	defString(&ac.TCP, "127.0.0.1:0")
 	defString(&ac.Mgmt, "127.0.0.1:0")
 	if ac.StateDir == "" {
 		ac.StateDir = t.TempDir()
 	}
-	return runAgent(t, Config{Agent: ac, RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}})
+	cfg := Config{Agent: ac, RESP: RESPConfig{Addr: "127.0.0.1:0"}, UDP: UDPConfig{Addr: Off}}
+	if more != nil {
+		more(&cfg)
+	}
+	return runAgent(t, cfg)
 }
 
 // runAgent runs an agent on cfg until the test ends, once it is ready.

@@ -27,14 +27,9 @@ import (
 // tests, where soft-RoCE runs) makes its absence a failure.
 func rdmaAddr(t *testing.T) netip.Addr {
 	t.Helper()
-	d, err := verbs.Open("")
+	ip, err := verbs.DeviceIPv4()
 	if err == nil {
-		defer d.Close()
-		gid, _ := d.GID()
-		if ip, ok := netip.AddrFromSlice(gid[:]); ok && ip.Unmap().Is4() {
-			return ip.Unmap()
-		}
-		err = errors.New("its GID is not an IPv4 address's")
+		return ip
 	}
 	if os.Getenv("HEC_REQUIRE_RDMA") == "1" {
 		t.Fatalf("HEC_REQUIRE_RDMA=1: %v", err)
@@ -190,13 +185,7 @@ func TestRDMAHandoff(t *testing.T) {
 // that the agent serves it and says so in its status.
 func startRDMAAgent(t *testing.T, ac AgentConfig, listen string) *Agent {
 	t.Helper()
-	ac.Shm = Off
-	defString(&ac.TCP, "127.0.0.1:0")
-	defString(&ac.Mgmt, "127.0.0.1:0")
-	if ac.StateDir == "" {
-		ac.StateDir = t.TempDir()
-	}
-	a := runAgent(t, Config{Agent: ac, RESP: RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off}, RDMA: RDMAConfig{Listen: listen}})
+	a := startAgentWith(t, ac, func(c *Config) { c.RDMA.Listen = listen })
 	st := a.Status()
 	if st.RDMA == nil || !strings.Contains(st.RDMA.Rail, "rdma://"+listen) {
 		t.Fatalf("the agent's RDMA rail: %+v", st.RDMA)

@@ -164,15 +164,7 @@ func (t *rdmaTransport) onMessage(b []byte) {
 		t.mu.Unlock()
 		return
 	}
-	res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
-	if len(c.Req.Out) > 0 { // on error too: a reason, when the op writes one
-		c.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
-			if !sp.Within(uint64(len(t.buf))) {
-				return nil
-			}
-			return t.buf[sp.Off:sp.End()]
-		})
-	}
+	res := windowResult(c, &d, t.buf)
 	t.unstage(c)
 	t.mu.Unlock()
 	<-t.credits

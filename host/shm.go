@@ -433,15 +433,7 @@ func (t *shmTransport) reapRing() {
 		c := t.pending[slot]
 		t.pending[slot] = nil
 		t.slots = append(t.slots, uint16(slot))
-		res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
-		if len(c.Req.Out) > 0 { // on error too: a reason, when the op writes one
-			c.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
-				if !sp.Within(uint64(len(t.win))) {
-					return nil
-				}
-				return t.win[sp.Off:sp.End()]
-			})
-		}
+		res := windowResult(c, &d, t.win)
 		t.unstage(c)
 		c.complete(res, nil)
 	}

@@ -86,3 +86,18 @@ func unstage(c *Call, arena *ring.Allocator) {
 	}
 	c.staged = c.staged[:0]
 }
+
+// windowResult is a completion's result for c, its outputs copied from
+// the spans of win the agent wrote (named in d).
+func windowResult(c *Call, d *wire.Desc, win []byte) Result {
+	res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
+	if len(c.Req.Out) > 0 { // on error too: a reason, when the op writes one
+		c.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
+			if !sp.Within(uint64(len(win))) {
+				return nil
+			}
+			return win[sp.Off:sp.End()]
+		})
+	}
+	return res
+}

@@ -271,26 +271,30 @@ func (l *Link) poll(ctx context.Context) {
 	w.SkipYield()
 	q := l.conn.QP
 	var cs []verbs.Completion
-	take := func() bool { // the completions polled; false: the link ended
+	// took polls and takes what completed: whether anything did, and
+	// whether the link goes on.
+	took := func() (found, goOn bool) {
+		var err error
+		if cs, err = q.Poll(cs[:0]); err != nil {
+			l.fail(err)
+			return false, false
+		}
+		if len(cs) == 0 {
+			return false, true
+		}
 		w.Reset()
 		w.SkipYield()
 		for _, c := range cs {
 			if !l.complete(c) {
-				return false
+				return true, false
 			}
 		}
-		return true
+		return true, true
 	}
 	for ctx.Err() == nil {
-		var err error
-		if cs, err = q.Poll(cs[:0]); err != nil {
-			l.fail(err)
+		if found, goOn := took(); !goOn {
 			return
-		}
-		if len(cs) > 0 {
-			if !take() {
-				return
-			}
+		} else if found {
 			continue
 		}
 		if !w.Idle() {
@@ -303,14 +307,9 @@ func (l *Link) poll(ctx context.Context) {
 			l.fail(err)
 			return
 		}
-		if cs, err = q.Poll(cs[:0]); err != nil {
-			l.fail(err)
+		if found, goOn := took(); !goOn {
 			return
-		}
-		if len(cs) > 0 {
-			if !take() {
-				return
-			}
+		} else if found {
 			continue
 		}
 		if _, err := q.WaitEvent(l.cfg.MaxSleep); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 )
 
 // ErrUnavailable wraps why verbs cannot be used here.
@@ -133,3 +134,18 @@ const (
 	MaxPrivate      = 55
 	MaxPrivateReply = 195
 )
+
+// DeviceIPv4 is the IPv4 address of this machine's first RDMA device (its
+// RoCE v2 GID): where the connection manager reaches it.
+func DeviceIPv4() (netip.Addr, error) {
+	d, err := Open("")
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer d.Close()
+	gid, _ := d.GID()
+	if ip, ok := netip.AddrFromSlice(gid[:]); ok && ip.Unmap().Is4() {
+		return ip.Unmap(), nil
+	}
+	return netip.Addr{}, fmt.Errorf("verbs: device %s: GID %x is not an IPv4 address's", d.Name, gid)
+}
