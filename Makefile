@@ -80,10 +80,11 @@ test-long-if-changed: ## make test-long where the files it guards changed since 
 	fi
 
 .PHONY: test-deps
-test-deps: ## install what the tests need when missing: QEMU for arm64 and x86_64, libibverbs, mkfs.ext4, cpio (as root)
+test-deps: ## install what the tests need when missing: QEMU for arm64 and x86_64, libibverbs, librdmacm, mkfs.ext4, cpio (as root)
 	@test/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
 	@test/need qemu-system-x86_64 qemu-system-x86 || echo "SKIP: the RDMA tests in x86_64 guests will skip (no qemu-system-x86_64)"
 	@test/need /usr/include/infiniband/verbs.h libibverbs-dev || echo "SKIP: shared/verbs builds without libibverbs' headers and its tests will skip"
+	@test/need /usr/include/rdma/rdma_cma.h librdmacm-dev || echo "SKIP: shared/verbs builds without the RDMA connection manager's headers (the RDMA handoff and peer links say so)"
 	@test/need /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ibverbs-providers || echo "SKIP: the RDMA tests in x86_64 guests will fail (no soft-RoCE provider: ibverbs-providers)"
 	@test/need mkfs.ext4 e2fsprogs || true
 	@test/need cpio cpio || true
