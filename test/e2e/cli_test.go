@@ -296,3 +296,21 @@ func TestCLIAgentKilled(t *testing.T) {
 		t.Errorf("ping a killed agent's region took %v (agent timeout 2 s)", took)
 	}
 }
+
+// TestCLIRailsSayWhyNoRDMA: an agent asked for an RDMA handoff it cannot
+// serve (no device has 10.9.0.1 here: on this machine no RDMA at all)
+// starts and serves the rest, and `hecctl rails` says why the RDMA rail
+// is absent and what failed.
+func TestCLIRailsSayWhyNoRDMA(t *testing.T) {
+	_, mgmt, tcp, _ := startHecdFlags(t, nil, []string{"--rdma-listen", "10.9.0.1:7470", "--insecure"})
+	r := hecctl(t, nil, "rails", "--agent", "tcp://"+tcp, "--mgmt", mgmt)
+	if r.code != 0 {
+		t.Fatalf("hecctl rails: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "(error: rdma: listen at 10.9.0.1:7470") || !strings.Contains(r.stdout, "rdma ") {
+		t.Fatalf("hecctl rails does not say why there is no RDMA handoff:\n%s", r.stdout)
+	}
+	if r := hecctl(t, nil, "ping", "--agent", "tcp://"+tcp, "--mgmt", mgmt, "--n", "20"); r.code != 0 {
+		t.Fatalf("the agent does not serve the rest: %s%s", r.stdout, r.stderr)
+	}
+}

@@ -242,6 +242,9 @@ func (a *app) rails(ctx context.Context, recalibrate bool) error {
 	}
 	if st.RDMA != nil {
 		fmt.Fprintf(tw, "rdma\t(%s)\n", st.RDMA.Rail)
+		for _, e := range st.RDMA.Errors { // asked for and not had: a soft-RoCE link, the RDMA handoff
+			fmt.Fprintf(tw, "rdma\t(error: %s)\n", e)
+		}
 	}
 	cl, err := a.dial(ctx)
 	if err != nil {
