@@ -89,7 +89,9 @@ rdma link add rxe0 type rxe netdev eth0
 	}
 	accel, why := guestvm.Accel(ctx)
 	t.Logf("guest: %s (%s)", accel, why)
-	out, err := guestvm.Run(ctx, guestvm.Options{Work: work, Script: script})
+	// About 75 s in a guest under TCG on an idle machine; CI runs other
+	// packages beside it.
+	out, err := guestvm.Run(ctx, guestvm.Options{Work: work, Script: script, Timeout: 8 * time.Minute})
 	if errors.Is(err, guestvm.ErrNoQEMU) {
 		t.Skip(err)
 	}
