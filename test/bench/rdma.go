@@ -20,7 +20,11 @@ import (
 // The rdma scenario (issue: RDMA): one link measured both ways HEC can
 // use it, in the same run — RDMA over soft-RoCE (package verbs: a ping by
 // SEND, bulk by RDMA WRITE) and TCP — between two x86_64 guests
-// (test/guestvm) joined by one virtual link, rxe on each guest's NIC.
+// (test/guestvm) joined by one virtual link, rxe on each guest's NIC;
+// then the same over HEC's own paths: the agent's handoff (host.Dial
+// rdma:// against tcp://, checksums of window buffers) and the agents'
+// peer links (--peer-transport rdma against tcp: two-rank allreduces the
+// agents reduce, the client process being host and agent both).
 // This machine's kernel has no RDMA. rxe is software: the NIC's work is
 // the guest kernel's, on the guest's CPU; the guests run under TCG here
 // (KVM guests do not boot on this machine), so every figure is an
@@ -114,7 +118,7 @@ cp /mnt/rdmaperf /tmp/rdmaperf
 		return errors.Join(failed...)
 	}
 	var res []rdmaResult
-	if err := json.Unmarshal(outs[1], &res); err != nil || len(res) != 4 {
+	if err := json.Unmarshal(outs[1], &res); err != nil || len(res) != 6 {
 		return errors.Join(fmt.Errorf("the client's figures: %q", strings.TrimSpace(string(outs[1]))), err)
 	}
 	// The link itself (raw verbs against a socket), then the agent's
@@ -123,11 +127,10 @@ cp /mnt/rdmaperf /tmp/rdmaperf
 	for _, pair := range []struct {
 		what, ping string
 		sizes      []string
-	}{{"", "64 B", []string{"1MiB", "64MiB"}}, {"handoff ", "the agent's ping op", []string{"1MiB", "16MiB"}}} {
-		rd, tcp := res[0], res[1]
-		if pair.what != "" {
-			rd, tcp = res[2], res[3]
-		}
+		first      int
+	}{{"", "64 B", []string{"1MiB", "64MiB"}, 0}, {"handoff ", "the agent's ping op", []string{"1MiB", "16MiB"}, 2},
+		{"peer links' ", "a 64 B allreduce", []string{"1MiB", "16MiB"}, 4}} {
+		rd, tcp := res[pair.first], res[pair.first+1]
 		for _, r := range []rdmaResult{rd, tcp} {
 			rep.add(s, fmt.Sprintf("%s ping p50 (%s, guests under %s)", r.Transport, pair.ping, accel), r.PingP50US, "µs")
 			for _, size := range pair.sizes {

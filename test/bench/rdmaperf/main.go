@@ -50,9 +50,13 @@ func main() {
 	defer cancel()
 	var err error
 	if *role == "server" {
-		var stop func()
+		var stop, stopPeers func()
+		var clients map[string]*host.Client
 		if stop, err = runAgent(*handoffTCP, *handoffRDMA); err == nil {
-			err = serve(ctx, *rdmaAddr, *tcpAddr)
+			if clients, stopPeers, err = peerAgents(1, "10.9.0.1"); err == nil {
+				err = serve(ctx, *rdmaAddr, *tcpAddr, func() error { _, err := peerCollectives(ctx, clients); return err })
+				stopPeers()
+			}
 			stop()
 		}
 	} else {
@@ -119,7 +123,9 @@ func await(ctx context.Context, q *verbs.QP, id uint64) error {
 	return ctx.Err()
 }
 
-func serve(ctx context.Context, rdmaAddr, tcpAddr string) error {
+// serve answers the client's measurements of the link; when the client
+// says its agents are up, it runs peers (this side's collectives).
+func serve(ctx context.Context, rdmaAddr, tcpAddr string, peers func() error) error {
 	ap, err := netip.ParseAddrPort(rdmaAddr)
 	if err != nil {
 		return err
@@ -207,9 +213,16 @@ func serve(ctx context.Context, rdmaAddr, tcpAddr string) error {
 			return err
 		}
 	}
-	// The client measures the agent's handoffs, then says it is done.
-	var done [1]byte
-	_, err = io.ReadFull(conn, done[:])
+	// The client measures the agent's handoffs, then says its agents
+	// are up (peers), then that it is done.
+	var said [1]byte
+	if _, err := io.ReadFull(conn, said[:]); err != nil {
+		return err
+	}
+	if err := peers(); err != nil {
+		return err
+	}
+	_, err = io.ReadFull(conn, said[:])
 	return err
 }
 
@@ -223,10 +236,23 @@ func runAgent(tcpAddr, rdmaAddr string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := dpu.New(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: tcpAddr, Mgmt: dpu.Off, StateDir: state, Insecure: true},
-		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}, RDMA: dpu.RDMAConfig{Listen: rdmaAddr}}, nil)
+	a, stop, err := startAgent(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: tcpAddr, Mgmt: dpu.Off, StateDir: state, Insecure: true},
+		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}, RDMA: dpu.RDMAConfig{Listen: rdmaAddr}})
 	if err != nil {
 		return nil, err
+	}
+	if st := a.Status(); st.RDMA == nil || !strings.Contains(st.RDMA.Rail, "rdma://") {
+		stop()
+		return nil, fmt.Errorf("the agent serves no RDMA handoff: %+v", st.RDMA)
+	}
+	return stop, nil
+}
+
+// startAgent runs an agent on cfg in this process until stop.
+func startAgent(cfg dpu.Config) (*dpu.Agent, func(), error) {
+	a, err := dpu.New(cfg, nil)
+	if err != nil {
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -235,14 +261,9 @@ func runAgent(tcpAddr, rdmaAddr string) (stop func(), err error) {
 	case <-a.Ready():
 	case err := <-done:
 		cancel()
-		return nil, fmt.Errorf("agent: %w", err)
+		return nil, nil, fmt.Errorf("agent: %w", err)
 	}
-	if st := a.Status(); st.RDMA == nil || !strings.Contains(st.RDMA.Rail, "rdma://") {
-		cancel()
-		<-done
-		return nil, fmt.Errorf("the agent serves no RDMA handoff: %+v", st.RDMA)
-	}
-	return func() { cancel(); <-done }, nil
+	return a, func() { cancel(); <-done }, nil
 }
 
 // handoffSizes are the checksums measured through the agent: buffers of
@@ -417,6 +438,20 @@ func client(ctx context.Context, rdmaAddr, tcpAddr string) error {
 		}
 		res = append(res, r)
 	}
+	fmt.Fprintln(os.Stderr, "rdmaperf: the agents' peer links")
+	clients, stopPeers, err := peerAgents(2, "10.9.0.2")
+	if err != nil {
+		return err
+	}
+	defer stopPeers()
+	if _, err := conn.Write([]byte{'p'}); err != nil { // the server's ranks may start
+		return err
+	}
+	pr, err := peerCollectives(ctx, clients)
+	if err != nil {
+		return err
+	}
+	res = append(res, pr...)
 	if _, err := conn.Write([]byte{1}); err != nil {
 		return err
 	}
