@@ -123,10 +123,11 @@ func (h *rdmaHandoff) serveConn(ctx context.Context, conn *verbs.Conn) {
 	}
 }
 
-// setup takes the host's window, answers it, and runs the token's
-// handshake where the agent has one. It returns the window and the
-// agent's mirror of it.
-func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan []byte, origin string) (verbs.RemoteKey, []byte, error) {
+// setup takes the host's window, answers it (with the connection's name,
+// origin, which the host's traces use too), and runs the token's handshake
+// where the agent has one. It returns the window and the agent's mirror of
+// it (registered: its first window.Len bytes are the window's).
+func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan []byte, origin string) (verbs.RemoteKey, *verbs.Region, error) {
 	ctx, cancel := context.WithTimeout(ctx, authTimeout)
 	defer cancel()
 	m := &rdmalink.Messages{L: link, Ctx: ctx, In: msgs}
@@ -139,7 +140,7 @@ func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan 
 		return verbs.RemoteKey{}, nil, fmt.Errorf("no window from the host: %w", ctx.Err())
 	}
 	window, err := rdmalink.ParseHello(first)
-	refuse := func(why error) (verbs.RemoteKey, []byte, error) {
+	refuse := func(why error) (verbs.RemoteKey, *verbs.Region, error) {
 		m.Write(append([]byte{1}, why.Error()[:min(len(why.Error()), rdmalink.HandoffSlotSize-1)]...))
 		return verbs.RemoteKey{}, nil, why
 	}
@@ -161,7 +162,7 @@ func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan 
 			return verbs.RemoteKey{}, nil, err
 		}
 	}
-	return window, mirror.Buf[:window.Len], nil
+	return window, mirror, nil
 }
 
 // errRDMAProtocol: a message that is no descriptor (the connection ends,
@@ -170,23 +171,22 @@ var errRDMAProtocol = errors.New("rdma: a message that is not a descriptor")
 
 // serveOp serves one descriptor: its spans read from the host's window
 // into the mirror, the op, the outputs written back, the completion.
-func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Session, window verbs.RemoteKey, mirror []byte, b []byte) error {
+func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Session, window verbs.RemoteKey, mirror *verbs.Region, b []byte) error {
 	var req, resp wire.Desc
 	if len(b) != wire.DescSize || req.Unmarshal(b) != nil {
 		return errRDMAProtocol
 	}
-	region := link.Regions()[0]
 	if req.Flags&wire.FlagSGL != 0 {
 		// The agent reads only the spans a descriptor names: a list
 		// would name memory it has not read.
 		resp = wire.Desc{Tag: req.Tag, Op: req.Op, Status: wire.StatusBadArg}
 	} else {
 		if req.Validate(window.Len) == nil {
-			if err := readSpans(ctx, link, region, window, req.SpanList()); err != nil {
+			if err := readSpans(ctx, link, mirror, window, req.SpanList()); err != nil {
 				return err
 			}
 		}
-		h.env.Dispatcher.ServeIn(ctx, "rdma", sess, &req, mirror, &resp)
+		h.env.Dispatcher.ServeIn(ctx, "rdma", sess, &req, mirror.Buf[:window.Len], &resp)
 		for _, sp := range resp.SpanList() {
 			if !sp.Within(window.Len) {
 				resp.Status, resp.NSpan = wire.StatusInternal, 0
@@ -197,7 +197,7 @@ func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Ses
 			if sp.Len == 0 {
 				continue
 			}
-			if err := link.Post(verbs.Work{Op: verbs.Write, Region: region, Off: int(sp.Off), Len: int(sp.Len),
+			if err := link.Post(verbs.Work{Op: verbs.Write, Region: mirror, Off: int(sp.Off), Len: int(sp.Len),
 				Remote: verbs.RemoteKey{Addr: window.Addr + uint64(sp.Off), RKey: window.RKey}}); err != nil {
 				return fmt.Errorf("write the op's outputs: %w", err)
 			}

@@ -19,33 +19,19 @@ import (
 	"github.com/hecsys/hec/shared/peer"
 	"github.com/hecsys/hec/shared/rdmalink"
 	"github.com/hecsys/hec/shared/verbs"
+	"github.com/hecsys/hec/shared/verbs/verbstest"
 	"github.com/hecsys/hec/shared/wire"
 )
-
-// rdmaAddr is this machine's RDMA device's IPv4 address (its RoCE v2
-// GID), or a skip saying why there is none; HEC_REQUIRE_RDMA=1 (the VM
-// tests, where soft-RoCE runs) makes its absence a failure.
-func rdmaAddr(t *testing.T) netip.Addr {
-	t.Helper()
-	ip, err := verbs.DeviceIPv4()
-	if err == nil {
-		return ip
-	}
-	if os.Getenv("HEC_REQUIRE_RDMA") == "1" {
-		t.Fatalf("HEC_REQUIRE_RDMA=1: %v", err)
-	}
-	t.Skipf("no RDMA here: %v (test/vm runs this in a guest with soft-RoCE)", err)
-	return netip.Addr{}
-}
 
 // TestRDMAHandoff runs the handoff's round trips over TCP and over RDMA
 // (the host's window registered, the agent reading and writing it): a
 // ping, checksums of buffers in the window and staged into it, a KV put
 // and a get whose value the agent writes back, an op the agent does not
 // serve; then, over RDMA, what a hostile host sends: a span past its
-// window, a scatter-gather list, more ops than its slots; and the token.
+// window, a scatter-gather list, a message that is no descriptor, a window
+// larger than the agent mirrors; and the token.
 func TestRDMAHandoff(t *testing.T) {
-	ip := rdmaAddr(t)
+	ip := verbstest.Addr(t)
 	rdmaListen := netip.AddrPortFrom(ip, 7480).String()
 	a := startRDMAAgent(t, AgentConfig{Insecure: true}, rdmaListen)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -292,7 +278,7 @@ func logHandoffTimes(t *testing.T, ctx context.Context, c *host.Client) {
 // hosts, a 3 MiB 2+1 object put through one agent and read back through
 // another; a node without the cluster key is refused over RDMA too.
 func TestRDMAPeerLinks(t *testing.T) {
-	ip := rdmaAddr(t)
+	ip := verbstest.Addr(t)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "cluster.key")
 	if err := os.WriteFile(keyFile, []byte("dpu rdma peer test key, 32 byte"), 0o600); err != nil {

@@ -79,7 +79,6 @@ func dialRDMA(ctx context.Context, hostport string, o options) (*rdmaTransport, 
 	if err := t.handshake(ctx, acc, o.token); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", hostport, err)
 	}
-	t.origin = "rdma " + hostport
 	go func() { // the link's end fails what is in flight
 		<-t.link.Done()
 		t.failAll(fmt.Errorf("host: RDMA connection to %s: %v: %w", hostport, t.link.Err(), wire.StatusUnavailable))
@@ -130,6 +129,8 @@ func (t *rdmaTransport) handshake(ctx context.Context, acc rdmalink.Accept, toke
 	if n == 0 || answer[0] != 0 {
 		return fmt.Errorf("the agent refused the connection: %s: %w", answer[min(n, 1):n], wire.StatusDenied)
 	}
+	// The agent names the connection; both sides' traces use the name.
+	t.origin = string(answer[1:n])
 	if wantsToken {
 		if err := wire.AuthHost(m, []byte(token)); err != nil {
 			return fmt.Errorf("%v: %w", err, wire.StatusDenied)

@@ -133,13 +133,6 @@ func (l *Link) Register(size int) (*verbs.Region, error) {
 	return r, nil
 }
 
-// Regions are the regions Register made, in order.
-func (l *Link) Regions() []*verbs.Region {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.regions
-}
-
 // Closed reports whether Close was called.
 func (l *Link) Closed() bool {
 	l.mu.Lock()

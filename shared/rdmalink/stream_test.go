@@ -14,31 +14,15 @@ import (
 
 	"golang.org/x/net/nettest"
 
-	"github.com/hecsys/hec/shared/verbs"
+	"github.com/hecsys/hec/shared/verbs/verbstest"
 )
-
-// rdmaAddr is this machine's RDMA device's IPv4 address (its RoCE v2
-// GID), or a skip saying why there is none; HEC_REQUIRE_RDMA=1 (the VM
-// tests, where soft-RoCE runs) makes its absence a failure.
-func rdmaAddr(t *testing.T) netip.Addr {
-	t.Helper()
-	ip, err := verbs.DeviceIPv4()
-	if err == nil {
-		return ip
-	}
-	if os.Getenv("HEC_REQUIRE_RDMA") == "1" {
-		t.Fatalf("HEC_REQUIRE_RDMA=1: %v", err)
-	}
-	t.Skipf("no RDMA here: %v (test/vm runs this in a guest with soft-RoCE)", err)
-	return netip.Addr{}
-}
 
 // TestRDMAStreamIsAConn runs x/net's conformance suite for net.Conn
 // (nettest.TestConn: basic and ping-pong I/O, racing reads and writes,
 // deadlines in the past, present and future, Close unblocking reads and
 // writes, every method at once) against a pair of streams.
 func TestRDMAStreamIsAConn(t *testing.T) {
-	addr := netip.AddrPortFrom(rdmaAddr(t), 7490).String()
+	addr := netip.AddrPortFrom(verbstest.Addr(t), 7490).String()
 	ln, err := ListenStream(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +54,7 @@ func TestRDMAStreamIsAConn(t *testing.T) {
 // reader that stops reading holds the writer back (its write times out)
 // and nothing is lost when it reads again; Close is seen as io.EOF.
 func TestRDMAStreamCarriesBytes(t *testing.T) {
-	addr := netip.AddrPortFrom(rdmaAddr(t), 7491).String()
+	addr := netip.AddrPortFrom(verbstest.Addr(t), 7491).String()
 	ln, err := ListenStream(addr)
 	if err != nil {
 		t.Fatal(err)
