@@ -295,7 +295,10 @@ func TestRDMAPeerLinks(t *testing.T) {
 			Agent: AgentConfig{Shm: Off, TCP: "127.0.0.1:0", Mgmt: "127.0.0.1:0", StateDir: filepath.Join(dir, fmt.Sprint(i))},
 			RESP:  RESPConfig{Addr: Off}, UDP: UDPConfig{Addr: Off},
 			Peer: PeerConfig{NodeID: uint32(i + 1), Addr: netip.AddrPortFrom(ip, uint16(7500+i)).String(), ClusterKeyFile: keyFile,
-				Peers: members, Deadline: Duration{Duration: 2 * time.Second}, Transport: "rdma"},
+				// 10 s, not 2: soft-RoCE under TCG in a loaded CI completes
+				// a stream's sends slowly (CI once lost a link: "connection
+				// lost: EOF" in the first allreduce).
+				Peers: members, Deadline: Duration{Duration: 10 * time.Second}, Transport: "rdma"},
 		})
 		agents = append(agents, a)
 		clients = append(clients, dialColl(t, "tcp://"+a.Addr("tcp")))
