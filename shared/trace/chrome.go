@@ -33,6 +33,8 @@ type chromeArgs struct {
 	Status string `json:"status,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
 	Peer   string `json:"peer,omitempty"`
+	// Predicted is the planner's time (µs), where it made one.
+	Predicted float64 `json:"predicted_us,omitempty"`
 }
 
 type chromeFile struct {
@@ -75,7 +77,7 @@ func WriteChrome(w io.Writer, spans []Span) error {
 		}
 		f.TraceEvents = append(f.TraceEvents, chromeEvent{Name: name, Cat: s.Stage, Ph: "X",
 			Ts: float64(s.Start-t0) / 1e3, Dur: float64(s.Dur) / 1e3, Pid: pid, Tid: lane + 1,
-			Args: chromeArgs{ID: s.ID, Op: s.Name, Stage: s.Stage, Status: s.Status, Bytes: s.Bytes, Peer: s.Peer}})
+			Args: chromeArgs{ID: s.ID, Op: s.Name, Stage: s.Stage, Status: s.Status, Bytes: s.Bytes, Peer: s.Peer, Predicted: float64(s.Predicted) / 1e3}})
 	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(f)
@@ -104,7 +106,8 @@ func ReadChrome(r io.Reader) ([]Span, error) {
 			continue
 		}
 		spans = append(spans, Span{ID: e.Args.ID, Proc: procs[e.Pid], Name: e.Args.Op, Stage: e.Args.Stage,
-			Start: int64(math.Round(e.Ts * 1e3)), Dur: int64(math.Round(e.Dur * 1e3)), Status: e.Args.Status, Bytes: e.Args.Bytes, Peer: e.Args.Peer})
+			Start: int64(math.Round(e.Ts * 1e3)), Dur: int64(math.Round(e.Dur * 1e3)), Status: e.Args.Status, Bytes: e.Args.Bytes, Peer: e.Args.Peer,
+			Predicted: int64(math.Round(e.Args.Predicted * 1e3))})
 	}
 	if f.TraceEvents == nil {
 		return nil, fmt.Errorf("%w: no traceEvents", ErrNotATrace)

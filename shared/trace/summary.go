@@ -3,6 +3,7 @@ package trace
 import (
 	"cmp"
 	"slices"
+	"strings"
 )
 
 // Derived stages: what Summarize computes from the spans of one op on
@@ -15,6 +16,9 @@ const (
 	// StageSkew is a collective's spread of arrival: the last rank's
 	// start less the first's.
 	StageSkew = "skew"
+	// StagePredicted is the planner's time for a multi-rail op's share
+	// on a rail, beside the share's own row ("share RAIL").
+	StagePredicted = "predicted"
 )
 
 // Row is one stage of one kind of op: how many spans, and their
@@ -27,7 +31,7 @@ type Row struct {
 
 // Stages are the stages, recorded and derived, in the order of an op's
 // way: Summarize's rows of a kind follow it.
-var Stages = []string{StageOp, StageTransport, StageQueue, StageServe, StageCopy, StageCode, StageCommit, StageWait, StageRun, StageSend, StageRecv, StageReduce, StageCall, StageHandle, StageSkew}
+var Stages = []string{StageOp, StageTransport, StageQueue, StageServe, StageCopy, StageCode, StageCommit, StageWait, StageRun, StageSend, StageSeal, StageWrite, StageRecv, StageRead, StageOpen, StageReduce, StageCall, StageHandle, StageSkew, StageShare, StagePredicted}
 
 // Summarize returns, per kind of op and stage, where the time went: the
 // recorded stages, and the derived ones (StageTransport for ops both the
@@ -45,6 +49,15 @@ func Summarize(spans []Span) []Row {
 	}
 	ops := map[string]*opParts{}
 	for _, s := range spans {
+		if s.Stage == StageShare {
+			// A row per rail, and one of what the planner predicted
+			// for it beside.
+			durs[key{s.Name, StageShare + " " + s.Peer}] = append(durs[key{s.Name, StageShare + " " + s.Peer}], s.Dur)
+			if s.Predicted > 0 {
+				durs[key{s.Name, StagePredicted + " " + s.Peer}] = append(durs[key{s.Name, StagePredicted + " " + s.Peer}], s.Predicted)
+			}
+			continue
+		}
 		durs[key{s.Name, s.Stage}] = append(durs[key{s.Name, s.Stage}], s.Dur)
 		if s.ID == "" {
 			continue
@@ -77,6 +90,7 @@ func Summarize(spans []Span) []Row {
 		rows = append(rows, Row{Name: k.name, Stage: k.stage, Count: len(d), P50: d[len(d)/2], P99: d[(len(d)*99)/100], Max: d[len(d)-1]})
 	}
 	rank := func(stage string) int {
+		stage, _, _ = strings.Cut(stage, " ") // "share RAIL"
 		if i := slices.Index(Stages, stage); i >= 0 {
 			return i
 		}

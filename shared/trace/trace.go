@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,18 @@ const (
 	StageCode   = "code"   // EC: one round of the coder's work
 	StageCopy   = "copy"   // EC on a window it cannot map: a round's copy in or out
 	StageCommit = "commit" // KV: the store's write, its group commit included
+	// A peer frame's way between two agents (Span.Peer names the other
+	// node), recorded by the peer layer under the op the frame belongs
+	// to: inside a collective's send, and for every frame of a link test
+	// (LinkID).
+	StageSeal  = "seal"  // the sender's: the frame's tag computed over its header and payload
+	StageWrite = "write" // the sender's: the frame written until the kernel took its last byte
+	StageRead  = "read"  // the receiver's: the frame's bytes read, from its header to its last
+	StageOpen  = "open"  // the receiver's: the frame's tag checked
+	// StageShare is a multi-rail op's share on one rail, from the op's
+	// start to the share's end (Span.Peer names the rail, Span.Predicted
+	// is the planner's time for it).
+	StageShare = "share"
 )
 
 // Span is one stage of one op on one process. Times are the recording
@@ -41,8 +54,11 @@ type Span struct {
 	Status string `json:"status,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
 	// Peer is the other end of a send, receive or call: "rank 2",
-	// "node 3".
+	// "node 3"; a share's rail.
 	Peer string `json:"peer,omitempty"`
+	// Predicted is what the planner expected the span to take
+	// (nanoseconds; a share's), 0 where nothing was predicted.
+	Predicted int64 `json:"predicted,omitempty"`
 }
 
 // End is when the span ended.
@@ -66,6 +82,38 @@ func TCPOrigin(hostAddr string) string { return "tcp " + hostAddr }
 // CollID names collective seq of communicator comm.
 func CollID(comm uint64, seq uint32) string {
 	return "coll " + strconv.FormatUint(comm, 16) + " #" + strconv.FormatUint(uint64(seq), 10)
+}
+
+// SplitID names the n-th multi-rail op of process pid: its shares' spans
+// go under it.
+func SplitID(pid int, n uint64) string {
+	return "split " + strconv.Itoa(pid) + " #" + strconv.FormatUint(n, 10)
+}
+
+// LinkID names a link test (a bulk transfer between two agents: hecctl
+// cluster ping) from node from on communicator comm, as both ends know it
+// from its frames' headers.
+func LinkID(from uint32, comm uint64) string {
+	return "link " + strconv.FormatUint(uint64(from), 10) + " #" + strconv.FormatUint(comm, 16)
+}
+
+// NameLink is a link test's kind of op.
+const NameLink = "link"
+
+// Op is what a layer below an op records its spans under: the op's id and
+// kind.
+type Op struct{ ID, Name string }
+
+type opKey struct{}
+
+// WithOp returns ctx carrying op, for the layers below to record their
+// stages of it under (the peer layer's seal and write of a frame).
+func WithOp(ctx context.Context, op Op) context.Context { return context.WithValue(ctx, opKey{}, op) }
+
+// OpOf returns the op ctx carries, if any.
+func OpOf(ctx context.Context) (Op, bool) {
+	op, ok := ctx.Value(opKey{}).(Op)
+	return op, ok
 }
 
 // Reply is what a process answers a request for its spans.

@@ -94,6 +94,7 @@ func TestChromeRoundTrip(t *testing.T) {
 		{ID: OpID(Origin(42, 3), 0x20002), Proc: "host pid 42", Name: "checksum", Stage: StageOp, Start: 1_010_000, Dur: 50_000, Status: "ok"},
 		{ID: OpID(Origin(42, 3), 0x10002), Proc: "hecd a", Name: "checksum", Stage: StageServe, Start: 1_005_000, Dur: 30_000, Status: "ok"},
 		{ID: CollID(7, 3), Proc: "hecd a", Name: "allreduce", Stage: StageSend, Start: 1_006_000, Dur: 2_000, Bytes: 4096, Peer: "rank 1"},
+		{ID: SplitID(42, 1), Proc: "host pid 42", Name: "checksum", Stage: StageShare, Start: 1_020_000, Dur: 9_000, Bytes: 1 << 20, Peer: "dpu", Predicted: 8_000},
 	}
 	var b bytes.Buffer
 	if err := WriteChrome(&b, spans); err != nil {
@@ -167,6 +168,8 @@ func TestSummarize(t *testing.T) {
 		{ID: id2, Name: "checksum", Stage: StageOp, Start: 0, Dur: 300}, // the agent's spans not recorded
 		{ID: coll, Proc: "a", Name: "allreduce", Stage: StageRun, Start: 1000, Dur: 500},
 		{ID: coll, Proc: "b", Name: "allreduce", Stage: StageRun, Start: 1400, Dur: 100},
+		{ID: SplitID(9, 1), Name: "checksum", Stage: StageShare, Peer: "host", Start: 0, Dur: 90, Predicted: 80},
+		{ID: SplitID(9, 1), Name: "checksum", Stage: StageShare, Peer: "dpu", Start: 0, Dur: 120, Predicted: 81},
 	}
 	got := Summarize(spans)
 	want := []Row{
@@ -176,11 +179,15 @@ func TestSummarize(t *testing.T) {
 		{Name: "checksum", Stage: StageTransport, Count: 1, P50: 30, P99: 30, Max: 30},
 		{Name: "checksum", Stage: StageQueue, Count: 1, P50: 20, P99: 20, Max: 20},
 		{Name: "checksum", Stage: StageServe, Count: 1, P50: 50, P99: 50, Max: 50},
+		{Name: "checksum", Stage: "share dpu", Count: 1, P50: 120, P99: 120, Max: 120},
+		{Name: "checksum", Stage: "share host", Count: 1, P50: 90, P99: 90, Max: 90},
+		{Name: "checksum", Stage: "predicted dpu", Count: 1, P50: 81, P99: 81, Max: 81},
+		{Name: "checksum", Stage: "predicted host", Count: 1, P50: 80, P99: 80, Max: 80},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
 	}
-	if s := Slowest(spans, 2); !slices.Equal(s, []string{coll, id2}) {
+	if s := Slowest(spans[:6], 2); !slices.Equal(s, []string{coll, id2}) {
 		t.Fatalf("slowest %v", s)
 	}
 }
