@@ -15,9 +15,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // Errors of a connection.
@@ -69,6 +72,31 @@ type Conn struct {
 	hdr, plain [HeaderSize]byte
 	rhead      [prefixSize + HeaderSize]byte
 	sealed     [HeaderSize + TagSize]byte
+
+	// rec, while it records, has Send record a frame's seal and write
+	// under the op its context carries (trace.WithOp), and Recv time the
+	// frame's read and open (recvTimes) for the node to record once the
+	// header says whose frame it was.
+	rec       *trace.Recorder
+	recvTimes frameTimes
+}
+
+// frameTimes are when Recv's last frame's payload began and ended being
+// read and its tag was checked; ok is false where nothing was recording.
+type frameTimes struct {
+	read, readEnd, openEnd time.Time
+	ok                     bool
+}
+
+// record records stage of op, from t0 to t1, for a frame of bytes with
+// the other end.
+func (c *Conn) record(op trace.Op, stage string, t0, t1 time.Time, bytes int, err error) {
+	s := trace.Span{ID: op.ID, Name: op.Name, Stage: stage, Start: t0.UnixNano(), Dur: int64(t1.Sub(t0)),
+		Bytes: int64(bytes), Peer: "node " + strconv.FormatUint(uint64(c.remote), 10)}
+	if err != nil {
+		s.Status = "failed"
+	}
+	c.rec.Add(s)
 }
 
 // SetStall makes a frame's send fail once the peer has taken none of its
@@ -251,11 +279,29 @@ func (c *Conn) Send(ctx context.Context, h Header, payload []byte) error {
 	if c.headerOnly {
 		covered = nil
 	}
+	var op trace.Op
+	traced := c.rec.On()
+	if traced {
+		op, traced = trace.OpOf(ctx)
+	}
+	var t0 time.Time
+	if traced {
+		t0 = time.Now()
+	}
 	c.sendMAC.Seal(c.whead[prefixSize:prefixSize], c.snonce[:], c.hdr[:], covered)
+	var t1 time.Time
+	if traced {
+		t1 = time.Now()
+	}
 	c.wvec = append(c.wvec[:0], c.whead[:prefixSize+HeaderSize], payload, c.whead[prefixSize+HeaderSize:])
 	c.wbufs = c.wvec
 	n, err := c.write(ctx)
 	c.wvec[1] = nil // do not keep the caller's buffer
+	if traced {
+		size := prefixSize + HeaderSize + len(payload) + TagSize
+		c.record(op, trace.StageSeal, t0, t1, size, nil)
+		c.record(op, trace.StageWrite, t1, time.Now(), size, err)
+	}
 	if err != nil && n == 0 {
 		// None of it went out (the peer reads slowly and the deadline
 		// came first, or the caller gave up): the stream is intact and
@@ -332,8 +378,15 @@ func (c *Conn) Recv() (Header, []byte, error) {
 		c.rbuf = make([]byte, n+TagSize, max(n+TagSize, 64<<10))
 	}
 	buf := c.rbuf[:n+TagSize]
+	c.recvTimes.ok = c.rec.On()
+	if c.recvTimes.ok {
+		c.recvTimes.read = time.Now()
+	}
 	if _, err := io.ReadFull(c.br, buf); err != nil {
 		return Header{}, nil, err
+	}
+	if c.recvTimes.ok {
+		c.recvTimes.readEnd = time.Now()
 	}
 	copy(c.sealed[:], head[prefixSize:])
 	copy(c.sealed[HeaderSize:], buf[n:])
@@ -345,6 +398,9 @@ func (c *Conn) Recv() (Header, []byte, error) {
 	}
 	if _, err := c.recvMAC.Open(c.plain[:0], c.rnonce[:], c.sealed[:], covered); err != nil {
 		return Header{}, nil, fmt.Errorf("%w: frame %d from node %d: forged, damaged, replayed or out of sequence", ErrAuth, seq, c.remote)
+	}
+	if c.recvTimes.ok {
+		c.recvTimes.openEnd = time.Now()
 	}
 	h, err := ParseHeader(c.plain[:])
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/hecsys/hec/shared/accept"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/panics"
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // Bounds on what peers can make a node hold.
@@ -55,6 +56,12 @@ type Config struct {
 	// out every Deadline/4 on an idle connection.
 	Deadline time.Duration
 	Log      *slog.Logger
+	// Trace, while it records, gets the stages of the frames of the ops
+	// that go through this node: each frame's seal and write under the op
+	// its send's context carries (trace.WithOp: a collective's messages),
+	// and every frame of a link test (Transfer) on both ends, its read and
+	// open too (trace.LinkID).
+	Trace *trace.Recorder
 }
 
 // Handler serves frames of one type. payload is valid only during the
@@ -281,6 +288,7 @@ func (n *Node) serveInbound(nc net.Conn) {
 		n.cfg.Log.Warn("peer: connection from a node not in the member set", "node", c.Remote())
 		return
 	}
+	c.rec = n.cfg.Trace
 	p.mu.Lock()
 	p.dead = "" // a new connection is a new incarnation
 	p.mu.Unlock()
@@ -299,6 +307,11 @@ func (n *Node) serveInbound(nc net.Conn) {
 		p.lastHeard.Store(now.UnixNano())
 		p.RecvFrames.Add(1)
 		p.RecvBytes.Add(uint64(HeaderSize + len(payload) + TagSize))
+		if c.recvTimes.ok && h.Type == TypeData && h.Flags&FlagSink != 0 {
+			op, size := trace.Op{ID: trace.LinkID(p.ID, h.Comm), Name: trace.NameLink}, prefixSize+HeaderSize+len(payload)+TagSize
+			c.record(op, trace.StageRead, c.recvTimes.read, c.recvTimes.readEnd, size, nil)
+			c.record(op, trace.StageOpen, c.recvTimes.readEnd, c.recvTimes.openEnd, size, nil)
+		}
 		n.deliver(p, h, payload)
 		// Let what the frames made runnable run. While the peer sends
 		// faster than this loop takes frames, Recv never blocks, and on
@@ -456,6 +469,7 @@ func (n *Node) dial(ctx context.Context, p *Peer) (*Conn, error) {
 		return nil, fmt.Errorf("peer: %s answered as node %d, not %d", p.Addr, c.Remote(), p.ID)
 	}
 	c.SetStall(n.cfg.Deadline) // a peer that reads nothing for the deadline is gone
+	c.rec = n.cfg.Trace
 	if h := testHookDialed; h != nil {
 		h()
 	}

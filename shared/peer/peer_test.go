@@ -581,7 +581,12 @@ func startNode(t testing.TB, id uint32, key []byte, peers map[uint32]string) *No
 
 func startNodeDeadline(t testing.TB, id uint32, key []byte, peers map[uint32]string, deadline time.Duration) *Node {
 	t.Helper()
-	n, err := NewNode(Config{ID: id, Listen: "127.0.0.1:0", Key: key, Peers: peers, Deadline: deadline})
+	return startNodeWith(t, Config{ID: id, Listen: "127.0.0.1:0", Key: key, Peers: peers, Deadline: deadline})
+}
+
+func startNodeWith(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	n, err := NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // FlagSink marks Data frames of a Transfer: the receiver counts and drops
@@ -80,6 +82,9 @@ func (n *Node) Transfer(ctx context.Context, to uint32, total int64, frame int, 
 	ch := n.waiter(comm)
 	done := n.Expect(to)
 	defer done()
+	if n.cfg.Trace.On() {
+		ctx = trace.WithOp(ctx, trace.Op{ID: trace.LinkID(n.cfg.ID, comm), Name: trace.NameLink})
+	}
 	t0 := time.Now()
 	for sent := int64(0); ; {
 		k := int(min(int64(frame), total-sent))
