@@ -202,10 +202,20 @@ func (c *Comm) send(ctx context.Context, to int, b []byte) {
 	}
 	now := time.Now()
 	c.sctx.Context, c.sctx.deadline = ctx, now.Add(c.cfg.SendTimeout)
-	err := c.t.Send(&c.sctx, to, c.seq, b)
+	var sctx context.Context = &c.sctx
+	traced := c.cfg.Trace.On()
+	var span *sinkTrace
+	if traced {
+		// The transport's layers record their stages of the message
+		// (the peer layer: its frame's seal and write) under the
+		// collective.
+		span = c.spanOf(to)
+		sctx = trace.WithOp(sctx, trace.Op{ID: span.id, Name: span.name})
+	}
+	err := c.t.Send(sctx, to, c.seq, b)
 	c.sctx.Context = nil
-	if c.cfg.Trace.On() {
-		c.spanOf(to).add(trace.StageSend, len(b), now, err)
+	if traced {
+		span.add(trace.StageSend, len(b), now, err)
 	}
 	if err == nil {
 		return
