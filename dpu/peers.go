@@ -84,6 +84,9 @@ func (c *PeerConfig) validate() error {
 	if err := checkAddr("peer", c.Addr); err != nil {
 		return err
 	}
+	if c.Addr == Off && c.Transport != "tcp" {
+		return fmt.Errorf("--peer-transport %s without --peer ADDR: the peer layer is off: %w", c.Transport, ErrConfig)
+	}
 	if c.Addr != Off && c.NodeID == 0 {
 		return fmt.Errorf("--peer %s: the peer layer needs --node-id N (1..): %w", c.Addr, ErrConfig)
 	}
@@ -150,7 +153,7 @@ func (s *peerService) Open(ctx context.Context, env *Env) error {
 		return err
 	}
 	node, err := peer.NewNode(peer.Config{ID: s.cfg.NodeID, Listener: ln, Dial: dial, Peers: s.members, Key: key,
-		Deadline: s.cfg.Deadline.Duration, Log: env.Log})
+		Deadline: s.cfg.Deadline.Duration, Log: env.Log, Trace: env.Dispatcher.Trace()})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("--cluster-key-file %s: %w", s.cfg.ClusterKeyFile, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,6 +180,25 @@ func TestCollectiveMessagesAreTraced(t *testing.T) {
 		}
 		if n == 0 {
 			t.Fatalf("agent %d recorded no message of the allreduce: %+v", i+1, spans)
+		}
+		// The peer layer's seal and write of each message's frame,
+		// inside the message's send, under the collective's id.
+		frames := map[string]int{}
+		for _, s := range spans {
+			if s.Stage != trace.StageSeal && s.Stage != trace.StageWrite {
+				continue
+			}
+			frames[s.Stage]++
+			inside := false
+			for _, v := range spans {
+				inside = inside || (v.Stage == trace.StageSend && v.ID == s.ID && s.Start >= v.Start-1000 && s.End() <= v.End()+1000)
+			}
+			if !inside || s.Name != "allreduce" || !strings.HasPrefix(s.Peer, "node ") {
+				t.Errorf("agent %d: %+v: want an allreduce's frame to a node, inside one of its sends", i+1, s)
+			}
+		}
+		if frames[trace.StageSeal] == 0 || frames[trace.StageSeal] != frames[trace.StageWrite] {
+			t.Errorf("agent %d: frames' stages %v: want a seal and a write of each", i+1, frames)
 		}
 	}
 	// The first allreduce's pieces were #1 and #2.
