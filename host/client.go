@@ -248,6 +248,7 @@ type Client struct {
 	t      transport
 	closed atomic.Bool
 	tr     *trace.Recorder // this process's, when HEC_TRACE asks for one
+	splits atomic.Uint64   // multi-rail ops recorded: their ids (traceShares)
 }
 
 // Dial connects to the agent at target: "shm:///dev/shm/NAME" (the shared

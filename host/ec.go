@@ -610,6 +610,7 @@ func (e *EC) run(ctx context.Context, o *ecOp, plan rail.Plan, cost float64) (EC
 	}
 	took = took[:len(plan.Shares)]
 	err := rail.ExecuteTo(ctx, plan, o.runners, o.t0, took)
+	e.c.traceShares(o.op.String(), plan, o.t0, took)
 	end := took[0] // one share: its time is the op's (no second read of the clock)
 	if len(took) > 1 || err != nil {
 		end = time.Since(o.t0)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hecsys/hec/coll"
 	"github.com/hecsys/hec/shared/durable"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/rail"
 )
 
@@ -446,7 +447,9 @@ func (m *MultiRail) execute(ctx context.Context, k coll.Kind, p rail.Plan, send,
 		}
 	}
 	c := &collShare{m: m, k: k, send: send, recv: recv, dt: dt, op: op, root: root}
-	_, err := rail.Execute(ctx, p, rail.Runners{rail.Host: hostShare{c}, rail.DPU: dpuShare{c}})
+	t0, took := mono.Now(), make([]time.Duration, len(p.Shares))
+	err := rail.ExecuteTo(ctx, p, rail.Runners{rail.Host: hostShare{c}, rail.DPU: dpuShare{c}}, t0, took)
+	m.DPU.c.traceShares(k.String(), p, t0, took)
 	return err
 }
 

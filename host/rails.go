@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/hecsys/hec/shared/crc32c"
+	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -101,7 +104,10 @@ func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 			return err
 		})
 	}
-	took, err := rail.Execute(ctx, plan, runners)
+	took := make([]time.Duration, len(plan.Shares))
+	t0 := mono.Now()
+	err := rail.ExecuteTo(ctx, plan, runners, t0, took)
+	c.traceShares(wire.OpChecksum.String(), plan, t0, took)
 	if errors.Is(err, rail.ErrNoRunner) {
 		return 0, plan, nil, fmt.Errorf("host: checksum: %w: %w", err, wire.StatusUnsupported)
 	}
@@ -117,6 +123,25 @@ func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 		crc = crc32c.Combine(crc, parts[i], s.Bytes)
 	}
 	return crc, plan, took, nil
+}
+
+// traceShares records, while this process records, the shares of a
+// multi-rail op of kind name that plan split and that began at t0: each
+// share from t0 to its end (took, 0 where it failed) beside the planner's
+// time for it, under one id.
+func (c *Client) traceShares(name string, plan rail.Plan, t0 time.Time, took []time.Duration) {
+	if len(plan.Shares) < 2 || !c.tr.On() {
+		return
+	}
+	id := trace.SplitID(os.Getpid(), c.splits.Add(1))
+	for i, s := range plan.Shares {
+		sp := trace.Span{ID: id, Name: name, Stage: trace.StageShare, Start: t0.UnixNano(), Dur: int64(took[i]),
+			Bytes: s.Bytes, Peer: s.Rail, Predicted: int64(s.Predicted)}
+		if took[i] == 0 {
+			sp.Status = "failed"
+		}
+		c.tr.Add(sp)
+	}
 }
 
 // hostChecksum is the host rail's checksum runner: crc32c here, in
