@@ -15,6 +15,7 @@ import (
 	"github.com/hecsys/hec/shared/affinity"
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/rail"
+	"github.com/hecsys/hec/shared/trace"
 )
 
 // The rails scenario (issue: rails): a 256 MiB checksum split by the
@@ -81,7 +82,8 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 	}
 	defer setAll(old)
 
-	c, err := host.Dial(ctx, "shm://"+shm)
+	rec := trace.NewRecorder(0) // off but for the traced splits at the end
+	c, err := host.Dial(ctx, "shm://"+shm, host.WithTrace(rec))
 	if err != nil {
 		return err
 	}
@@ -161,6 +163,20 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 			return fmt.Errorf("split checksum %08x, %v; want %08x", got, err, want)
 		}
 	}
+	// Where a split's time went, recorded: each rail's share against the
+	// planner's time for it, and the agent's share as the ops it was
+	// handed in (hecctl trace summary's rows).
+	end := rec.Begin()
+	for i := 0; i < runs; i++ {
+		if got, _, err := c.ChecksumSplit(ctx, buf, rails); err != nil || got != want {
+			end()
+			return fmt.Errorf("split checksum %08x, %v; want %08x", got, err, want)
+		}
+	}
+	end()
+	spans, _ := rec.Since(0)
+	reportStages(rep, s, "256 MiB split", spans, trace.StageOp, trace.StageShare+" "+rail.Host, trace.StagePredicted+" "+rail.Host,
+		trace.StageShare+" "+rail.DPU, trace.StagePredicted+" "+rail.DPU)
 	// The learned model's split by size, against each rail alone: GB/s,
 	// predicted and achieved (the picture rails-sizes.png).
 	for _, z := range []int{16 << 20, 64 << 20, 256 << 20} {
