@@ -366,6 +366,15 @@ func (s *Shared) checkExposed(log *slog.Logger, flag, addr string, credentials b
 	return nil
 }
 
+// notServed forgets listener name (a flag without its dashes) among the
+// insecure ones: checkExposed let it, but it could not listen, and the
+// agent serves on without it.
+func (s *Shared) notServed(name string) {
+	s.mu.Lock()
+	s.insecure = slices.DeleteFunc(s.insecure, func(n string) bool { return n == name })
+	s.mu.Unlock()
+}
+
 // insecureListeners returns the listeners served beyond loopback without
 // credentials.
 func (s *Shared) insecureListeners() []string {

@@ -45,6 +45,7 @@ func listenRDMA(addr string, maxWindow uint64, env *Env) (*rdmaHandoff, error) {
 	}
 	ln, err := verbs.Listen(ap)
 	if err != nil {
+		env.Shared.notServed("rdma-listen") // not an insecure listener: none
 		return nil, fmt.Errorf("rdma: listen at %s: %w", addr, err)
 	}
 	return &rdmaHandoff{ln: ln, addr: ap, maxWindow: maxWindow, env: env}, nil

@@ -313,4 +313,9 @@ func TestCLIRailsSayWhyNoRDMA(t *testing.T) {
 	if r := hecctl(t, nil, "ping", "--agent", "tcp://"+tcp, "--mgmt", mgmt, "--n", "20"); r.code != 0 {
 		t.Fatalf("the agent does not serve the rest: %s%s", r.stdout, r.stderr)
 	}
+	// A listener that could not listen is not listed as served insecurely.
+	r = hecctl(t, nil, "status", "--agent", "tcp://"+tcp, "--mgmt", mgmt, "-o", "json")
+	if r.code != 0 || strings.Contains(r.stdout, `"rdma-listen"`) {
+		t.Fatalf("hecctl status lists the RDMA handoff that could not listen among those served insecurely: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
