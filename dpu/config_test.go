@@ -113,11 +113,12 @@ func TestParseArgs(t *testing.T) {
 	}
 	// Validation errors name the flag.
 	for flagName, cfg := range map[string]Config{
-		"--resp":        {RESP: RESPConfig{Addr: "nonsense"}},
-		"--durability":  {KV: KVConfig{Durability: "maybe"}},
-		"--xdp-mode":    {XDP: XDPConfig{Mode: "fast"}},
-		"--peer":        {Peer: PeerConfig{Addr: "127.0.0.1:7700"}},
-		"--dpu-profile": {Agent: AgentConfig{DPUProfile: "bf9"}},
+		"--resp":                               {RESP: RESPConfig{Addr: "nonsense"}},
+		"--durability":                         {KV: KVConfig{Durability: "maybe"}},
+		"--xdp-mode":                           {XDP: XDPConfig{Mode: "fast"}},
+		"--peer":                               {Peer: PeerConfig{Addr: "127.0.0.1:7700"}},
+		"--peer-transport rdma without --peer": {Peer: PeerConfig{Transport: "rdma"}},
+		"--dpu-profile":                        {Agent: AgentConfig{DPUProfile: "bf9"}},
 	} {
 		if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), flagName) {
 			t.Errorf("%s: %v", flagName, err)
