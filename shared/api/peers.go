@@ -15,6 +15,11 @@ type PeerStatus struct {
 	SentFrames  uint64  `json:"sent_frames"`
 	RecvFrames  uint64  `json:"recv_frames"`
 	RTTMicros   float64 `json:"rtt_us"`
+	// ClockOffsetNs is how far the peer's clock is ahead of this agent's,
+	// as the shortest of the latest pings to it measured; the error is
+	// within half of ClockRTTNs, that ping's round trip (0: no ping yet).
+	ClockOffsetNs int64 `json:"clock_offset_ns,omitempty"`
+	ClockRTTNs    int64 `json:"clock_rtt_ns,omitempty"`
 }
 
 // LinkTest is what an agent measured to one peer: round trips and a bulk

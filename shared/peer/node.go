@@ -62,6 +62,10 @@ type Config struct {
 	// and every frame of a link test (Transfer) on both ends, its read and
 	// open too (trace.LinkID).
 	Trace *trace.Recorder
+	// Clock is the clock this node answers pings with (default
+	// time.Now): a peer's pings measure how far it is ahead of theirs.
+	// Tests skew it.
+	Clock func() time.Time
 }
 
 // Handler serves frames of one type. payload is valid only during the
@@ -117,6 +121,7 @@ type Peer struct {
 	beating                                      atomic.Bool // a heartbeat to it is on its way
 	SentBytes, RecvBytes, SentFrames, RecvFrames atomic.Uint64
 	rtt                                          atomic.Int64
+	clock                                        peerClock
 }
 
 // NewNode checks cfg and returns a node; Run starts it.
@@ -717,7 +722,71 @@ func (n *Node) await(ctx context.Context, to uint32, comm uint64, ch chan []byte
 func (n *Node) servePing(from uint32, h Header, payload []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Deadline)
 	defer cancel()
+	if len(payload) == pingSize {
+		// A Ping's: its sender's clock, answered with this node's.
+		var b [pongSize]byte
+		copy(b[:], payload)
+		binary.LittleEndian.PutUint64(b[pingSize:], uint64(n.now().UnixNano()))
+		payload = b[:]
+	}
 	n.Send(ctx, from, Header{Type: TypePong, Comm: h.Comm, Epoch: h.Epoch}, payload)
+}
+
+// A Ping carries its sender's clock; the Pong echoes it and adds the
+// responder's, read as it answered.
+const pingSize, pongSize = 8, 16
+
+// now reads this node's clock (Config.Clock).
+func (n *Node) now() time.Time {
+	if n.cfg.Clock != nil {
+		return n.cfg.Clock()
+	}
+	return time.Now()
+}
+
+// clockSamples is how many of a peer's latest round trips its clock
+// offset is taken from: the one of the shortest round trip.
+const clockSamples = 8
+
+// peerClock is what the pings to a peer measured of its clock.
+type peerClock struct {
+	mu      sync.Mutex
+	samples [clockSamples]struct{ offset, rtt time.Duration }
+	n       int // samples taken
+}
+
+// add keeps one round trip's measure.
+func (c *peerClock) add(offset, rtt time.Duration) {
+	c.mu.Lock()
+	c.samples[c.n%clockSamples].offset, c.samples[c.n%clockSamples].rtt = offset, rtt
+	c.n++
+	c.mu.Unlock()
+}
+
+// best returns the offset of the shortest of the latest round trips, and
+// that round trip (the offset is within half of it); ok is false before
+// any.
+func (c *peerClock) best() (offset, rtt time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range min(c.n, clockSamples) {
+		if s := c.samples[i]; !ok || s.rtt < rtt {
+			offset, rtt, ok = s.offset, s.rtt, true
+		}
+	}
+	return offset, rtt, ok
+}
+
+// Clock returns how far peer id's clock is ahead of this node's, as the
+// shortest of the latest pings to it measured (NTP's way: its clock when
+// it answered against the middle of the round trip), and that round trip,
+// which bounds the error to half of it; ok is false before any ping.
+func (n *Node) Clock(id uint32) (offset, rtt time.Duration, ok bool) {
+	p := n.peer(id)
+	if p == nil {
+		return 0, 0, false
+	}
+	return p.clock.best()
 }
 
 // Ping measures one round trip to peer to.
@@ -726,19 +795,24 @@ func (n *Node) Ping(ctx context.Context, to uint32) (time.Duration, error) {
 	ch := n.waiter(comm)
 	done := n.Expect(to)
 	defer done()
-	var b [8]byte
-	t0 := time.Now()
-	binary.LittleEndian.PutUint64(b[:], uint64(t0.UnixNano()))
+	var b [pingSize]byte
+	t0, mine := time.Now(), n.now() // the round trip's start; this node's clock then
+	binary.LittleEndian.PutUint64(b[:], uint64(mine.UnixNano()))
 	if err := n.Send(ctx, to, Header{Type: TypePing, Comm: comm}, b[:]); err != nil {
 		n.dropWaiter(comm)
 		return 0, err
 	}
-	if _, err := n.await(ctx, to, comm, ch); err != nil {
+	pong, err := n.await(ctx, to, comm, ch)
+	if err != nil {
 		return 0, err
 	}
 	rtt := time.Since(t0)
 	if p := n.peer(to); p != nil {
 		p.rtt.Store(int64(rtt))
+		if len(pong) == pongSize && [pingSize]byte(pong) == b {
+			theirs := time.Unix(0, int64(binary.LittleEndian.Uint64(pong[pingSize:])))
+			p.clock.add(theirs.Sub(mine.Add(rtt/2)), rtt)
+		}
 	}
 	return rtt, nil
 }
@@ -862,6 +936,9 @@ func (n *Node) Peers() []api.PeerStatus {
 		st.SentBytes, st.RecvBytes = p.SentBytes.Load(), p.RecvBytes.Load()
 		st.SentFrames, st.RecvFrames = p.SentFrames.Load(), p.RecvFrames.Load()
 		st.RTTMicros = float64(p.rtt.Load()) / 1e3
+		if off, rtt, ok := p.clock.best(); ok {
+			st.ClockOffsetNs, st.ClockRTTNs = int64(off), int64(rtt)
+		}
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b api.PeerStatus) int { return int(a.ID) - int(b.ID) })

@@ -111,3 +111,40 @@ func spansOf(t *testing.T, rec *trace.Recorder) []trace.Span {
 	}
 	return spans
 }
+
+// TestPingsMeasureThePeersClock: a peer whose clock runs 5 s ahead is
+// measured 5 s ahead by pings to it (within half the round trip), and
+// this node 5 s behind by its pings back; the status shows it.
+func TestPingsMeasureThePeersClock(t *testing.T) {
+	const skew = 5 * time.Second
+	a := startNodeWith(t, Config{ID: 1, Listen: "127.0.0.1:0", Key: testKey, Deadline: time.Second})
+	b := startNodeWith(t, Config{ID: 2, Listen: "127.0.0.1:0", Key: testKey, Deadline: time.Second,
+		Clock: func() time.Time { return time.Now().Add(skew) }})
+	link(a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, _, ok := a.Clock(2); ok {
+		t.Fatal("a clock offset before any ping")
+	}
+	for _, c := range []struct {
+		from *Node
+		to   uint32
+		want time.Duration
+	}{{a, 2, skew}, {b, 1, -skew}} {
+		for range 5 {
+			if _, err := c.from.Ping(ctx, c.to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		off, rtt, ok := c.from.Clock(c.to)
+		// Half the round trip bounds the error; the clock reads add a
+		// little beside it.
+		if slack := rtt/2 + time.Millisecond; !ok || rtt <= 0 || off < c.want-slack || off > c.want+slack {
+			t.Errorf("node %d's clock as node %d measured it: %v (rtt %v, %v), want %v", c.to, c.from.ID(), off, rtt, ok, c.want)
+		}
+	}
+	st := a.Peers()
+	if len(st) != 1 || time.Duration(st[0].ClockOffsetNs) < skew-time.Second || st[0].ClockRTTNs <= 0 {
+		t.Errorf("node 1's status of node 2: %+v, want its clock %v ahead", st, skew)
+	}
+}
