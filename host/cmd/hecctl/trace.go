@@ -48,7 +48,9 @@ ops' spans alike. An op has one id on every process: where it came from
 descriptor's tag; a collective is named by its communicator and sequence
 number on every rank's agent (from the agents' flight recorders,
 GET /v1/coll). Each agent's clock is aligned on this one's by the shortest
-of five round trips (GET /v1/clock).
+of five round trips (GET /v1/clock); where the agents are peers, those
+whose clocks the peer layer measures more tightly through the links of
+the agent nearest hecctl (five pings) are aligned through it.
 
 The file is Chrome's trace-event JSON: Perfetto (ui.perfetto.dev) and
 chrome://tracing open it, one track per process. The summary of
@@ -85,8 +87,72 @@ type traceSource struct {
 	Spans  int           `json:"spans"`
 	Lost   uint64        `json:"lost,omitempty"`
 	Offset time.Duration `json:"clock_offset_ns,omitempty"` // its clock ahead of this one's
-	RTT    time.Duration `json:"clock_rtt_ns,omitempty"`    // the offset's bound
-	Error  string        `json:"error,omitempty"`
+	RTT    time.Duration `json:"clock_rtt_ns,omitempty"`    // the round trips that bound the offset: within half of it
+	// ClockVia names the agent whose peer link measured this one's
+	// clock ("": hecctl's own management round trips).
+	ClockVia string `json:"clock_via,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// agentClock is how far an agent's clock is ahead of this process's,
+// within rtt/2.
+type agentClock struct {
+	offset, rtt time.Duration
+	via         string
+	err         error
+}
+
+// agentClocks measures each target's clock against this process's: by
+// the shortest of five management round trips (GET /v1/clock), and, for
+// agents that are peers of the one nearest this process, through that
+// agent's peer links (five pings: the peer layer's measure of its
+// peers' clocks, GET /v1/peers) added to its own offset — whichever
+// bound is tighter. Agents of one cluster share a fabric that may be
+// nearer each other than hecctl is to them.
+func agentClocks(ctx context.Context, targets []agentTarget) []agentClock {
+	clocks := make([]agentClock, len(targets))
+	ids := make([]uint32, len(targets))
+	near := -1
+	for i, t := range targets {
+		c := &clocks[i]
+		c.offset, c.rtt, c.err = t.mgmt.ClockOffset(ctx, 5)
+		if c.err != nil {
+			continue
+		}
+		if st, err := t.mgmt.Status(ctx); err == nil {
+			ids[i] = st.NodeID
+		}
+		if ids[i] != 0 && (near < 0 || c.rtt < clocks[near].rtt) {
+			near = i
+		}
+	}
+	if near < 0 || len(targets) < 2 {
+		return clocks
+	}
+	ref := targets[near]
+	for i := range targets {
+		if i == near || ids[i] == 0 || clocks[i].err != nil {
+			continue
+		}
+		if r, err := ref.mgmt.TestPeer(ctx, ids[i], 5, 0); err != nil || r.Error != "" {
+			continue
+		}
+	}
+	peers, err := ref.mgmt.Peers(ctx)
+	if err != nil {
+		return clocks
+	}
+	for _, p := range peers {
+		i := slices.Index(ids, p.ID)
+		if i < 0 || i == near || p.ClockRTTNs <= 0 {
+			continue
+		}
+		rtt := clocks[near].rtt + time.Duration(p.ClockRTTNs)
+		if rtt < clocks[i].rtt {
+			clocks[i] = agentClock{offset: clocks[near].offset + time.Duration(p.ClockOffsetNs), rtt: rtt, via: ref.name}
+		}
+	}
+	return clocks
 }
 
 func (a *app) traceRecord(ctx context.Context, targets []agentTarget, hostDir string, d time.Duration, out string) error {
@@ -103,13 +169,14 @@ func (a *app) traceRecord(ctx context.Context, targets []agentTarget, hostDir st
 		sources = append(sources, src)
 		spans = append(spans, got...)
 	}
+	clocks := agentClocks(ctx, targets)
 	start := time.Now()
-	for _, t := range targets {
+	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			src := traceSource{Name: "hecd " + t.name}
-			got, err := recordAgent(ctx, t, d, start, &src)
+			got, err := recordAgent(ctx, t, clocks[i], d, start, &src)
 			if err != nil {
 				src.Error = err.Error()
 			}
@@ -176,7 +243,11 @@ func (a *app) traceRecord(ctx context.Context, targets []agentTarget, hostDir st
 			if s.RTT > 0 {
 				off = fmt.Sprintf("%v ± %v", s.Offset, s.RTT/2)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Spans, s.Lost, off, s.Error)
+			note := s.Error
+			if s.ClockVia != "" && note == "" {
+				note = "clock through " + s.ClockVia + "'s peer link"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Spans, s.Lost, off, note)
 		}
 		tw.Flush()
 		fmt.Fprintf(a.out, "\n%d spans of %d processes over %v into %s (Perfetto or chrome://tracing opens it)\n\n", len(spans), len(sources), d, out)
@@ -194,12 +265,12 @@ func (a *app) traceRecord(ctx context.Context, targets []agentTarget, hostDir st
 // recordAgent records t for d and returns its spans in this process's
 // clock: its ops', and those of its communicators' collectives that ran
 // since start.
-func recordAgent(ctx context.Context, t agentTarget, d time.Duration, start time.Time, src *traceSource) ([]trace.Span, error) {
-	off, rtt, err := t.mgmt.ClockOffset(ctx, 5)
-	if err != nil {
-		return nil, err
+func recordAgent(ctx context.Context, t agentTarget, clock agentClock, d time.Duration, start time.Time, src *traceSource) ([]trace.Span, error) {
+	if clock.err != nil {
+		return nil, clock.err
 	}
-	src.Offset, src.RTT = off, rtt
+	off := clock.offset
+	src.Offset, src.RTT, src.ClockVia = off, clock.rtt, clock.via
 	r, err := t.mgmt.Trace(ctx, d)
 	if err != nil {
 		return nil, err
@@ -251,6 +322,11 @@ stage's count, median, 99th percentile and longest:
   serve      the agent's: the service's work, to the completion
   wait, run  a collective on one rank: called and not started; running
   skew       a collective's last rank to start less its first
+  send, recv a collective's messages with a peer; reduce, each reduction
+  seal, write  a peer frame's tag computed, and written (the sender's)
+  read, open   a peer frame read, and its tag checked (the receiver's)
+  share RAIL   a split op's share on one rail; predicted RAIL, the
+             planner's time for it
 
 --plot draws the slowest ops' spans on one timeline each (a PNG).`,
 		Args: cobra.ExactArgs(1),
