@@ -152,7 +152,7 @@ func NewRecorder(capacity int) *Recorder {
 
 // On reports whether spans are recorded now: the one check an op pays
 // while no one records.
-func (r *Recorder) On() bool { return r != nil && r.on.Load() > 0 }
+func (r *Recorder) On() bool { return Compiled && r != nil && r.on.Load() > 0 }
 
 // Begin starts a recording; end stops it (once). Recordings may overlap:
 // spans are kept while any is under way.
