@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/testutil"
 )
 
 // The trace scenario (issue: see where an op's time goes): what recording
@@ -40,10 +42,114 @@ func benchTrace(ctx context.Context, rep *Report, quick bool) error {
 	if quick {
 		rounds, phase = 3, 100*time.Millisecond
 	}
+	if err := traceOff(ctx, rep, s, dir, hecd, rounds, phase); err != nil {
+		return err
+	}
 	if err := traceHandoff(ctx, rep, s, dir, hecd, rounds, phase); err != nil {
 		return err
 	}
 	return traceAllReduce(ctx, rep, s, dir, hecd, rounds, phase)
+}
+
+// traceOff measures what recording costs while no one records: the
+// agent as built against one built without recording (-tags hecnotrace:
+// trace.Compiled false, every check of it gone), each pinned in turn to
+// the last core, the same ops through each in phases (one of either,
+// then the other again: the middle against the mean of the two around it,
+// the order swapped every round): a ping, the smallest op, where the
+// checks weigh most, and a 1 MiB checksum. This process (the host side)
+// is the same in both, pinned to the first core (unpinned, two agents of
+// one binary measured 1.02× apart on a ping): its share of the cost, one
+// atomic load with HEC_TRACE=1 and none without, is not in the ratio.
+func traceOff(ctx context.Context, rep *Report, s, dir, hecd string, rounds int, phase time.Duration) error {
+	bare := filepath.Join(dir, "hecd-notrace")
+	build := exec.Command("go", "build", "-tags", "hecnotrace", "-o", bare, "./dpu/cmd/hecd")
+	build.Dir = testutil.ModuleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build -tags hecnotrace ./dpu/cmd/hecd: %v\n%s", err, out)
+	}
+	type agent struct {
+		c   *host.Client
+		sum []byte
+	}
+	var agents [2]agent // the agent as built; without recording
+	for i, bin := range []string{hecd, bare} {
+		shm := shmPath(fmt.Sprintf("trace-off-%d", i))
+		mgmt := fmt.Sprintf("127.0.0.1:%d", 26436+i)
+		cmd := exec.Command("taskset", "-c", strconv.Itoa(runtime.NumCPU()-1), bin, "--shm", shm, "--region-size", strconv.Itoa(64<<20),
+			"--queue-pairs", "2", "--tcp", "off", "--resp", "off", "--udp", "off", "--mgmt", mgmt,
+			"--state-dir", filepath.Join(dir, fmt.Sprintf("state-off-%d", i)), "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not calibrate within 20 s", bin)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c, err := host.Dial(ctx, "shm://"+shm)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		sum, err := c.Alloc(1 << 20)
+		if err != nil {
+			return err
+		}
+		agents[i] = agent{c, sum}
+	}
+	old, err := pinAll(0) // the host side on the first core; the agents have the last
+	if err != nil {
+		return err
+	}
+	defer setAll(old)
+	for _, op := range []struct {
+		name string
+		run  func(a agent) error
+	}{
+		{"ping", func(a agent) error { return a.c.Ping(ctx) }},
+		{"1 MiB checksum", func(a agent) error { _, err := a.c.Checksum(ctx, a.sum); return err }},
+	} {
+		var ratios []float64
+		var on, off []time.Duration
+		for r := range rounds {
+			progress(s, "off: %s: round %d of %d", op.name, r+1, rounds)
+			// Round r: x, y, x, with x the built agent on even rounds.
+			x, y := 0, 1
+			if r%2 == 1 {
+				x, y = 1, 0
+			}
+			var med [3]time.Duration
+			for i, who := range []int{x, y, x} {
+				ts, err := timeRuns(phase, func() error { return op.run(agents[who]) })
+				if err != nil {
+					return fmt.Errorf("%s: %w", op.name, err)
+				}
+				med[i] = median(ts)
+				if who == 0 {
+					on = append(on, ts...)
+				} else {
+					off = append(off, ts...)
+				}
+			}
+			mid, around := med[1].Seconds(), (med[0]+med[2]).Seconds()/2
+			if y == 0 { // the built agent in the middle
+				ratios = append(ratios, mid/around)
+			} else {
+				ratios = append(ratios, around/mid)
+			}
+		}
+		rep.add(s, op.name+" through the agent as built, nothing recording: median", float64(median(on).Nanoseconds())/1e3, "µs")
+		rep.add(s, op.name+" through the agent built without recording (hecnotrace): median", float64(median(off).Nanoseconds())/1e3, "µs")
+		rep.atMostN(s, op.name+" through the agent: as built, nothing recording / built without recording, medians per phase", ratios, 1.01, "×")
+	}
+	return nil
 }
 
 // traceHandoff measures the cost of recording a 1 MiB EC encode and a 1
