@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,7 +205,7 @@ func Up(ctx context.Context, o Options) (*VM, error) {
 		"-nographic", "-no-reboot", "-nic", "none",
 		"-kernel", boot.kernel, "-initrd", boot.initrd,
 		"-append", appendArgs,
-		"-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=" + nicMAC(o),
 		"-object", fmt.Sprintf("memory-backend-file,id=shm,mem-path=%s,size=%d,share=on", o.Shm, o.ShmSize),
 		"-device", "ivshmem-plain,memdev=shm",
 		"-drive", "file=" + disk + ",if=none,format=raw,id=d0", "-device", "virtio-blk-pci,drive=d0",
@@ -625,4 +626,21 @@ func (vm *VM) PowerCut() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// nicMAC is the NIC's MAC address option: on a tap, one of its own, made
+// from the guest's address (52:54:00, QEMU's prefix, then the address's
+// last three bytes), since every VM on a bridge would otherwise have
+// QEMU's one default address and frames for one reach another; "" (the
+// default) on user networking, where the VM is alone.
+func nicMAC(o Options) string {
+	if o.Tap == "" {
+		return ""
+	}
+	ip, err := netip.ParsePrefix(o.GuestIP)
+	if err != nil || !ip.Addr().Is4() {
+		return ""
+	}
+	a := ip.Addr().As4()
+	return fmt.Sprintf(",mac=52:54:00:%02x:%02x:%02x", a[1], a[2], a[3])
 }
