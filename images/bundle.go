@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -27,8 +26,11 @@ var Targets = []string{"qemu", "bf2", "bf3"}
 // crypto API for crc32c when it mounts), and soft-RoCE (rdma_rxe, with
 // the RDMA core it needs, and the crypto API's crc32, which it asks for
 // when a link is added: without it, ENOENT): hecd --rdma-rxe eth0 runs
-// it on the VM's NIC, where RDMA is tested without an RDMA NIC.
-var Modules = []string{"failover", "net_failover", "virtio_pci", "virtio_net", "virtio_blk", "crc32c_generic", "ext4", "crc32_generic", "rdma_rxe"}
+// it on the VM's NIC, where RDMA is tested without an RDMA NIC; the verbs
+// and connection manager's devices (ib_uverbs, rdma_ucm: /dev/infiniband)
+// that an agent built with RDMA opens.
+var Modules = []string{"failover", "net_failover", "virtio_pci", "virtio_net", "virtio_blk", "crc32c_generic", "ext4", "crc32_generic", "rdma_rxe",
+	"ib_uverbs", "rdma_ucm"}
 
 // BuildOptions are the inputs of Build.
 type BuildOptions struct {
@@ -51,7 +53,11 @@ func Initramfs(agent []byte, k Kernel, trusted ed25519.PublicKey) ([]byte, []str
 	if err != nil {
 		return nil, nil, err
 	}
-	files := []File{{Path: "init", Mode: 0o755, Data: agent}}
+	libs, err := DynamicRuntime(agent)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := append([]File{{Path: "init", Mode: 0o755, Data: agent}}, libs...)
 	var list []string
 	for _, m := range order {
 		rel, err := filepath.Rel(k.ModulesDir, m.Path)
@@ -203,8 +209,8 @@ func loadOrCreateKey(path string) (ed25519.PrivateKey, error) {
 	return key, nil
 }
 
-// BuildFromSource builds hecd for linux/arm64 from the module at root (go
-// build -trimpath, stripped), fetches the kernel into root/.cache, and
+// BuildFromSource builds hecd for linux/arm64 from the module at root
+// (BuildArmAgent: with RDMA where this machine can), fetches the kernel into root/.cache, and
 // writes a "qemu" bundle to out signed with a key kept there. Tests and
 // benchmarks use it to boot the agent they were built with.
 func BuildFromSource(ctx context.Context, root, out, version string) (bundle.Manifest, error) {
@@ -216,11 +222,8 @@ func BuildFromSource(ctx context.Context, root, out, version string) (bundle.Man
 		return bundle.Manifest{}, err
 	}
 	agent := filepath.Join(out, "hecd")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agent, "./dpu/cmd/hecd")
-	build.Dir = root
-	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		return bundle.Manifest{}, fmt.Errorf("build arm64 hecd: %v: %s", err, b)
+	if _, err := BuildArmAgent(ctx, root, agent, ""); err != nil {
+		return bundle.Manifest{}, err
 	}
 	return Build(BuildOptions{Agent: agent, Kernel: k, Target: "qemu", Out: out, KeyPath: filepath.Join(out, "dev.ed25519"), Version: version})
 }

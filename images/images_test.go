@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -126,5 +129,55 @@ func TestBuildTwiceSameBytes(t *testing.T) {
 	}
 	if _, err := Build(BuildOptions{Agent: agent, Kernel: k, Target: "bf9", Out: t.TempDir(), KeyPath: key}); err == nil {
 		t.Fatal("unknown target accepted")
+	}
+}
+
+// TestDynamicRuntime: a dynamically linked binary of this machine (ls)
+// gets its interpreter (a link where it names it, to the file in the
+// multiarch directory), its libraries, the RDMA libraries hecd opens and
+// the soft-RoCE provider with its driver file; a static one, none.
+func TestDynamicRuntime(t *testing.T) {
+	ls, err := os.ReadFile("/bin/ls")
+	if err != nil {
+		t.Skip(err)
+	}
+	files, err := DynamicRuntime(ls)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("this machine lacks what an image carries: %v (make test-deps installs it)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]File{}
+	for _, f := range files {
+		got[f.Path] = f
+	}
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH]
+	for _, want := range []string{"lib/" + triplet + "/libc.so.6", "lib/" + triplet + "/libibverbs.so.1", "lib/" + triplet + "/librdmacm.so.1",
+		"etc/libibverbs.d/rxe.driver"} {
+		if f, ok := got[want]; !ok || len(f.Data) == 0 {
+			t.Errorf("no %s among %d files", want, len(files))
+		}
+	}
+	providers := 0
+	for p := range got {
+		if strings.HasPrefix(p, "usr/lib/"+triplet+"/libibverbs/librxe-rdmav") {
+			providers++
+		}
+	}
+	if providers != 1 {
+		t.Errorf("%d soft-RoCE providers", providers)
+	}
+	var interp string
+	if runtime.GOARCH == "amd64" {
+		interp = "lib64/ld-linux-x86-64.so.2"
+	} else {
+		interp = "lib/ld-linux-aarch64.so.1"
+	}
+	if l, ok := got[interp]; !ok || l.Link != "/lib/"+triplet+"/"+path.Base(interp) || len(got[l.Link[1:]].Data) == 0 {
+		t.Errorf("interpreter %s: %+v, want a link to the file in the multiarch directory", interp, l)
+	}
+	if files, err := DynamicRuntime([]byte("not an ELF binary")); err != nil || files != nil {
+		t.Errorf("not an ELF: %v, %v", files, err)
 	}
 }
