@@ -23,9 +23,10 @@ func (c *Config) sections() []section {
 }
 
 // services are the services hecd runs, in the order they start (and the
-// reverse of the order they stop): the kv store first, since others serve
-// it.
+// reverse of the order they stop): RDMA first, whose Open makes the
+// soft-RoCE links (--rdma-rxe) the peer layer listens on when its links
+// run over RDMA, then the kv store, since others serve it.
 func (c *Config) services() []Service {
-	return []Service{newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
-		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update), newOTLPService(c.Trace), newRDMAService(c.RDMA, c.Peer.Transport)}
+	return []Service{newRDMAService(c.RDMA, c.Peer.Transport), newKVService(c.KV), newPeerService(c.Peer), newRESPService(c.RESP), newUDPService(c.UDP),
+		newXDPService(c.XDP), newECService(c.EC, c.Agent.DPUProfile), newCollService(), newUpdateService(c.Update), newOTLPService(c.Trace)}
 }
