@@ -59,6 +59,14 @@ type Options struct {
 	// XDP attaches each agent's XDP fast path to its eth0 in this mode
 	// (auto, native or generic); "" leaves it off.
 	XDP string
+	// Transport carries the agents' peer links: "tcp" (default) or
+	// "rdma", over soft-RoCE on each agent's NIC (hecd --rdma-rxe eth0
+	// --peer-transport rdma), each agent then serving the handoff over
+	// RDMA too (--rdma-listen ADDR:api.PortRDMA: Node.RDMA). The agents in namespaces share this
+	// machine's kernel, so rdma wants every agent a VM (VMs = Agents),
+	// whose kernels carry soft-RoCE, and an image whose agent was built
+	// with RDMA (images.BuildArmAgent).
+	Transport string
 	// AgentArgs are more hecd flags for every agent (not the VMs).
 	AgentArgs []string
 	// AgentEnv are more environment variables for every agent (not the
@@ -95,6 +103,9 @@ type Node struct {
 	TokenFile string `json:"token_file,omitempty"`
 	// CPUs its agent is started on (Options.AgentCPUs); none: anywhere.
 	CPUs []int `json:"cpus,omitempty"`
+	// RDMA is the address of its agent's handoff over RDMA (a VM of a
+	// cluster whose transport is rdma), "" where it serves none.
+	RDMA string `json:"rdma,omitempty"`
 }
 
 // Mgmt is the node agent's management address (reachable inside the
@@ -146,6 +157,7 @@ type State struct {
 	Key        string   `json:"cluster_key_file"`
 	Token      string   `json:"token_file"` // the operator's token, every node's
 	XDP        string   `json:"xdp,omitempty"`
+	Transport  string   `json:"transport,omitempty"` // the peer links': tcp or rdma
 	AgentArgs  []string `json:"agent_args,omitempty"`
 	AgentEnv   []string `json:"agent_env,omitempty"`
 	TrustedKey string   `json:"trusted_key,omitempty"` // the agents run under hecd supervise, trusting it
@@ -197,6 +209,16 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if o.Membership == "" {
 		o.Membership = "static"
 	}
+	switch o.Transport {
+	case "", "tcp":
+		o.Transport = "tcp"
+	case "rdma":
+		if o.VMs != o.Agents {
+			return nil, fmt.Errorf("cluster: peer links over rdma with %d VMs among %d agents: the agents in namespaces share this machine's kernel, which has no soft-RoCE for them; make every agent a VM (--vm %d)", o.VMs, o.Agents, o.Agents)
+		}
+	default:
+		return nil, fmt.Errorf("cluster: transport %q: want tcp or rdma", o.Transport)
+	}
 	if o.Membership != "static" && o.Membership != "etcd" {
 		return nil, fmt.Errorf("cluster: membership %q: want static or etcd", o.Membership)
 	}
@@ -239,7 +261,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, AgentArgs: o.AgentArgs, AgentEnv: o.AgentEnv,
+	st = &State{Name: o.Name, Dir: o.StateDir, Switch: switchNS(o.Name), Subnet: subnetPrefix + "0/24", Membership: o.Membership, XDP: o.XDP, Transport: o.Transport, AgentArgs: o.AgentArgs, AgentEnv: o.AgentEnv,
 		TrustedKey: o.TrustedKey, LoaderArgs: o.LoaderArgs,
 		Key: filepath.Join(o.StateDir, "cluster.key"), Token: filepath.Join(o.StateDir, "token")}
 	defer func() {
@@ -602,6 +624,13 @@ func startVM(ctx context.Context, st *State, n *Node, bundle, members string, lo
 		return err
 	}
 	args := fmt.Sprintf("hec.node_id=%d hec.peer=%s hec.cluster_key=%s hec.cluster=%s", n.Index, n.Peer(), key, st.Name)
+	if st.Transport == "rdma" {
+		// Soft-RoCE on its NIC, the peer links over it, and the
+		// handoff too: a host on the bridge with RDMA reaches the
+		// agent as a host reaches its DPU.
+		n.RDMA = net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRDMA))
+		args += " hec.rdma_rxe=eth0 hec.peer_transport=rdma hec.rdma_listen=" + n.RDMA
+	}
 	if st.Membership == "etcd" {
 		args += " hec.membership=etcd://" + st.Etcd
 	} else {

@@ -8,6 +8,7 @@ const (
 	PortTCP  = 7610  // the handoff over TCP
 	PortRESP = 6380  // the kv store over the Redis protocol
 	PortUDP  = 11311 // the kv store's UDP GET path
+	PortRDMA = 7620  // the handoff over RDMA (hecd --rdma-listen IP:PORT: an RDMA device's address)
 	PortPeer = 7700  // the peer layer (agents talking to agents)
 )
 

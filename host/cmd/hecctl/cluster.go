@@ -49,6 +49,7 @@ arm64 VMs (make image) on taps on the bridge.`
 	f.StringVar(&o.Hecd, "hecd", "", "agent binary (default: hecd beside hecctl)")
 	f.StringVar(&o.Bundle, "bundle", "", "the arm64 image for --vm (default .cache/images/qemu: make image)")
 	f.StringVar(&o.XDP, "xdp", "", "attach each agent's XDP fast path to its veth: auto, native or generic (default off)")
+	f.StringVar(&o.Transport, "transport", "tcp", "carry the agents' peer links over tcp, or rdma (soft-RoCE on each agent's NIC: every agent a VM, --vm N = --agents N)")
 	f.StringArrayVar(&o.AgentArgs, "agent-arg", nil, "a hecd flag for every agent, as --agent-arg=--ec-scrub=1m (repeatable)")
 	f.StringVar(&o.TrustedKey, "trusted-key", "", "run the agents under their loader (hecd supervise) trusting this public key, so hecctl flash --cluster can update them")
 	f.StringArrayVar(&o.LoaderArgs, "loader-arg", nil, "a hecd supervise flag for every agent, as --loader-arg=--gate=20s (repeatable; with --trusted-key)")
@@ -204,8 +205,12 @@ func (a *app) printCluster(ctx context.Context, st *cluster.State) error {
 			}
 			peers = fmt.Sprintf("%d of %d", alive, len(nodes[i].Peers))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t--agent %s --mgmt %s\t%s\n", n.Index, kind, dash(nodes[i].Version), n.NS, n.Addr, n.PID, rate,
-			n.Agent(), n.Mgmt(), peers)
+		reach := "--agent " + n.Agent()
+		if n.RDMA != "" {
+			reach += " (or rdma://" + n.RDMA + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s --mgmt %s\t%s\n", n.Index, kind, dash(nodes[i].Version), n.NS, n.Addr, n.PID, rate,
+			reach, n.Mgmt(), peers)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
