@@ -37,6 +37,9 @@ type Options struct {
 	// ("socket,listen=127.0.0.1:PORT"); empty: user-mode networking.
 	NetDev string
 	MAC    string // default 52:54:00:12:34:56
+	// NetNS, when set, runs QEMU in that network namespace (where a
+	// tap named by NetDev is: a test cluster's switch, say).
+	NetNS string
 	// MemoryMiB (default 1024) and Timeout (default 3 min) bound it.
 	MemoryMiB int
 	Timeout   time.Duration
@@ -213,6 +216,9 @@ func run(ctx context.Context, accel string, o Options) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, "qemu-system-x86_64", args...)
+	if o.NetNS != "" {
+		cmd = exec.CommandContext(rctx, "ip", append([]string{"netns", "exec", o.NetNS, "qemu-system-x86_64"}, args...)...)
+	}
 	var console bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &console, &console
 	err := cmd.Run()
