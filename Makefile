@@ -27,8 +27,14 @@ build: ## build bin/hecd, bin/hecctl, bin/linux_arm64/hecd, and libhec for C and
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hecd ./dpu/cmd/hecd
 	@echo "build: bin/hecctl, the CLI"
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/hecctl ./host/cmd/hecctl
-	@echo "build: bin/linux_arm64/hecd, the agent for a BlueField's Arm cores"
-	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd
+	@echo "build: bin/linux_arm64/hecd, the agent for a BlueField's Arm cores (with RDMA where the arm64 cross compiler and libraries are here: images.ArmRDMA)"
+	@if command -v aarch64-linux-gnu-gcc >/dev/null && [ -e /usr/lib/aarch64-linux-gnu/libibverbs.so.1 ] && [ -e /usr/lib/aarch64-linux-gnu/librdmacm.so.1 ]; then \
+		echo "GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc go build -tags nonvml ... (RDMA: the image carries its libraries)"; \
+		GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc $(GO) build -tags nonvml -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd; \
+	else \
+		echo "GOARCH=arm64 CGO_ENABLED=0 go build ... (no RDMA: make test-deps installs gcc-aarch64-linux-gnu and the arm64 rdma-core libraries)"; \
+		GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(ARM64_BIN)/hecd ./dpu/cmd/hecd; \
+	fi
 	@echo "build: lib/libhec.so, lib/libhec.a and include/hec.h, the host library for C, C++ and Python"
 	CGO_ENABLED=1 $(GO) build -tags nonvml -buildmode=c-shared -ldflags "-X main.buildVersion=$(VERSION)" -o lib/libhec.so ./host/libhec
 	CGO_ENABLED=1 $(GO) build -tags nonvml -buildmode=c-archive -ldflags "-X main.buildVersion=$(VERSION)" -o lib/libhec.a ./host/libhec
@@ -80,12 +86,15 @@ test-long-if-changed: ## make test-long where the files it guards changed since 
 	fi
 
 .PHONY: test-deps
-test-deps: ## install what the tests need when missing: QEMU for arm64 and x86_64, libibverbs, librdmacm, mkfs.ext4, cpio (as root)
+test-deps: ## install what the tests need when missing: QEMU for arm64 and x86_64, libibverbs, librdmacm (and their arm64 builds with a cross compiler, for the image), mkfs.ext4, cpio (as root)
 	@test/need qemu-system-aarch64 qemu-system-arm || echo "SKIP: the QEMU tests will skip (no qemu-system-aarch64)"
 	@test/need qemu-system-x86_64 qemu-system-x86 || echo "SKIP: the RDMA tests in x86_64 guests will skip (no qemu-system-x86_64)"
 	@test/need /usr/include/infiniband/verbs.h libibverbs-dev || echo "SKIP: shared/verbs builds without libibverbs' headers and its tests will skip"
 	@test/need /usr/include/rdma/rdma_cma.h librdmacm-dev || echo "SKIP: shared/verbs builds without the RDMA connection manager's headers (the RDMA handoff and peer links say so)"
 	@test/need /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ibverbs-providers || echo "SKIP: the RDMA tests in x86_64 guests will fail (no soft-RoCE provider: ibverbs-providers)"
+	@test/need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu libc6-dev-arm64-cross || echo "SKIP: the arm64 agent builds without cgo, and the RDMA tests between VMs skip (no aarch64-linux-gnu-gcc)"
+	@dpkg --print-foreign-architectures | grep -qx arm64 || { [ "$$(id -u)" = 0 ] && dpkg --add-architecture arm64 && apt-get update -qq >/dev/null 2>&1; } || echo "SKIP: arm64 packages cannot be enabled (not root)"
+	@test/need /usr/lib/aarch64-linux-gnu/librdmacm.so.1 librdmacm1:arm64 ibverbs-providers:arm64 || echo "SKIP: the arm64 image carries no RDMA libraries, and the RDMA tests between VMs skip"
 	@test/need mkfs.ext4 e2fsprogs || true
 	@test/need cpio cpio || true
 	@test/need redis-cli redis-tools || echo "SKIP: the redis-cli test will skip (no redis-tools)"
