@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hecsys/hec/shared/accept"
+	"github.com/hecsys/hec/dpu/handoff"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
 )
@@ -54,7 +54,6 @@ type Agent struct {
 
 	core    []api.Service // the core's rows: shm, tcp, mgmt
 	coreEnv *Env          // the core's listeners (the TCP handoff)
-	tcpLoop *accept.Loop
 
 	// PowerOff, when set before Run, serves POST /v1/poweroff (hecd as the
 	// child of process 1 asks it to power the machine off).
@@ -271,14 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The core's listeners, then every service's resources.
 	env := &Env{Log: a.log, StateDir: c.StateDir, Shared: &a.shared, Version: Version, name: "tcp"}
 	a.coreEnv = env
-	var tcpLn, mgmtLn net.Listener
-	if c.TCP != Off {
-		if tcpLn, err = env.Listen("tcp", c.TCP); err != nil {
-			return err
-		}
-		cleanup = append(cleanup, func() { tcpLn.Close() })
-		a.shared.SetAddr("tcp", tcpLn.Addr().String())
-	}
+	var mgmtLn net.Listener
 	if c.Mgmt != Off {
 		if mgmtLn, err = env.Listen("mgmt", c.Mgmt); err != nil {
 			return err
@@ -300,6 +292,23 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err // it names the flag
 		}
 		opened++
+	}
+	// The handoff's transports, the services' resources they may stand
+	// on (the rdma service's soft-RoCE links) made.
+	type transport struct {
+		handoff.Transport
+		env *Env
+	}
+	var handoffs []transport
+	for _, h := range handoffTransports {
+		t, tenv, err := h.open(a)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			handoffs = append(handoffs, transport{t, tenv})
+			cleanup = append(cleanup, t.Close)
+		}
 	}
 
 	// Everything that can fail is held: the region.
@@ -337,7 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	// Serve: the poller, the TCP handoff, the management API.
+	// Serve: the poller, the handoff's transports, the management API.
 	var transports sync.WaitGroup
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
@@ -349,9 +358,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.disp.RunShm(pollCtx, ra, &a.lastBeat)
 		}()
 	}
-	if tcpLn != nil {
-		a.tcpLoop = env.Serve(tcpLn, func(conn net.Conn) { serveTCP(pollCtx, a, conn) })
-		a.addCore(api.Service{Name: "tcp", Addr: tcpLn.Addr().String(), Served: true})
+	for _, t := range handoffs {
+		transports.Add(1)
+		go func() {
+			defer transports.Done()
+			if err := t.Run(pollCtx, handoffServer{a}); err != nil {
+				t.env.Stopped(err)
+			}
+		}()
 	}
 	var hs *http.Server
 	if mgmtLn != nil {
@@ -379,8 +393,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.ready.Store(false)
 	a.log.Info("stopping")
-	if a.tcpLoop != nil {
-		a.tcpLoop.Close()
+	for _, t := range handoffs {
+		t.Close()
 	}
 	stopPoll()
 	if hs != nil {

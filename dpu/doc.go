@@ -1,6 +1,7 @@
 // Package dpu is the agent, hecd: a small core — the region and the
-// dispatcher that serves the handoff (shared-memory queue pairs and the
-// TCP fallback transport), the management API and its metrics, the
+// dispatcher that serves the handoff (shared-memory queue pairs, and the
+// transports over connections: package handoff's, started from one table
+// in transports.go, TCP and RDMA), the management API and its metrics, the
 // lifecycle — and the services it composes (the kv store, its RESP and
 // UDP GET front ends, the peer layer, the XDP fast path, erasure coding,
 // collectives, and the updater that installs signed bundles into the A/B
@@ -13,8 +14,8 @@
 // flags bound straight to the fields). Agent.Run then takes everything that
 // can fail before it touches the region: a lock on the state directory and
 // one on the region file (a second agent says which pid holds them and
-// leaves them alone), the core's listeners, and every service's resources
-// (Service.Open). Only then does it format the region with a new
+// leaves them alone), the management listener, every service's resources
+// (Service.Open) and the handoff's transports. Only then does it format the region with a new
 // generation (kept in the state directory, so it grows across restarts),
 // start the services in order, and serve. A failure to start is an error
 // naming the flag, never a crash. On cancellation it marks the region

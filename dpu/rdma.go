@@ -2,15 +2,17 @@ package dpu
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/hecsys/hec/dpu/handoff"
+	"github.com/hecsys/hec/dpu/handoff/rdma"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/sysinfo"
 )
@@ -66,7 +68,7 @@ type rdmaService struct {
 	cfg     RDMAConfig
 	root    string   // where /sys is read ("": this machine's)
 	errors  []string // the links asked for that could not be made
-	handoff *rdmaHandoff
+	handoff *rdma.Transport
 	// peerOver is what carries the peer links: "tcp" or "rdma".
 	peerOver string
 }
@@ -113,24 +115,37 @@ func addRxe(dev string) error {
 	return nil
 }
 
-// Start serves the RDMA handoff where asked. One that cannot listen (no
-// device, no rdma-core) is reported, not fatal: the agent serves the rest.
-func (s *rdmaService) Start(ctx context.Context, env *Env) error {
+// Start: the handoff over RDMA is one of the agent's transports
+// (openHandoff).
+func (s *rdmaService) Start(context.Context, *Env) error { return nil }
+
+// openHandoff listens for the handoff over RDMA where asked: nil where
+// not. An address that is none, or one beyond loopback without
+// credentials, is an error (ErrConfig); one that cannot listen (no device
+// has that address, no rdma-core) leaves the agent serving the rest and
+// says why in the status.
+func (s *rdmaService) openHandoff(env *Env) (handoff.Transport, error) {
 	if s.cfg.Listen == "" {
-		return nil
+		return nil, nil
 	}
-	h, err := listenRDMA(s.cfg.Listen, s.cfg.Window, env)
+	ap, err := netip.ParseAddrPort(s.cfg.Listen)
 	if err != nil {
-		if errors.Is(err, ErrConfig) {
-			return err
-		}
+		return nil, fmt.Errorf("--rdma-listen %q: want IPv4:PORT: %w", s.cfg.Listen, ErrConfig)
+	}
+	// An RDMA device's address reaches beyond this machine: as the TCP
+	// handoff, it wants the operator's token, or --insecure.
+	if err := env.Shared.checkExposed(env.Log, "--rdma-listen", s.cfg.Listen, env.Shared.Token != ""); err != nil {
+		return nil, err
+	}
+	t, err := rdma.Listen(ap, s.cfg.Window)
+	if err != nil {
+		env.Shared.notServed("rdma-listen") // not an insecure listener: none
 		s.errors = append(s.errors, err.Error())
 		env.Log.Warn("rdma: no RDMA handoff", "err", err)
-		return nil
+		return nil, nil
 	}
-	s.handoff = h
-	env.Go(func() { h.serve(ctx) })
-	return nil
+	s.handoff = t
+	return t, nil
 }
 
 func (s *rdmaService) Stop() {}
@@ -146,7 +161,7 @@ func (s *rdmaService) status() *api.RDMAStatus {
 	case len(devs) == 0:
 		st.Rail = "absent: " + st.Summary
 	case s.handoff != nil:
-		st.Rail = fmt.Sprintf("handoff at rdma://%s (windows up to %d MiB); %s", s.handoff.addr, s.cfg.Window>>20, peers)
+		st.Rail = fmt.Sprintf("handoff at rdma://%s (windows up to %d MiB); %s", s.handoff.Addr(), s.cfg.Window>>20, peers)
 	case s.peerOver == "rdma":
 		st.Rail = "no RDMA handoff (--rdma-listen); " + peers
 	default:
@@ -162,7 +177,7 @@ func (s *rdmaService) Status() api.Service {
 		note += "; " + strings.Join(st.Errors, "; ")
 	}
 	if s.handoff != nil {
-		return api.Service{Name: "rdma", Addr: s.handoff.addr.String(), Served: true, Note: note}
+		return api.Service{Name: "rdma", Addr: s.handoff.Addr(), Served: true, Note: note}
 	}
 	return api.Service{Name: "rdma", Served: false, Note: note}
 }

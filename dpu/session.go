@@ -3,6 +3,7 @@ package dpu
 import (
 	"sync"
 
+	"github.com/hecsys/hec/dpu/handoff"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/trace"
 )
@@ -13,7 +14,7 @@ import (
 // drops it when the session ends, so that a host that died or closed
 // leaves nothing behind that its successor would trip on. Zero is no
 // session (a request served outside a transport, in tests).
-type Session uint64
+type Session = handoff.Session
 
 // sessions numbers sessions, keeps where each comes from (its origin,
 // as the host names it too: trace.Origin, trace.TCPOrigin) and tells the

@@ -1,89 +1,118 @@
-package dpu
+package rdma
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/dpu/handoff"
 	"github.com/hecsys/hec/shared/rdmalink"
 	"github.com/hecsys/hec/shared/verbs"
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// rdmaSlots is the messages in flight each way on an RDMA handoff
-// connection: the host's ops in flight.
-const rdmaSlots = 64
+// Slots is the messages in flight each way on a connection: the host's
+// ops in flight.
+const Slots = 64
 
-// rdmaHandoff serves the handoff over RDMA (rdmalink's handoff): each
+// AuthTimeout bounds a connection's setup: its window and the proof of
+// the token.
+const AuthTimeout = 5 * time.Second
+
+// Transport serves the handoff over RDMA (rdmalink's handoff): each
 // connection's host window is mirrored in a region of the agent's, its
 // ops' spans read in with RDMA READ before the op and written back with
 // RDMA WRITE after it, then the completion sent. A host can make the
 // agent touch only the window it registered: the spans are checked
 // against its length, and the NIC checks the key.
-type rdmaHandoff struct {
+type Transport struct {
 	ln        *verbs.Listener
 	addr      netip.AddrPort
 	maxWindow uint64
-	env       *Env
 	conns     atomic.Uint64
+
+	stop   context.CancelFunc
+	ctx    context.Context
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
-func listenRDMA(addr string, maxWindow uint64, env *Env) (*rdmaHandoff, error) {
-	ap, err := netip.ParseAddrPort(addr)
+var _ handoff.Transport = (*Transport)(nil)
+
+// Listen listens for hosts at addr, an address of an RDMA device's
+// interface, mirroring windows of up to maxWindow bytes.
+func Listen(addr netip.AddrPort, maxWindow uint64) (*Transport, error) {
+	ln, err := verbs.Listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("--rdma-listen %q: want IPv4:PORT: %w", addr, ErrConfig)
-	}
-	// An RDMA device's address reaches beyond this machine: as the TCP
-	// handoff, it wants the operator's token, or --insecure.
-	if err := env.Shared.checkExposed(env.Log, "--rdma-listen", addr, env.Shared.Token != ""); err != nil {
-		return nil, err
-	}
-	ln, err := verbs.Listen(ap)
-	if err != nil {
-		env.Shared.notServed("rdma-listen") // not an insecure listener: none
 		return nil, fmt.Errorf("rdma: listen at %s: %w", addr, err)
 	}
-	return &rdmaHandoff{ln: ln, addr: ap, maxWindow: maxWindow, env: env}, nil
+	ctx, stop := context.WithCancel(context.Background())
+	return &Transport{ln: ln, addr: addr, maxWindow: maxWindow, ctx: ctx, stop: stop}, nil
 }
 
-// serve accepts connections until ctx ends.
-func (h *rdmaHandoff) serve(ctx context.Context) {
-	defer h.ln.Close()
-	cfg := rdmalink.Config{Slots: rdmaSlots, SlotSize: rdmalink.HandoffSlotSize}
+// Addr is where hosts reach it: rdma://ADDR.
+func (t *Transport) Addr() string { return t.addr.String() }
+
+// Close stops accepting, ends every connection and waits for them.
+func (t *Transport) Close() {
+	t.closed.Do(func() {
+		t.stop()
+		t.ln.Close()
+	})
+	t.wg.Wait()
+}
+
+// Run accepts connections until Close (or ctx ends), each served on a
+// goroutine of its own.
+func (t *Transport) Run(ctx context.Context, srv handoff.Server) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-t.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cfg := rdmalink.Config{Slots: Slots, SlotSize: rdmalink.HandoffSlotSize}
 	depth := rdmalink.QueueDepth(cfg, 2*wire.MaxSpans)
 	for ctx.Err() == nil {
-		conn, err := h.ln.Accept(ctx, depth, func(private []byte) ([]byte, error) {
+		conn, err := t.ln.Accept(ctx, depth, func(private []byte) ([]byte, error) {
 			if err := rdmalink.CheckRequest(private); err != nil {
 				return nil, err
 			}
-			a := rdmalink.Accept{MaxWindow: h.maxWindow, Slots: rdmaSlots, SlotSize: rdmalink.HandoffSlotSize}
-			if h.env.Shared.Token != "" {
+			a := rdmalink.Accept{MaxWindow: t.maxWindow, Slots: Slots, SlotSize: rdmalink.HandoffSlotSize}
+			if srv.Token() != "" {
 				a.Flags |= rdmalink.HandoffToken
 			}
 			return a.Append(nil), nil
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				h.env.Dispatcher.limited.Log(slog.LevelWarn, "rdma: connection not taken", "err", err)
+				srv.Warn("rdma: connection not taken", "err", err)
 				time.Sleep(10 * time.Millisecond) // not a busy loop on a broken listener
 			}
 			continue
 		}
-		h.env.Go(func() { h.serveConn(ctx, conn) })
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.serveConn(ctx, srv, conn)
+		}()
 	}
+	return nil
 }
 
 // serveConn serves one host's connection until it or ctx ends.
-func (h *rdmaHandoff) serveConn(ctx context.Context, conn *verbs.Conn) {
-	d := h.env.Dispatcher
-	msgs := make(chan []byte, rdmaSlots)
+func (t *Transport) serveConn(ctx context.Context, srv handoff.Server, conn *verbs.Conn) {
+	msgs := make(chan []byte, Slots)
 	var overrun atomic.Bool
-	link, err := rdmalink.New(conn, rdmalink.Config{Slots: rdmaSlots, SlotSize: rdmalink.HandoffSlotSize, OnMessage: func(b []byte) {
+	link, err := rdmalink.New(conn, rdmalink.Config{Slots: Slots, SlotSize: rdmalink.HandoffSlotSize, OnMessage: func(b []byte) {
 		select {
 		case msgs <- append([]byte(nil), b...):
 		default: // more in flight than the slots it was given: a broken host
@@ -91,19 +120,19 @@ func (h *rdmaHandoff) serveConn(ctx context.Context, conn *verbs.Conn) {
 		}
 	}})
 	if err != nil {
-		d.limited.Log(slog.LevelWarn, "rdma: connection", "err", err)
+		srv.Warn("rdma: connection", "err", err)
 		return
 	}
 	defer link.Close()
-	n := h.conns.Add(1)
-	origin := "rdma " + h.addr.String() + " #" + strconv.FormatUint(n, 10)
-	window, mirror, err := h.setup(ctx, link, msgs, origin)
+	n := t.conns.Add(1)
+	origin := "rdma " + t.addr.String() + " #" + strconv.FormatUint(n, 10)
+	window, mirror, err := t.setup(ctx, link, msgs, origin, srv.Token())
 	if err != nil {
-		d.limited.Log(slog.LevelWarn, "rdma: connection refused", "conn", origin, "err", err)
+		srv.Warn("rdma: connection refused", "conn", origin, "err", err)
 		return
 	}
-	sess := d.sessions.begin(origin)
-	defer d.sessions.end(sess)
+	sess := srv.Begin(origin)
+	defer srv.End(sess)
 	for {
 		var b []byte
 		select {
@@ -114,11 +143,11 @@ func (h *rdmaHandoff) serveConn(ctx context.Context, conn *verbs.Conn) {
 			return
 		}
 		if overrun.Load() {
-			d.limited.Log(slog.LevelWarn, "rdma: closing connection: the host sent more ops than its slots", "conn", origin)
+			srv.Warn("rdma: closing connection: the host sent more ops than its slots", "conn", origin)
 			return
 		}
-		if err := h.serveOp(ctx, link, sess, window, mirror, b); err != nil {
-			d.limited.Log(slog.LevelWarn, "rdma: closing connection", "conn", origin, "err", err)
+		if err := t.serveOp(ctx, srv, link, sess, window, mirror, b); err != nil {
+			srv.Warn("rdma: closing connection", "conn", origin, "err", err)
 			return
 		}
 	}
@@ -128,8 +157,8 @@ func (h *rdmaHandoff) serveConn(ctx context.Context, conn *verbs.Conn) {
 // origin, which the host's traces use too), and runs the token's handshake
 // where the agent has one. It returns the window and the agent's mirror of
 // it (registered: its first window.Len bytes are the window's).
-func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan []byte, origin string) (verbs.RemoteKey, *verbs.Region, error) {
-	ctx, cancel := context.WithTimeout(ctx, authTimeout)
+func (t *Transport) setup(ctx context.Context, link *rdmalink.Link, msgs chan []byte, origin, token string) (verbs.RemoteKey, *verbs.Region, error) {
+	ctx, cancel := context.WithTimeout(ctx, AuthTimeout)
 	defer cancel()
 	m := &rdmalink.Messages{L: link, Ctx: ctx, In: msgs}
 	var first []byte
@@ -148,8 +177,8 @@ func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan 
 	if err != nil {
 		return refuse(err)
 	}
-	if window.Len == 0 || window.Len > h.maxWindow {
-		return refuse(fmt.Errorf("a window of %d bytes (this agent mirrors 1 to %d)", window.Len, h.maxWindow))
+	if window.Len == 0 || window.Len > t.maxWindow {
+		return refuse(fmt.Errorf("a window of %d bytes (this agent mirrors 1 to %d)", window.Len, t.maxWindow))
 	}
 	mirror, err := link.Register(int(window.Len))
 	if err != nil {
@@ -158,7 +187,7 @@ func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan 
 	if _, err := m.Write(append([]byte{0}, origin...)); err != nil {
 		return verbs.RemoteKey{}, nil, err
 	}
-	if token := h.env.Shared.Token; token != "" {
+	if token != "" {
 		if err := wire.AuthAgent(m, []byte(token)); err != nil {
 			return verbs.RemoteKey{}, nil, err
 		}
@@ -166,16 +195,16 @@ func (h *rdmaHandoff) setup(ctx context.Context, link *rdmalink.Link, msgs chan 
 	return window, mirror, nil
 }
 
-// errRDMAProtocol: a message that is no descriptor (the connection ends,
+// errProtocol: a message that is no descriptor (the connection ends,
 // as a stream that cannot be decoded does).
-var errRDMAProtocol = errors.New("rdma: a message that is not a descriptor")
+var errProtocol = errors.New("rdma: a message that is not a descriptor")
 
 // serveOp serves one descriptor: its spans read from the host's window
 // into the mirror, the op, the outputs written back, the completion.
-func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Session, window verbs.RemoteKey, mirror *verbs.Region, b []byte) error {
+func (t *Transport) serveOp(ctx context.Context, srv handoff.Server, link *rdmalink.Link, sess handoff.Session, window verbs.RemoteKey, mirror *verbs.Region, b []byte) error {
 	var req, resp wire.Desc
 	if len(b) != wire.DescSize || req.Unmarshal(b) != nil {
-		return errRDMAProtocol
+		return errProtocol
 	}
 	if req.Flags&wire.FlagSGL != 0 {
 		// The agent reads only the spans a descriptor names: a list
@@ -187,7 +216,7 @@ func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Ses
 				return err
 			}
 		}
-		h.env.Dispatcher.ServeIn(ctx, "rdma", sess, &req, mirror.Buf[:window.Len], &resp)
+		srv.Serve(ctx, "rdma", sess, &req, mirror.Buf[:window.Len], &resp)
 		for _, sp := range resp.SpanList() {
 			if !sp.Within(window.Len) {
 				resp.Status, resp.NSpan = wire.StatusInternal, 0
@@ -209,18 +238,18 @@ func (h *rdmaHandoff) serveOp(ctx context.Context, link *rdmalink.Link, sess Ses
 	return link.Send(ctx, out[:])
 }
 
-// Reads of an op's spans: pieces of at most rdmaReadPiece bytes, at most
-// rdmaReadsInFlight at once (the connection's READ resources): a lost
+// Reads of an op's spans: pieces of at most readPiece bytes, at most
+// readsInFlight at once (the connection's READ resources): a lost
 // packet costs one piece's retry, and pieces overlap on the wire.
 const (
-	rdmaReadPiece     = 1 << 20
-	rdmaReadsInFlight = 16
+	readPiece     = 1 << 20
+	readsInFlight = 16
 )
 
 // readSpans reads spans of the host's window into the same offsets of the
 // agent's mirror.
 func readSpans(ctx context.Context, link *rdmalink.Link, region *verbs.Region, window verbs.RemoteKey, spans []wire.Span) error {
-	var reads [rdmaReadsInFlight]verbs.Work
+	var reads [readsInFlight]verbs.Work
 	n := 0
 	flush := func() error {
 		err := link.Do(ctx, reads[:n]...)
@@ -231,8 +260,8 @@ func readSpans(ctx context.Context, link *rdmalink.Link, region *verbs.Region, w
 		return nil
 	}
 	for _, sp := range spans {
-		for off := uint64(sp.Off); off < sp.End(); off += rdmaReadPiece {
-			ln := min(sp.End()-off, rdmaReadPiece)
+		for off := uint64(sp.Off); off < sp.End(); off += readPiece {
+			ln := min(sp.End()-off, readPiece)
 			reads[n] = verbs.Work{Op: verbs.Read, Region: region, Off: int(off), Len: int(ln),
 				Remote: verbs.RemoteKey{Addr: window.Addr + off, RKey: window.RKey}}
 			if n++; n == len(reads) {
