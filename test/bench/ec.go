@@ -126,15 +126,9 @@ func ecAgent(ctx context.Context, hecd, dir, tag string, args ...string) (*host.
 		return nil, nil, err
 	}
 	stop := func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, nil, fmt.Errorf("hecd did not calibrate within 20 s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := calibrated(ctx, mgmt, "hecd"); err != nil {
+		stop()
+		return nil, nil, err
 	}
 	c, err := host.Dial(ctx, "shm://"+shm)
 	if err != nil {
@@ -142,6 +136,21 @@ func ecAgent(ctx context.Context, hecd, dir, tag string, args ...string) (*host.
 		return nil, nil, err
 	}
 	return c, func() { c.Close(); stop() }, nil
+}
+
+// calibrated waits until the agent whose management API is at mgmt
+// answers with its rails calibrated (its own background calibration
+// done: it would disturb what is timed), 20 s at most; name says whose.
+func calibrated(ctx context.Context, mgmt, name string) error {
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not calibrate within 20 s", name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // rawAndAgent times the raw library (on cpu) and the agent encoding the

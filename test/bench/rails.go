@@ -67,14 +67,8 @@ func benchRails(ctx context.Context, rep *Report, quick bool) error {
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
 	// Ready, and its own background calibration done (it would disturb).
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("hecd did not calibrate within 20 s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := calibrated(ctx, mgmt, "hecd"); err != nil {
+		return err
 	}
 	old, err := pinAll(0) // the host rail: the first core; the agent has the last
 	if err != nil {

@@ -84,14 +84,8 @@ func traceOff(ctx context.Context, rep *Report, s, dir, hecd string, rounds int,
 			return err
 		}
 		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }()
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if st, err := host.NewMgmt(mgmt).Status(ctx); err == nil && len(st.Rails) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s did not calibrate within 20 s", bin)
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := calibrated(ctx, mgmt, bin); err != nil {
+			return err
 		}
 		c, err := host.Dial(ctx, "shm://"+shm)
 		if err != nil {
@@ -314,13 +308,8 @@ func traceAllReduce(ctx context.Context, rep *Report, s, dir, hecd string, round
 		}
 		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); os.Remove(shm) }()
 		mgmts[i] = host.NewMgmt(ls[n+i].Addr().String())
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if st, err := mgmts[i].Status(ctx); err == nil && len(st.Rails) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("agent %d did not calibrate within 20 s", i+1)
-			}
+		if err := calibrated(ctx, mgmts[i].Addr, fmt.Sprint("agent ", i+1)); err != nil {
+			return err
 		}
 		c, err := host.Dial(ctx, "shm://"+shm, host.WithTrace(rec))
 		if err != nil {
