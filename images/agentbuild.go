@@ -30,24 +30,24 @@ func ArmRDMA() (ok bool, why string) {
 }
 
 // BuildArmAgent builds hecd for linux/arm64 from the module at root into
-// out (go build -trimpath, stripped, with ldflags added): with cgo and
-// the cross compiler where ArmRDMA allows (a dynamically linked agent
-// that serves RDMA; its image carries its libraries), else static without
-// cgo. It says which in note.
-func BuildArmAgent(ctx context.Context, root, out, ldflags string) (note string, err error) {
+// out (go build -trimpath, stripped): with cgo and the cross compiler
+// where ArmRDMA allows (a dynamically linked agent that serves RDMA; its
+// image carries its libraries), else static without cgo.
+func BuildArmAgent(ctx context.Context, root, out string) error {
 	env := append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
-	args := []string{"build", "-trimpath", "-ldflags", "-s -w " + ldflags, "-o", out}
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", out}
+	kind := "without cgo: no RDMA"
 	if ok, why := ArmRDMA(); ok {
 		env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=1", "CC="+CrossCC)
 		args = append(args, "-tags", "nonvml")
-		note = "arm64 hecd with cgo (RDMA: libibverbs and librdmacm in the image)"
+		kind = "with cgo, for RDMA"
 	} else {
-		note = "arm64 hecd without cgo: no RDMA (" + why + ")"
+		kind += " (" + why + ")"
 	}
 	build := exec.CommandContext(ctx, "go", append(args, "./dpu/cmd/hecd")...)
 	build.Dir, build.Env = root, env
 	if b, err := build.CombinedOutput(); err != nil {
-		return note, fmt.Errorf("build arm64 hecd (%s): %v: %s", note, err, b)
+		return fmt.Errorf("build arm64 hecd %s: %v: %s", kind, err, b)
 	}
-	return note, nil
+	return nil
 }

@@ -222,7 +222,7 @@ func BuildFromSource(ctx context.Context, root, out, version string) (bundle.Man
 		return bundle.Manifest{}, err
 	}
 	agent := filepath.Join(out, "hecd")
-	if _, err := BuildArmAgent(ctx, root, agent, ""); err != nil {
+	if err := BuildArmAgent(ctx, root, agent); err != nil {
 		return bundle.Manifest{}, err
 	}
 	return Build(BuildOptions{Agent: agent, Kernel: k, Target: "qemu", Out: out, KeyPath: filepath.Join(out, "dev.ed25519"), Version: version})

@@ -114,10 +114,11 @@ func DynamicRuntime(agent []byte) ([]File, error) {
 		}
 	}
 	for _, p := range RDMAProviders {
-		matches, _ := filepath.Glob(filepath.Join(libRoot, providerDir, "lib"+p+"-rdmav*.so"))
+		pattern := filepath.Join(libRoot, providerDir, "lib"+p+"-rdmav*.so")
+		matches, _ := filepath.Glob(pattern)
 		if len(matches) != 1 {
 			return nil, fmt.Errorf("the agent's runtime: libibverbs' %s provider: %d files match %s (install ibverbs-providers:%s)",
-				p, len(matches), filepath.Join(libRoot, providerDir, "lib"+p+"-rdmav*.so"), archOf(f.Machine))
+				p, len(matches), pattern, archOf(f.Machine))
 		}
 		if err := add(path.Join(providerDir, filepath.Base(matches[0]))); err != nil {
 			return nil, err
@@ -133,8 +134,6 @@ func findLib(triplet, lib string) string {
 	for _, dir := range []string{path.Join("lib", triplet), path.Join("usr/lib", triplet)} {
 		if _, err := os.Stat(filepath.Join(libRoot, dir, lib)); err == nil {
 			return path.Join(dir, lib)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			break
 		}
 	}
 	return path.Join("lib", triplet, lib) // not here: add says so

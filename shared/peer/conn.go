@@ -88,6 +88,10 @@ type frameTimes struct {
 	ok                     bool
 }
 
+// frameSize is a frame's bytes on the connection with a payload of n:
+// its length prefix, sealed header and tag too.
+func frameSize(n int) int { return prefixSize + HeaderSize + n + TagSize }
+
 // record records stage of op, from t0 to t1, for a frame of bytes with
 // the other end.
 func (c *Conn) record(op trace.Op, stage string, t0, t1 time.Time, bytes int, err error) {
@@ -298,7 +302,7 @@ func (c *Conn) Send(ctx context.Context, h Header, payload []byte) error {
 	n, err := c.write(ctx)
 	c.wvec[1] = nil // do not keep the caller's buffer
 	if traced {
-		size := prefixSize + HeaderSize + len(payload) + TagSize
+		size := frameSize(len(payload))
 		c.record(op, trace.StageSeal, t0, t1, size, nil)
 		c.record(op, trace.StageWrite, t1, time.Now(), size, err)
 	}

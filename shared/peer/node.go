@@ -313,7 +313,7 @@ func (n *Node) serveInbound(nc net.Conn) {
 		p.RecvFrames.Add(1)
 		p.RecvBytes.Add(uint64(HeaderSize + len(payload) + TagSize))
 		if c.recvTimes.ok && h.Type == TypeData && h.Flags&FlagSink != 0 {
-			op, size := trace.Op{ID: trace.LinkID(p.ID, h.Comm), Name: trace.NameLink}, prefixSize+HeaderSize+len(payload)+TagSize
+			op, size := trace.Op{ID: trace.LinkID(p.ID, h.Comm), Name: trace.NameLink}, frameSize(len(payload))
 			c.record(op, trace.StageRead, c.recvTimes.read, c.recvTimes.readEnd, size, nil)
 			c.record(op, trace.StageOpen, c.recvTimes.readEnd, c.recvTimes.openEnd, size, nil)
 		}

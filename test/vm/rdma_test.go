@@ -66,23 +66,9 @@ func TestRDMARxeInVM(t *testing.T) {
 // 4 MiB transfer go both ways, and each agent says its peer links run
 // over RDMA on its rxe device.
 func TestRDMAPeerLinksBetweenVMs(t *testing.T) {
-	b := bundle(t)
-	if os.Geteuid() != 0 {
-		t.Skip("clusters are network namespaces: root only (CI runs as root)")
-	}
-	if ok, why := images.ArmRDMA(); !ok {
-		t.Skipf("the image's agent has no RDMA: %s (make test-deps installs them)", why)
-	}
-	const name = "trdma"
-	dir := filepath.Join(t.TempDir(), "state")
-	cluster.Down(name, dir, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: 2, VMs: 2, Bundle: b, Hecd: testutil.Hecd(t), StateDir: dir, Transport: "rdma"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Down(name, dir, nil) })
+	st := rdmaVMCluster(ctx, t, "trdma", 2)
 	res, err := st.Ping(ctx, 5, 4<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -108,13 +94,13 @@ func TestRDMAPeerLinksBetweenVMs(t *testing.T) {
 	}
 }
 
-// TestRDMAHostInGuestToArmAgent: a host talks to its DPU over RDMA — an
-// x86_64 guest with soft-RoCE on the bridge of a cluster whose one agent
-// is an arm64 VM serving the handoff over RDMA (cluster.Up with
-// Transport rdma). hecctl in the guest, this tree's, pings the agent at
-// rdma://, checksums a 3 MiB file through it (the agent's CRC equal to
-// this process's), and without the cluster's token is refused.
-func TestRDMAHostInGuestToArmAgent(t *testing.T) {
+// rdmaVMCluster brings up test cluster name of vms arm64 VM agents whose
+// peer links and handoff run over RDMA (cluster.Up with Transport rdma),
+// down again at the test's end. It skips where clusters cannot be made
+// (not root) or the image's agent has no RDMA (no cross compiler or arm64
+// rdma-core: make test-deps installs them).
+func rdmaVMCluster(ctx context.Context, t *testing.T, name string, vms int) *cluster.State {
+	t.Helper()
 	b := bundle(t)
 	if os.Geteuid() != 0 {
 		t.Skip("clusters are network namespaces: root only (CI runs as root)")
@@ -122,16 +108,26 @@ func TestRDMAHostInGuestToArmAgent(t *testing.T) {
 	if ok, why := images.ArmRDMA(); !ok {
 		t.Skipf("the image's agent has no RDMA: %s (make test-deps installs them)", why)
 	}
-	const name = "trh"
 	dir := filepath.Join(t.TempDir(), "state")
 	cluster.Down(name, dir, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: 1, VMs: 1, Bundle: b, Hecd: testutil.Hecd(t), StateDir: dir, Transport: "rdma"})
+	st, err := cluster.Up(ctx, cluster.Options{Name: name, Agents: vms, VMs: vms, Bundle: b, Hecd: testutil.Hecd(t), StateDir: dir, Transport: "rdma"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cluster.Down(name, dir, nil) })
+	return st
+}
+
+// TestRDMAHostInGuestToArmAgent: a host talks to its DPU over RDMA — an
+// x86_64 guest with soft-RoCE on the bridge of a cluster whose one agent
+// is an arm64 VM serving the handoff over RDMA (cluster.Up with
+// Transport rdma). hecctl in the guest, this tree's, pings the agent at
+// rdma://, checksums a 3 MiB file through it (the agent's CRC equal to
+// this process's), and without the cluster's token is refused.
+func TestRDMAHostInGuestToArmAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	st := rdmaVMCluster(ctx, t, "trh", 1)
 	agent := st.Nodes[0].RDMA
 	if agent == "" {
 		t.Fatalf("the VM serves no RDMA handoff: %+v", st.Nodes[0])

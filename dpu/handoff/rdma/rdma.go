@@ -72,13 +72,7 @@ func (t *Transport) Close() {
 func (t *Transport) Run(ctx context.Context, srv handoff.Server) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-t.ctx.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(t.ctx, cancel)() // Close ends the connections too
 	cfg := rdmalink.Config{Slots: Slots, SlotSize: rdmalink.HandoffSlotSize}
 	depth := rdmalink.QueueDepth(cfg, 2*wire.MaxSpans)
 	for ctx.Err() == nil {
