@@ -630,6 +630,9 @@ func startVM(ctx context.Context, st *State, n *Node, bundle, members string, lo
 		// agent as a host reaches its DPU.
 		n.RDMA = net.JoinHostPort(n.Addr, strconv.Itoa(api.PortRDMA))
 		args += " hec.rdma_rxe=eth0 hec.peer_transport=rdma hec.rdma_listen=" + n.RDMA
+		// Soft-RoCE in emulated VMs sets connections up slowly: a
+		// loaded machine's first dial took past the 2 s default.
+		args += " hec.peer_deadline=10s"
 	}
 	if st.Membership == "etcd" {
 		args += " hec.membership=etcd://" + st.Etcd
