@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -12,9 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hecsys/hec/host/handoff"
+	"github.com/hecsys/hec/host/handoff/rdma"
+	"github.com/hecsys/hec/host/handoff/shm"
+	"github.com/hecsys/hec/host/handoff/tcp"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/crc32c"
-	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
@@ -30,10 +32,10 @@ const (
 )
 
 // ErrClosed is returned for ops on a closed client.
-var ErrClosed = errors.New("host: client closed")
+var ErrClosed = handoff.ErrClosed
 
 // ErrTarget is returned by Dial for a target it cannot parse.
-var ErrTarget = errors.New("host: bad target")
+var ErrTarget = handoff.ErrTarget
 
 // ErrAgentDead says a shared-memory dial found a region whose agent's
 // heartbeat stood still for the agent timeout (WithAgentTimeout): the agent
@@ -45,161 +47,29 @@ var ErrAgentDead = ring.ErrAgentSilent
 // agent (In) and the buffers it may write into (Out), at most
 // wire.MaxSpans in all. Buffers from Alloc are used in place; others are
 // copied (In before, Out after).
-type Request struct {
-	Op         wire.Op
-	Flags      uint16
-	Arg0, Arg1 uint64
-	In         [][]byte
-	Out        [][]byte
-}
+type Request = handoff.Request
 
 // Result is what the agent answered. Out holds the parts of the request's
 // Out buffers the agent wrote, in the order its completion named them.
-type Result struct {
-	Status     wire.Status
-	Arg0, Arg1 uint64
-	Out        [][]byte
-}
+type Result = handoff.Result
 
 // Call is an op in flight. Wait for it; do not touch its input buffers
 // before it completes.
-type Call struct {
-	Req  Request
-	res  Result
-	err  error
-	done atomic.Bool
-	ch   chan struct{} // closed on completion when set (the TCP transport waits on it)
-	// long: the op is expected to take a millisecond or more, so its
-	// waiter sleeps on the completion bell from the start instead of
-	// spinning and yielding the core first (set before Wait).
-	long bool
-	// wakeAt, when set, is shortly before a long op is expected to end:
-	// its waiter sleeps on the completion bell until then and looks
-	// without sleeping until spinTo, so that the end of the op does not
-	// wait on the host's wake-up (tens of microseconds on a virtual
-	// machine, more than a 16 MiB stripe's 3 %).
-	wakeAt, spinTo time.Time
-	// meter, when set, is told (park) before the waiter first yields,
-	// sleeps or blocks: the op's CPU time is its wall time until then.
-	meter *cpuMeter
-
-	tag    uint64
-	staged []uint64 // window offsets to free on completion (shm)
-	// stagedA is staged's room for as many buffers as a descriptor names.
-	stagedA [wire.MaxSpans]uint64
-	// outSpans are the Out buffers' spans in the transport's address space
-	// (the window, or the request payload plus its reserve).
-	outSpans [wire.MaxSpans]wire.Span
-	// outA is the room of the result's Out, and self the list of one call
-	// Go submits: an op allocates its Call and nothing else for them.
-	outA [wire.MaxSpans][]byte
-	self [1]*Call
-
-	// tr records the call's span while a recording is under way (the
-	// client's, HEC_TRACE); the transport sets traceFrom (its origin) and
-	// t0 when it hands the op over during one.
-	tr        *trace.Recorder
-	traceFrom string
-	t0        time.Time
-}
-
-// traceSubmit notes, during a recording, where the call came from and
-// when it was handed over.
-func (c *Call) traceSubmit(origin string) {
-	if c.tr.On() {
-		c.traceFrom, c.t0 = origin, mono.Now()
-	}
-}
-
-// placeOutputs copies what the agent wrote (the completion's spans, whose
-// bytes read returns) into the call's Out buffers and records them in res.
-// Spans outside every Out buffer are ignored: the agent is not trusted to
-// name memory the op did not give it.
-func (c *Call) placeOutputs(res *Result, spans []wire.Span, read func(wire.Span) []byte) {
-	for _, sp := range spans {
-		src := read(sp) // always: a stream transport consumes its bytes in order
-		if src == nil && sp.Len != 0 {
-			continue
-		}
-		for j, o := range c.outSpans[:len(c.Req.Out)] {
-			if sp.Off < o.Off || sp.End() > o.End() {
-				continue
-			}
-			dst := c.Req.Out[j][sp.Off-o.Off : sp.End()-uint64(o.Off)]
-			copy(dst, src)
-			if res.Out == nil {
-				res.Out = c.outA[:0]
-			}
-			res.Out = append(res.Out, dst)
-			break
-		}
-	}
-}
-
-func newCall(req Request) *Call {
-	c := new(Call)
-	c.init(req)
-	return c
-}
-
-// init readies c, new or done with, for req.
-func (c *Call) init(req Request) {
-	*c = Call{Req: req}
-	c.staged = c.stagedA[:0]
-}
-
-// complete ends c. Once its done is seen the call is its caller's alone,
-// who may use it for another op (pieces keep a call): complete touches
-// nothing of it after.
-func (c *Call) complete(res Result, err error) {
-	if c.done.Load() {
-		return
-	}
-	ch := c.ch
-	c.res, c.err = res, err
-	if !c.t0.IsZero() {
-		c.traceComplete()
-	}
-	c.done.Store(true)
-	if ch != nil {
-		close(ch)
-	}
-}
-
-// traceComplete records the call's span, from its handing over to now.
-func (c *Call) traceComplete() {
-	var bytes int64
-	for _, b := range c.Req.In {
-		bytes += int64(len(b))
-	}
-	status := c.res.Status.String()
-	if c.err != nil && c.res.Status == wire.StatusOK {
-		status = "failed"
-	}
-	c.tr.Add(trace.Span{ID: trace.OpID(c.traceFrom, c.tag), Name: c.Req.Op.String(), Stage: trace.StageOp,
-		Start: c.t0.UnixNano(), Dur: int64(mono.Now().Sub(c.t0)), Status: status, Bytes: bytes})
-}
-
-// Done reports whether the call has completed.
-func (c *Call) Done() bool { return c.done.Load() }
+type Call = handoff.Call
 
 // Option configures Dial.
 type Option func(*options)
 
 type options struct {
-	token        string
-	chunk        int
-	attachWait   time.Duration
-	agentTimeout time.Duration
-	heartbeat    time.Duration
-	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
-	trace        *trace.Recorder
+	handoff.Options // what the transport is dialled with
+	chunk           int
+	trace           *trace.Recorder
 }
 
 // WithDialer sets how the TCP handoff connects (default net.Dialer): a
 // connection made inside another network namespace, say.
 func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
-	return func(o *options) { o.dial = dial }
+	return func(o *options) { o.Dial = dial }
 }
 
 // WithChunk sets the size of the pieces large buffers are split into
@@ -209,7 +79,7 @@ func WithChunk(n int) Option { return func(o *options) { o.chunk = n } }
 // WithToken sets the operator's token, which an agent that has one asks
 // for on the TCP handoff (the shared-memory handoff is governed by the
 // region file's permissions instead).
-func WithToken(token string) Option { return func(o *options) { o.token = token } }
+func WithToken(token string) Option { return func(o *options) { o.Token = token } }
 
 // WithTrace has the client record its ops' spans (trace.StageOp, each
 // from its handing over to its completion) in rec while rec records
@@ -219,33 +89,13 @@ func WithTrace(rec *trace.Recorder) Option { return func(o *options) { o.trace =
 
 // WithAgentTimeout sets how long the agent may show no sign of life before
 // ops in flight fail with wire.StatusUnavailable (default 2s).
-func WithAgentTimeout(d time.Duration) Option { return func(o *options) { o.agentTimeout = d } }
-
-// transport is what a Client runs over.
-type transport interface {
-	alloc(n int) ([]byte, error)
-	free(b []byte) error
-	submit(ctx context.Context, calls []*Call) error
-	wait(ctx context.Context, c *Call) error
-	close() error
-	window() int // the largest span one op may name
-	// inWindow reports whether b is handed over without a copy (in the
-	// shared window); such buffers need no chunking.
-	inWindow(b []byte) bool
-	// windowSGL appends to list the scatter-gather list naming bufs (each
-	// one's offset in the window and length), when every one lies there.
-	windowSGL(list []byte, bufs [][]byte) ([]byte, bool)
-	// windowRuns returns in and out each as one span of the window, when
-	// their buffers lie there back to back.
-	windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool)
-	String() string
-}
+func WithAgentTimeout(d time.Duration) Option { return func(o *options) { o.AgentTimeout = d } }
 
 // Client is a connection to an agent. It is safe for concurrent use.
 type Client struct {
 	target string
 	opts   options
-	t      transport
+	t      handoff.Transport
 	closed atomic.Bool
 	tr     *trace.Recorder // this process's, when HEC_TRACE asks for one
 	splits atomic.Uint64   // multi-rail ops recorded: their ids (traceShares)
@@ -257,10 +107,11 @@ type Client struct {
 // window is registered memory the agent reads and writes). An empty
 // target means DefaultShm.
 func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
-	o := options{chunk: defaultChunk, attachWait: 5 * time.Second, agentTimeout: 2 * time.Second, heartbeat: 250 * time.Millisecond}
+	o := options{chunk: defaultChunk}
 	for _, f := range opt {
 		f(&o)
 	}
+	o.Options = o.Options.Defaults()
 	if target == "" {
 		target = DefaultShm
 	}
@@ -283,22 +134,29 @@ func Dial(ctx context.Context, target string, opt ...Option) (*Client, error) {
 	if d.path {
 		where = u.Path
 	}
-	c.t, err = d.dial(ctx, where, o)
+	c.t, err = d.dial(ctx, where, o.Options)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return c, nil
 }
 
-// transports are the schemes Dial takes: one line each.
+// transports are the schemes Dial takes, each a package implementing
+// handoff.Transport: one line each.
 var transports = map[string]struct {
 	form string
 	path bool // the target names a path (shm:///PATH), not HOST:PORT
-	dial func(ctx context.Context, where string, o options) (transport, error)
+	dial handoff.Dialer
 }{
-	"shm":  {"shm:///PATH", true, func(ctx context.Context, p string, o options) (transport, error) { return dialShm(ctx, p, o) }},
-	"tcp":  {"tcp://HOST:PORT", false, func(ctx context.Context, a string, o options) (transport, error) { return dialTCP(ctx, a, o) }},
-	"rdma": {"rdma://HOST:PORT", false, func(ctx context.Context, a string, o options) (transport, error) { return dialRDMA(ctx, a, o) }},
+	"shm": {"shm:///PATH", true, func(ctx context.Context, p string, o handoff.Options) (handoff.Transport, error) {
+		return shm.Dial(ctx, p, o)
+	}},
+	"tcp": {"tcp://HOST:PORT", false, func(ctx context.Context, a string, o handoff.Options) (handoff.Transport, error) {
+		return tcp.Dial(ctx, a, o)
+	}},
+	"rdma": {"rdma://HOST:PORT", false, func(ctx context.Context, a string, o handoff.Options) (handoff.Transport, error) {
+		return rdma.Dial(ctx, a, o)
+	}},
 }
 
 // schemes lists the schemes Dial takes, for errors.
@@ -318,7 +176,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	return c.t.close()
+	return c.t.Close()
 }
 
 // Alloc returns a buffer of n bytes handed to the agent without a copy: in
@@ -331,28 +189,28 @@ func (c *Client) Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("host: alloc of %d bytes", n)
 	}
-	return c.t.alloc(n)
+	return c.t.Alloc(n)
 }
 
 // WindowSize returns the bytes one op may name: the leased queue pair's
 // window of the region (shared memory), or the agent's largest frame (TCP).
-func (c *Client) WindowSize() int { return c.t.window() }
+func (c *Client) WindowSize() int { return c.t.Window() }
 
 // InWindow reports whether b lies wholly in the client's shared window (a
 // buffer from Alloc, or a part of one), which is handed to the agent
 // without a copy. Over TCP there is no window: false.
-func (c *Client) InWindow(b []byte) bool { return c.t.inWindow(b) }
+func (c *Client) InWindow(b []byte) bool { return c.t.InWindow(b) }
 
 // Free returns a buffer from Alloc.
-func (c *Client) Free(b []byte) error { return c.t.free(b) }
+func (c *Client) Free(b []byte) error { return c.t.Free(b) }
 
 // Go submits one op and returns at once.
 func (c *Client) Go(ctx context.Context, req Request) (*Call, error) {
 	if err := c.checkBatch(req); err != nil {
 		return nil, err
 	}
-	call := newCall(req)
-	if err := c.submitInto(ctx, call); err != nil {
+	call := handoff.NewCall(req, c.tr)
+	if err := c.t.Submit(ctx, call.One()); err != nil {
 		return nil, err
 	}
 	return call, nil
@@ -366,15 +224,8 @@ func (c *Client) goInto(ctx context.Context, req Request, call *Call) error {
 	if err := c.checkBatch(req); err != nil {
 		return err
 	}
-	call.init(req)
-	return c.submitInto(ctx, call)
-}
-
-// submitInto submits call (initialised) as a batch of one.
-func (c *Client) submitInto(ctx context.Context, call *Call) error {
-	call.self[0] = call
-	call.tr = c.tr
-	return c.t.submit(ctx, call.self[:])
+	call.Init(req, c.tr)
+	return c.t.Submit(ctx, call.One())
 }
 
 // GoBatch submits several ops with one doorbell where the ring has room for
@@ -385,10 +236,9 @@ func (c *Client) GoBatch(ctx context.Context, reqs []Request) ([]*Call, error) {
 	}
 	calls := make([]*Call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = newCall(r)
-		calls[i].tr = c.tr
+		calls[i] = handoff.NewCall(r, c.tr)
 	}
-	if err := c.t.submit(ctx, calls); err != nil {
+	if err := c.t.Submit(ctx, calls); err != nil {
 		return nil, err
 	}
 	return calls, nil
@@ -400,7 +250,7 @@ func (c *Client) checkBatch(reqs ...Request) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	win := c.t.window()
+	win := c.t.Window()
 	for _, r := range reqs {
 		if len(r.In)+len(r.Out) > wire.MaxSpans {
 			return fmt.Errorf("host: %s with %d buffers (max %d): %w", r.Op, len(r.In)+len(r.Out), wire.MaxSpans, wire.StatusBadArg)
@@ -419,18 +269,19 @@ func (c *Client) checkBatch(reqs ...Request) error {
 // Wait waits for the call to complete. A status other than StatusOK comes
 // back as a *wire.OpError (errors.Is(err, wire.StatusX) works).
 func (c *Client) Wait(ctx context.Context, call *Call) (Result, error) {
-	if !call.done.Load() {
-		if err := c.t.wait(ctx, call); err != nil {
+	if !call.Done() {
+		if err := c.t.Wait(ctx, call); err != nil {
 			return Result{}, err
 		}
 	}
-	if call.err != nil {
-		return call.res, call.err
+	res, err := call.Outcome()
+	if err != nil {
+		return res, err
 	}
-	if call.res.Status != wire.StatusOK {
-		return call.res, &wire.OpError{Op: call.Req.Op, Status: call.res.Status}
+	if res.Status != wire.StatusOK {
+		return res, &wire.OpError{Op: call.Req.Op, Status: res.Status}
 	}
-	return call.res, nil
+	return res, nil
 }
 
 // Do runs one op and waits for it.
@@ -453,8 +304,8 @@ func (c *Client) Ping(ctx context.Context) error {
 // into the window (or sent, over TCP) in chunks that the agent checksums
 // concurrently; the partial CRCs are combined exactly.
 func (c *Client) Checksum(ctx context.Context, b []byte) (uint32, error) {
-	chunk := max(min(c.opts.chunk, c.t.window()/4), 4096)
-	if len(b) <= chunk || c.t.inWindow(b) {
+	chunk := max(min(c.opts.chunk, c.t.Window()/4), 4096)
+	if len(b) <= chunk || c.t.InWindow(b) {
 		r, err := c.Do(ctx, Request{Op: wire.OpChecksum, In: [][]byte{b}})
 		return uint32(r.Arg0), err
 	}

@@ -501,7 +501,7 @@ func (d *DPUComm) submit(f *flight) error {
 	if err != nil {
 		return err
 	}
-	call.long = true // the agents take milliseconds: sleep, do not spin
+	call.SetLong(true) // the agents take milliseconds: sleep, do not spin
 	f.call = call
 	return nil
 }

@@ -16,6 +16,13 @@
 //
 // A buffer handed to an op must not be modified until the op completes.
 //
+// # Transports
+//
+// Dial picks the transport by the target's scheme (shm://, tcp://,
+// rdma://); each is a package of its own behind handoff.Transport
+// (host/handoff/shm, tcp, rdma), held to one contract
+// (host/handoff/handofftest). Request, Result and Call are handoff's.
+//
 // # Calls
 //
 // Do runs one op synchronously; Go submits one asynchronously and GoBatch

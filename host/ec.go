@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/ec"
+	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/rail"
 	"github.com/hecsys/hec/shared/wire"
@@ -306,7 +307,7 @@ func (e *EC) Buffers(n int) ([]byte, func()) {
 		return nil, nil
 	}
 	b, err := e.c.Alloc(n)
-	if err != nil || !e.c.t.inWindow(b) {
+	if err != nil || !e.c.t.InWindow(b) {
 		return nil, nil
 	}
 	return b, func() { e.c.Free(b) }
@@ -536,8 +537,8 @@ func (r *ecHostRunner) RunPieces(ctx context.Context, off, n int64, between func
 			return err
 		}
 		if e.c != nil {
-			if p, ok := e.c.t.(interface{ poll() }); ok {
-				p.poll()
+			if p, ok := e.c.t.(handoff.Poller); ok {
+				p.Poll()
 			}
 		}
 		between()
@@ -695,7 +696,7 @@ func (p *pieces) inWindowSGL(spans [][]byte) ([]byte, bool) {
 	if len(spans) > wire.MaxSGL {
 		return nil, false
 	}
-	return p.e.c.t.windowSGL(p.sgl[:0], spans)
+	return p.e.c.t.WindowSGL(p.sgl[:0], spans)
 }
 
 // submitSGL submits op naming its spans with list (inWindowSGL), for
@@ -785,14 +786,22 @@ func (p *pieces) submit(req Request, bytes int, after func(Result)) error {
 			return err
 		}
 	}
-	call.long = bytes >= longOp
-	call.meter = p.meter
+	call.SetLong(bytes >= longOp)
+	if p.meter != nil {
+		call.SetMeter(p.meter)
+	}
 	if rate := p.e.rate(req.Op); rate > 0 {
 		now := p.t0 // the first call's submission, near enough
 		if len(p.calls) > 0 || now.IsZero() {
 			now = mono.Now()
 		}
-		p.end, call.wakeAt, call.spinTo, call.long = expectEnd(now, p.end, bytes, rate)
+		var wakeAt, spinTo time.Time
+		var long bool
+		if p.end, wakeAt, spinTo, long = expectEnd(now, p.end, bytes, rate); long {
+			call.Expect(wakeAt, spinTo)
+		} else {
+			call.SetLong(false)
+		}
 	}
 	p.calls, p.after = append(p.calls, call), append(p.after, after)
 	return nil
@@ -895,7 +904,7 @@ func (p *pieces) done() bool {
 // memory otherwise: TCP, or a full window, where the transport copies).
 func (p *pieces) buffer(n int) []byte {
 	if b, err := p.e.c.Alloc(n); err == nil {
-		if p.e.c.t.inWindow(b) {
+		if p.e.c.t.InWindow(b) {
 			p.bufs = append(p.bufs, b)
 		}
 		return b
@@ -915,7 +924,7 @@ func (e *EC) pieceWidth(rows int) int {
 func (e *EC) dpuEncode(p *pieces, data, parity [][]byte, c0, c1 int) error {
 	counts := wire.ECShards(e.k, e.m)
 	if c0 == 0 && c1 == len(data[0]) {
-		if in, out, ok := p.e.c.t.windowRuns(data, parity); ok {
+		if in, out, ok := p.e.c.t.WindowRuns(data, parity); ok {
 			// The plain form: data and parity each one span.
 			p.in1[0], p.out1[0] = in, out
 			return p.submit(Request{Op: wire.OpECEncode, Arg0: counts, In: p.in1[:], Out: p.out1[:]}, len(in), nil)
@@ -1007,7 +1016,7 @@ func (e *EC) dpuReconstruct(p *pieces, shards [][]byte, present, want []int, c0,
 	for _, i := range want {
 		spans = append(spans, shards[i][c0:c1:c1])
 	}
-	if ib, err := e.c.Alloc(len(idx)); err == nil && e.c.t.inWindow(ib) {
+	if ib, err := e.c.Alloc(len(idx)); err == nil && e.c.t.InWindow(ib) {
 		copy(ib, idx)
 		p.bufs = append(p.bufs, ib)
 		if list, ok := p.inWindowSGL(append(spans, ib)); ok {

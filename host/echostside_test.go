@@ -13,22 +13,22 @@ import (
 // host outside its transport, with neither a ring nor an agent.
 type doneTransport struct{ win []byte }
 
-func (t *doneTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
-func (t *doneTransport) free([]byte) error           { return nil }
-func (t *doneTransport) submit(_ context.Context, calls []*Call) error {
+func (t *doneTransport) Alloc(n int) ([]byte, error) { return make([]byte, n), nil }
+func (t *doneTransport) Free([]byte) error           { return nil }
+func (t *doneTransport) Submit(_ context.Context, calls []*Call) error {
 	for _, c := range calls {
-		c.complete(Result{Status: wire.StatusOK}, nil)
+		c.Complete(Result{Status: wire.StatusOK}, nil)
 	}
 	return nil
 }
-func (t *doneTransport) wait(context.Context, *Call) error { return nil }
-func (t *doneTransport) close() error                      { return nil }
-func (t *doneTransport) window() int                       { return len(t.win) }
-func (t *doneTransport) inWindow([]byte) bool              { return true }
-func (t *doneTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
+func (t *doneTransport) Wait(context.Context, *Call) error { return nil }
+func (t *doneTransport) Close() error                      { return nil }
+func (t *doneTransport) Window() int                       { return len(t.win) }
+func (t *doneTransport) InWindow([]byte) bool              { return true }
+func (t *doneTransport) WindowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	return list, true
 }
-func (t *doneTransport) windowRuns(in, out [][]byte) ([]byte, []byte, bool) {
+func (t *doneTransport) WindowRuns(in, out [][]byte) ([]byte, []byte, bool) {
 	return in[0], out[0], true
 }
 func (t *doneTransport) String() string { return "done" }

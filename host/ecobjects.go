@@ -41,7 +41,7 @@ func (e *EC) do(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	call.long = true
+	call.SetLong(true)
 	return e.c.Wait(ctx, call)
 }
 
@@ -208,7 +208,7 @@ func (e *EC) chunked(ctx context.Context, size int, submit func(off, end int) (*
 			first = err
 			break
 		}
-		call.long = true // it waits on other agents: sleep, do not spin
+		call.SetLong(true) // it waits on other agents: sleep, do not spin
 		parts = append(parts, part{call, off})
 	}
 	for _, p := range parts {

@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/hecsys/hec/coll"
+	"github.com/hecsys/hec/host/handoff/shm"
 	"github.com/hecsys/hec/shared/rail"
 )
 
 // BellRings reports whether c's shared-memory transport has seen the
 // agent's ring end a sleep, so that its long waits sleep until the ring.
 func BellRings(c *Client) bool {
-	t, ok := c.t.(*shmTransport)
-	return ok && t.bellRings.Load()
+	t, ok := c.t.(*shm.Transport)
+	return ok && t.BellRings()
 }
 
 // GoExpecting is Client.Go for a call its caller expects to end between
@@ -21,34 +22,28 @@ func BellRings(c *Client) bool {
 func GoExpecting(ctx context.Context, c *Client, req Request, wakeAt, spinTo time.Time) (*Call, error) {
 	call, err := c.Go(ctx, req)
 	if err == nil {
-		call.long, call.wakeAt, call.spinTo = true, wakeAt, spinTo
+		call.Expect(wakeAt, spinTo)
 	}
 	return call, err
 }
 
 // WithHeartbeatEvery sets how often the shared-memory transport beats its
 // lease and looks at the agent's heartbeat.
-func WithHeartbeatEvery(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
+func WithHeartbeatEvery(d time.Duration) Option { return func(o *options) { o.Heartbeat = d } }
 
 // TickAt runs one of c's heartbeat looks as if the time were now.
 func TickAt(c *Client, now time.Time) {
-	t := c.t.(*shmTransport)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.catch(func() { t.tick(now) }) //nolint:errcheck // a lost region detaches
+	c.t.(*shm.Transport).Look(now)
 }
 
 // Detached reports whether c's transport has given its agent up.
 func Detached(c *Client) bool {
-	t := c.t.(*shmTransport)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.broken != nil
+	return c.t.(*shm.Transport).Detached()
 }
 
-// SetCancelWakeHook sets the hook run at the end of the wake a sleeping
-// wait gets when its context ends (nil: none).
-func SetCancelWakeHook(h func()) { testHookCancelWake = h }
+// WithCancelWakeHook has h run at the end of the wake a sleeping wait
+// gets when its context ends.
+func WithCancelWakeHook(h func()) Option { return func(o *options) { o.OnCancelWake = h } }
 
 // CountCPUReads counts the reads of the process's CPU clock from now on
 // (getrusage, each a system call) until restore.
@@ -64,7 +59,7 @@ func CountCPUReads() (reads func() int, restore func()) {
 func GoLong(ctx context.Context, c *Client, req Request) (*Call, error) {
 	call, err := c.Go(ctx, req)
 	if err == nil {
-		call.long = true
+		call.SetLong(true)
 	}
 	return call, err
 }
@@ -73,14 +68,13 @@ func GoLong(ctx context.Context, c *Client, req Request) (*Call, error) {
 // class) on c's shared-memory transport slept a held sleep's length or
 // more, so that the next one's first sleep is not held.
 func SleptLong(c *Client, req Request) bool {
-	t := c.t.(*shmTransport)
-	return t.longSleeps[sleepClass(&Call{Req: req})].Load()
+	return c.t.(*shm.Transport).SleptLong(req)
 }
 
 // WindowRuns is the transport's windowRuns: whether an op would name in
 // and out each with one span.
 func WindowRuns(c *Client, in, out [][]byte) (inRun, outRun []byte, ok bool) {
-	return c.t.windowRuns(in, out)
+	return c.t.WindowRuns(in, out)
 }
 
 // SetTable gives m kind k's table, as if Calibrate had made it and

@@ -30,7 +30,7 @@ func (k *KV) Get(ctx context.Context, key, buf []byte) ([]byte, uint64, error) {
 	}
 	for {
 		r, err := k.c.Do(ctx, Request{Op: wire.OpKVGet, In: [][]byte{key}, Out: [][]byte{buf}})
-		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(buf)) && r.Arg0 <= uint64(k.c.t.window()) {
+		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(buf)) && r.Arg0 <= uint64(k.c.t.Window()) {
 			buf = make([]byte, r.Arg0) // the value grew past buf: once more with room
 			continue
 		}
@@ -80,7 +80,7 @@ func (k *KV) Scan(ctx context.Context, prefix, cursor []byte, limit int) ([]Pair
 	room := make([]byte, 256<<10)
 	for {
 		r, err := k.c.Do(ctx, Request{Op: wire.OpKVScan, Arg0: uint64(limit), In: [][]byte{prefix, cursor}, Out: [][]byte{room}})
-		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(room)) && r.Arg0 <= uint64(k.c.t.window()) {
+		if errors.Is(err, wire.StatusTooLarge) && r.Arg0 > uint64(len(room)) && r.Arg0 <= uint64(k.c.t.Window()) {
 			room = make([]byte, r.Arg0*2)
 			continue
 		}

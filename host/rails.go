@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/shared/crc32c"
 	"github.com/hecsys/hec/shared/mono"
 	"github.com/hecsys/hec/shared/rail"
@@ -94,7 +95,7 @@ func (c *Client) checksumSplit(ctx context.Context, b []byte, rails []rail.Rail)
 		return &parts[i]
 	}
 	runners := rail.Runners{RailHost: hostChecksum{c: c, b: b, at: at}}
-	if c.t.inWindow(b) {
+	if c.t.InWindow(b) {
 		// Submitted before the host share runs and waited for after it:
 		// no goroutine of ours competes with the host share for its core.
 		runners[RailDPU] = agentChecksum{c: c, b: b, at: at}
@@ -161,12 +162,12 @@ func (h hostChecksum) Run(ctx context.Context, off, n int64) error {
 }
 
 func (h hostChecksum) RunPieces(_ context.Context, off, n int64, between func()) error {
-	poller, _ := h.c.t.(interface{ poll() })
+	poller, _ := h.c.t.(handoff.Poller)
 	var crc uint32
 	for p := off; p < off+n; p += checksumPiece {
 		crc = crc32c.Update(crc, h.b[p:min(p+checksumPiece, off+n)])
 		if poller != nil {
-			poller.poll()
+			poller.Poll()
 		}
 		between()
 	}
@@ -339,7 +340,7 @@ func (c *Client) ChecksumAutoFor(ctx context.Context, b []byte, rails []rail.Rai
 		return crc, d, err
 	}
 	trial := min(n/8, 32<<20) / 4096 * 4096
-	if c.t.inWindow(b) {
+	if c.t.InWindow(b) {
 		return c.checksumSteal(ctx, b, rails, trial, d)
 	}
 	t0 := time.Now()
@@ -389,7 +390,7 @@ func (c *Client) ChecksumAutoFor(ctx context.Context, b []byte, rails []rail.Rai
 func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail, trial int64, d Decision) (uint32, Decision, error) {
 	const piece = 2 << 20 // the host's, between looks at the agent's completion
 	n := int64(len(b))
-	poller, _ := c.t.(interface{ poll() })
+	poller, _ := c.t.(handoff.Poller)
 	type part struct {
 		off, n int64
 		crc    uint32
@@ -463,7 +464,7 @@ func (c *Client) checksumSteal(ctx context.Context, b []byte, rails []rail.Rail,
 			hostCRC = crc32c.Update(hostCRC, b[lo:end])
 			lo = end
 			if poller != nil {
-				poller.poll()
+				poller.Poll()
 			}
 			continue
 		}

@@ -232,7 +232,15 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 		}})
 	})
 	t.Cleanup(stop)
-	c, err := host.Dial(context.Background(), "shm://"+shm)
+	var started, over, hooked atomic.Bool
+	c, err := host.Dial(context.Background(), "shm://"+shm, host.WithCancelWakeHook(func() {
+		if !hooked.Load() {
+			return
+		}
+		started.Store(true)
+		time.Sleep(20 * time.Millisecond) // a wake that takes its time
+		over.Store(true)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,13 +260,7 @@ func TestACancelledSleepIsOverWhenTheCallReturns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var started, over atomic.Bool
-	host.SetCancelWakeHook(func() {
-		started.Store(true)
-		time.Sleep(20 * time.Millisecond) // a wake that takes its time
-		over.Store(true)
-	})
-	defer host.SetCancelWakeHook(nil)
+	hooked.Store(true)
 	const tries = 10
 	woken := 0
 	for try := range tries {

@@ -1,4 +1,4 @@
-package host
+package rdma
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/shared/rdmalink"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/verbs"
@@ -20,10 +21,10 @@ import (
 // writes their outputs into it.
 const rdmaWindow = 32 << 20
 
-// rdmaTransport runs ops over an RDMA connection (rdmalink's handoff): the
+// Transport runs ops over an RDMA connection (rdmalink's handoff): the
 // window is registered memory the agent reads and writes with RDMA READ
 // and WRITE; descriptors and completions are messages.
-type rdmaTransport struct {
+type Transport struct {
 	addr string
 	link *rdmalink.Link
 	win  *verbs.Region
@@ -34,7 +35,7 @@ type rdmaTransport struct {
 
 	mu      sync.Mutex
 	arena   *ring.Allocator
-	pending map[uint64]*Call
+	pending map[uint64]*handoff.Call
 	seq     uint64
 	closed  bool
 	// setup takes the messages of the handshake, until ready.
@@ -42,12 +43,15 @@ type rdmaTransport struct {
 	ready bool
 }
 
-func dialRDMA(ctx context.Context, hostport string, o options) (*rdmaTransport, error) {
+// Dial connects to the agent's RDMA handoff at hostport (HOST:PORT, its
+// --rdma-listen) and registers the window, proving o.Token where the agent
+// asks for one.
+func Dial(ctx context.Context, hostport string, o handoff.Options) (*Transport, error) {
 	addr, err := resolveRDMA(ctx, hostport)
 	if err != nil {
 		return nil, err
 	}
-	t := &rdmaTransport{addr: hostport, pending: map[uint64]*Call{}, setup: make(chan []byte, 4)}
+	t := &Transport{addr: hostport, pending: map[uint64]*handoff.Call{}, setup: make(chan []byte, 4)}
 	cfg := rdmalink.Config{SlotSize: rdmalink.HandoffSlotSize, OnMessage: t.onMessage}
 	conn, reply, err := verbs.Dial(ctx, addr, rdmalink.Request(), rdmalink.QueueDepth(cfg, 0))
 	if err != nil {
@@ -76,7 +80,7 @@ func dialRDMA(ctx context.Context, hostport string, o options) (*rdmaTransport, 
 	t.buf = t.win.Buf[:min(rdmaWindow, acc.MaxWindow)]
 	t.arena = ring.NewAllocator(uint64(len(t.buf)))
 	t.credits = make(chan struct{}, acc.Slots)
-	if err := t.handshake(ctx, acc, o.token); err != nil {
+	if err := t.handshake(ctx, acc, o.Token); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", hostport, err)
 	}
 	go func() { // the link's end fails what is in flight
@@ -95,7 +99,7 @@ func resolveRDMA(ctx context.Context, hostport string) (netip.AddrPort, error) {
 	}
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%q: %v: %w", hostport, err, ErrTarget)
+		return netip.AddrPort{}, fmt.Errorf("%q: %v: %w", hostport, err, handoff.ErrTarget)
 	}
 	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
 	if err != nil || len(ips) == 0 {
@@ -105,7 +109,7 @@ func resolveRDMA(ctx context.Context, hostport string) (netip.AddrPort, error) {
 }
 
 // handshake sends the window and proves the token where the agent asks.
-func (t *rdmaTransport) handshake(ctx context.Context, acc rdmalink.Accept, token string) error {
+func (t *Transport) handshake(ctx context.Context, acc rdmalink.Accept, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	wantsToken := acc.Flags&rdmalink.HandoffToken != 0
@@ -144,7 +148,7 @@ func (t *rdmaTransport) handshake(ctx context.Context, acc rdmalink.Accept, toke
 
 // onMessage takes a message on the link's poller: a handshake's until
 // ready, then completions.
-func (t *rdmaTransport) onMessage(b []byte) {
+func (t *Transport) onMessage(b []byte) {
 	t.mu.Lock()
 	if !t.ready {
 		t.mu.Unlock()
@@ -165,41 +169,41 @@ func (t *rdmaTransport) onMessage(b []byte) {
 		t.mu.Unlock()
 		return
 	}
-	res := windowResult(c, &d, t.buf)
+	res := handoff.WindowResult(c, &d, t.buf)
 	t.unstage(c)
 	t.mu.Unlock()
 	<-t.credits
-	c.complete(res, nil)
+	c.Complete(res, nil)
 }
 
-func (t *rdmaTransport) String() string {
+func (t *Transport) String() string {
 	return fmt.Sprintf("rdma://%s window %d KiB", t.addr, len(t.buf)>>10)
 }
 
-func (t *rdmaTransport) window() int { return len(t.buf) }
+func (t *Transport) Window() int { return len(t.buf) }
 
 // offset returns b's offset in the window, if b lies in it.
-func (t *rdmaTransport) offset(b []byte) (uint64, bool) { return windowOffset(t.buf, b) }
+func (t *Transport) offset(b []byte) (uint64, bool) { return handoff.WindowOffset(t.buf, b) }
 
-func (t *rdmaTransport) inWindow(b []byte) bool {
+func (t *Transport) InWindow(b []byte) bool {
 	_, ok := t.offset(b)
 	return ok
 }
 
 // windowSGL: the agent takes no scatter-gather lists over RDMA (it reads
 // only the spans a descriptor names).
-func (t *rdmaTransport) windowSGL([]byte, [][]byte) ([]byte, bool) { return nil, false }
+func (t *Transport) WindowSGL([]byte, [][]byte) ([]byte, bool) { return nil, false }
 
-func (t *rdmaTransport) windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool) {
+func (t *Transport) WindowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool) {
 	if inRun, ok = t.run(in); ok {
 		outRun, ok = t.run(out)
 	}
 	return inRun, outRun, ok
 }
 
-func (t *rdmaTransport) run(bufs [][]byte) ([]byte, bool) { return windowRun(t.buf, bufs) }
+func (t *Transport) run(bufs [][]byte) ([]byte, bool) { return handoff.WindowRun(t.buf, bufs) }
 
-func (t *rdmaTransport) alloc(n int) ([]byte, error) {
+func (t *Transport) Alloc(n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	off, err := t.arena.Alloc(uint64(n))
@@ -209,7 +213,7 @@ func (t *rdmaTransport) alloc(n int) ([]byte, error) {
 	return t.buf[off : off+uint64(n) : off+uint64(n)], nil
 }
 
-func (t *rdmaTransport) free(b []byte) error {
+func (t *Transport) Free(b []byte) error {
 	off, ok := t.offset(b)
 	if !ok {
 		return errors.New("host: free of a buffer not from this client's window")
@@ -219,7 +223,7 @@ func (t *rdmaTransport) free(b []byte) error {
 	return t.arena.Free(off)
 }
 
-func (t *rdmaTransport) submit(ctx context.Context, calls []*Call) error {
+func (t *Transport) Submit(ctx context.Context, calls []*handoff.Call) error {
 	for _, c := range calls {
 		select {
 		case t.credits <- struct{}{}:
@@ -237,7 +241,7 @@ func (t *rdmaTransport) submit(ctx context.Context, calls []*Call) error {
 		d.Marshal(b[:])
 		if err := t.link.Send(ctx, b[:]); err != nil {
 			t.mu.Lock()
-			delete(t.pending, c.tag)
+			delete(t.pending, c.Tag())
 			t.unstage(c)
 			t.mu.Unlock()
 			<-t.credits
@@ -249,56 +253,49 @@ func (t *rdmaTransport) submit(ctx context.Context, calls []*Call) error {
 
 // prepare builds c's descriptor, copying inputs outside the window into
 // staging buffers in it, and makes c pending.
-func (t *rdmaTransport) prepare(c *Call) (wire.Desc, error) {
+func (t *Transport) prepare(c *handoff.Call) (wire.Desc, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return wire.Desc{}, ErrClosed
+		return wire.Desc{}, handoff.ErrClosed
 	}
-	d, err := windowDesc(c, t.buf, t.arena)
+	d, err := handoff.WindowDesc(c, t.buf, t.arena)
 	if err != nil {
 		return d, err
 	}
-	c.ch = make(chan struct{})
+	c.Arm()
 	t.seq++
-	c.tag = t.seq
-	d.Tag = c.tag
-	c.traceSubmit(t.origin)
-	t.pending[c.tag] = c
+	d.Tag = t.seq
+	c.Submitted(d.Tag, t.origin)
+	t.pending[d.Tag] = c
 	return d, nil
 }
 
 // unstage frees c's staging buffers. With t.mu held.
-func (t *rdmaTransport) unstage(c *Call) { unstage(c, t.arena) }
+func (t *Transport) unstage(c *handoff.Call) { handoff.Unstage(c, t.arena) }
 
-func (t *rdmaTransport) failAll(err error) {
+func (t *Transport) failAll(err error) {
 	t.mu.Lock()
-	calls := make([]*Call, 0, len(t.pending))
+	calls := make([]*handoff.Call, 0, len(t.pending))
 	for tag, c := range t.pending {
 		calls = append(calls, c)
 		delete(t.pending, tag)
 	}
 	t.mu.Unlock()
 	for _, c := range calls {
-		c.complete(Result{Status: wire.StatusUnavailable}, err)
+		c.Complete(handoff.Result{Status: wire.StatusUnavailable}, err)
 	}
 }
 
-func (t *rdmaTransport) wait(ctx context.Context, c *Call) error {
-	c.meter.park()
-	select {
-	case <-c.ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (t *Transport) Wait(ctx context.Context, c *handoff.Call) error {
+	return c.Await(ctx)
 }
 
-func (t *rdmaTransport) close() error {
+func (t *Transport) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
 	err := t.link.Close()
-	t.failAll(ErrClosed)
+	t.failAll(handoff.ErrClosed)
 	return err
 }

@@ -1,4 +1,4 @@
-package host
+package shm
 
 import (
 	"context"
@@ -13,15 +13,16 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// shmTransport runs ops over one leased queue pair of a shared region.
-type shmTransport struct {
+// Transport runs ops over one leased queue pair of a shared region.
+type Transport struct {
 	path string
-	o    options
+	o    handoff.Options
 
 	mu      sync.Mutex // guards all below
 	region  *ring.Region
@@ -30,8 +31,8 @@ type shmTransport struct {
 	qp      *ring.HostQP
 	win     []byte
 	arena   *ring.Allocator
-	pending []*Call  // by slot (tag & 0xffff)
-	slots   []uint16 // free slots
+	pending []*handoff.Call // by slot (tag & 0xffff)
+	slots   []uint16        // free slots
 	seq     uint64
 	broken  error // non-nil while detached: the retryable status
 	lost    bool  // an access to the region faulted: not touched until attached again
@@ -57,8 +58,10 @@ type shmTransport struct {
 	sleeps sync.RWMutex
 }
 
-func dialShm(ctx context.Context, path string, o options) (*shmTransport, error) {
-	t := &shmTransport{path: path, o: o, prefer: -1, stop: make(chan struct{})}
+// Dial leases a queue pair of the region at path (the agent must be
+// running) and keeps the lease alive until Close.
+func Dial(ctx context.Context, path string, o handoff.Options) (*Transport, error) {
+	t := &Transport{path: path, o: o, prefer: -1, stop: make(chan struct{})}
 	t.mu.Lock()
 	// A header something scribbled on is repaired by the agent within a
 	// housekeeping period: a refusal for that reason is tried again for a
@@ -89,7 +92,7 @@ const repairWait = 1500 * time.Millisecond
 
 // guardedAttach is attach with a fault on the mapping (the region's file
 // cut short) turned into ring.ErrRegionLost. With t.mu held.
-func (t *shmTransport) guardedAttach(ctx context.Context) error {
+func (t *Transport) guardedAttach(ctx context.Context) error {
 	var err error
 	if ferr := t.catch(func() { err = t.attach(ctx) }); ferr != nil {
 		return ferr
@@ -104,7 +107,7 @@ func (t *shmTransport) guardedAttach(ctx context.Context) error {
 // attaches again (the agent restores and re-formats the region). Buffers
 // from Alloc are the application's to touch: a fault there is not caught.
 // With t.mu held.
-func (t *shmTransport) catch(fn func()) error {
+func (t *Transport) catch(fn func()) error {
 	r := t.region
 	if r == nil {
 		fn()
@@ -119,7 +122,7 @@ func (t *shmTransport) catch(fn func()) error {
 
 // lose detaches without touching the region (it faulted): calls in flight
 // fail with StatusRestarted; the next call re-attaches. With t.mu held.
-func (t *shmTransport) lose(err error) {
+func (t *Transport) lose(err error) {
 	t.lost = true
 	t.detach(wire.StatusRestarted, err)
 }
@@ -138,7 +141,7 @@ func fileIno(path string) (uint64, error) {
 // attach maps the region (again, if the file was replaced), checks its
 // header and leases a queue pair, preferring the one held before. Called
 // with t.mu held.
-func (t *shmTransport) attach(ctx context.Context) error {
+func (t *Transport) attach(ctx context.Context) error {
 	ino, err := fileIno(t.path)
 	if err != nil {
 		return fmt.Errorf("region %s: %w (is hecd running?)", t.path, err)
@@ -170,7 +173,7 @@ func (t *shmTransport) attach(ctx context.Context) error {
 			return err
 		}
 	}
-	h.SetAgentTimeout(t.o.agentTimeout)
+	h.SetAgentTimeout(t.o.AgentTimeout)
 	qp, err := h.Lease(ctx, t.prefer)
 	if err != nil {
 		return err
@@ -186,7 +189,7 @@ func (t *shmTransport) attach(ctx context.Context) error {
 	t.prefer = qp.Index()
 	n := qp.Entries()
 	if len(t.pending) != n {
-		t.pending = make([]*Call, n)
+		t.pending = make([]*handoff.Call, n)
 		t.slots = t.slots[:0]
 		for i := n - 1; i >= 0; i-- {
 			t.slots = append(t.slots, uint16(i))
@@ -198,12 +201,12 @@ func (t *shmTransport) attach(ctx context.Context) error {
 	// A look seconds late (this process did not run) counts for half the
 	// timeout at most: the agent, on this machine, most likely did not
 	// run either.
-	t.agentBeat = ring.BeatWatch{Timeout: t.o.agentTimeout, MaxGap: t.o.agentTimeout / 2}
+	t.agentBeat = ring.BeatWatch{Timeout: t.o.AgentTimeout, MaxGap: t.o.AgentTimeout / 2}
 	t.agentBeat.Reset(time.Now(), qp.AgentHeartbeat())
 	return nil
 }
 
-func (t *shmTransport) String() string {
+func (t *Transport) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.qp == nil {
@@ -212,16 +215,16 @@ func (t *shmTransport) String() string {
 	return fmt.Sprintf("shm://%s queue pair %d, window %d KiB, generation %d", t.path, t.qp.Index(), len(t.win)>>10, t.h.Generation())
 }
 
-func (t *shmTransport) window() int {
+func (t *Transport) Window() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.win)
 }
 
 // offset returns b's offset in the current window, if b lies in it.
-func (t *shmTransport) offset(b []byte) (uint64, bool) { return windowOffset(t.win, b) }
+func (t *Transport) offset(b []byte) (uint64, bool) { return handoff.WindowOffset(t.win, b) }
 
-func (t *shmTransport) inWindow(b []byte) bool {
+func (t *Transport) InWindow(b []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.offset(b)
@@ -233,7 +236,7 @@ func (t *shmTransport) inWindow(b []byte) bool {
 // in its group ends (a stripe's shards in one buffer, as ec lays them
 // out): an op then names each group with one span, where a list would
 // cost the agent one more read of this side's writes.
-func (t *shmTransport) windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool) {
+func (t *Transport) WindowRuns(in, out [][]byte) (inRun, outRun []byte, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if inRun, ok = t.run(in); ok {
@@ -243,9 +246,9 @@ func (t *shmTransport) windowRuns(in, out [][]byte) (inRun, outRun []byte, ok bo
 }
 
 // run is windowRuns of one group. With t.mu held.
-func (t *shmTransport) run(bufs [][]byte) ([]byte, bool) { return windowRun(t.win, bufs) }
+func (t *Transport) run(bufs [][]byte) ([]byte, bool) { return handoff.WindowRun(t.win, bufs) }
 
-func (t *shmTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
+func (t *Transport) WindowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, b := range bufs {
@@ -258,7 +261,7 @@ func (t *shmTransport) windowSGL(list []byte, bufs [][]byte) ([]byte, bool) {
 	return list, true
 }
 
-func (t *shmTransport) alloc(n int) ([]byte, error) {
+func (t *Transport) Alloc(n int) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.arena == nil {
@@ -271,7 +274,7 @@ func (t *shmTransport) alloc(n int) ([]byte, error) {
 	return t.win[off : off+uint64(n) : off+uint64(n)], nil
 }
 
-func (t *shmTransport) free(b []byte) error {
+func (t *Transport) Free(b []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	off, ok := t.offset(b)
@@ -283,14 +286,14 @@ func (t *shmTransport) free(b []byte) error {
 
 // ensure re-attaches a detached transport, waiting (bounded by ctx and the
 // attach wait) for an agent to come back. Called with t.mu held.
-func (t *shmTransport) ensure(ctx context.Context) error {
+func (t *Transport) ensure(ctx context.Context) error {
 	if t.closed {
-		return ErrClosed
+		return handoff.ErrClosed
 	}
 	if t.broken == nil {
 		return nil
 	}
-	deadline := time.Now().Add(t.o.attachWait)
+	deadline := time.Now().Add(t.o.AttachWait)
 	var w ring.Waiter
 	for {
 		err := t.guardedAttach(ctx)
@@ -307,17 +310,17 @@ func (t *shmTransport) ensure(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		if t.closed {
-			return ErrClosed
+			return handoff.ErrClosed
 		}
 	}
 }
 
 // detach fails every call in flight with status (retryable for restarts,
 // stops and fences) and marks the transport for re-attach. With t.mu held.
-func (t *shmTransport) detach(status wire.Status, why error) {
+func (t *Transport) detach(status wire.Status, why error) {
 	for i, c := range t.pending {
 		if c != nil {
-			c.complete(Result{Status: status}, fmt.Errorf("host: %s in flight: %v: %w", c.Req.Op, why, status))
+			c.Complete(handoff.Result{Status: status}, fmt.Errorf("host: %s in flight: %v: %w", c.Req.Op, why, status))
 			t.pending[i] = nil
 			t.slots = append(t.slots, uint16(i))
 		}
@@ -335,7 +338,7 @@ func (t *shmTransport) detach(status wire.Status, why error) {
 
 // submit places calls in the ring, staging inputs that are not in the
 // window, and rings the doorbell once per batch that fits.
-func (t *shmTransport) submit(ctx context.Context, calls []*Call) error {
+func (t *Transport) Submit(ctx context.Context, calls []*handoff.Call) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var w ring.Waiter
@@ -370,7 +373,7 @@ func (t *shmTransport) submit(ctx context.Context, calls []*Call) error {
 
 // fill prepares as many of calls as the ring and the window have room for
 // and submits them with one store; it returns how many. With t.mu held.
-func (t *shmTransport) fill(calls []*Call) (int, error) {
+func (t *Transport) fill(calls []*handoff.Call) (int, error) {
 	n := 0
 	for n < len(calls) && n < t.qp.Room() && len(t.slots) > 0 {
 		d, err := t.prepare(calls[n])
@@ -392,50 +395,49 @@ func (t *shmTransport) fill(calls []*Call) (int, error) {
 	return n, nil
 }
 
-func (t *shmTransport) inflight() int {
+func (t *Transport) inflight() int {
 	return len(t.pending) - len(t.slots)
 }
 
 // prepare assigns a slot and builds the descriptor; inputs outside the
 // window are copied into staging buffers in it.
-func (t *shmTransport) prepare(c *Call) (wire.Desc, error) {
-	d, err := windowDesc(c, t.win, t.arena)
+func (t *Transport) prepare(c *handoff.Call) (wire.Desc, error) {
+	d, err := handoff.WindowDesc(c, t.win, t.arena)
 	if err != nil {
 		return d, err
 	}
 	slot := t.slots[len(t.slots)-1]
 	t.slots = t.slots[:len(t.slots)-1]
 	t.seq++
-	c.tag = t.seq<<16 | uint64(slot)
-	d.Tag = c.tag
-	c.traceSubmit(t.origin)
+	d.Tag = t.seq<<16 | uint64(slot)
+	c.Submitted(d.Tag, t.origin)
 	t.pending[slot] = c
 	return d, nil
 }
 
-func (t *shmTransport) unstage(c *Call) { unstage(c, t.arena) }
+func (t *Transport) unstage(c *handoff.Call) { handoff.Unstage(c, t.arena) }
 
 // reap polls completions and completes their calls. With t.mu held.
-func (t *shmTransport) reap() {
+func (t *Transport) reap() {
 	if t.broken != nil || t.qp == nil {
 		return
 	}
 	t.catch(t.reapRing) //nolint:errcheck // a lost region detached the calls
 }
 
-func (t *shmTransport) reapRing() {
+func (t *Transport) reapRing() {
 	n, err := t.qp.Poll(t.cq)
 	for _, d := range t.cq[:n] {
 		slot := int(d.Tag & 0xffff)
-		if slot >= len(t.pending) || t.pending[slot] == nil || t.pending[slot].tag != d.Tag {
+		if slot >= len(t.pending) || t.pending[slot] == nil || t.pending[slot].Tag() != d.Tag {
 			continue // not ours: a completion we no longer wait for
 		}
 		c := t.pending[slot]
 		t.pending[slot] = nil
 		t.slots = append(t.slots, uint16(slot))
-		res := windowResult(c, &d, t.win)
+		res := handoff.WindowResult(c, &d, t.win)
 		t.unstage(c)
-		c.complete(res, nil)
+		c.Complete(res, nil)
 	}
 	if n > 0 && t.bellRings.Load() {
 		// Another goroutine may sleep on the bell for a call just
@@ -448,7 +450,7 @@ func (t *shmTransport) reapRing() {
 }
 
 // fail handles a queue pair that stopped serving.
-func (t *shmTransport) fail(err error) {
+func (t *Transport) fail(err error) {
 	var st wire.Status
 	if !errors.As(err, &st) {
 		st = wire.StatusUnavailable
@@ -466,7 +468,7 @@ func (t *shmTransport) fail(err error) {
 }
 
 // poll reaps completions now, if no other goroutine is at it.
-func (t *shmTransport) poll() {
+func (t *Transport) Poll() {
 	if t.mu.TryLock() {
 		t.reap()
 		t.mu.Unlock()
@@ -514,7 +516,7 @@ const sleepClasses = 64
 // slots. A barrier between 1 MiB allreduces that take 2 ms then has its
 // first sleep held, and the allreduces not: by the last wait alone each
 // would get the other's.
-func sleepClass(c *Call) int {
+func sleepClass(c *handoff.Call) int {
 	n := 0
 	for _, b := range c.Req.In {
 		n += len(b)
@@ -531,16 +533,12 @@ func sleepClass(c *Call) int {
 	return int(h >> 58) // the top 6 bits: sleepClasses
 }
 
-// testHookCancelWake, set by tests, runs at the end of the wake a
-// sleeping wait gets when its context ends.
-var testHookCancelWake func()
-
 // untrustedSleep bounds one sleep until a call's expected end while the
 // agent's rings are not known to reach this process: only its time ends
 // it, so ctx's end is seen within this.
 const untrustedSleep = 10 * time.Millisecond
 
-func (t *shmTransport) wait(ctx context.Context, c *Call) error {
+func (t *Transport) Wait(ctx context.Context, c *handoff.Call) error {
 	var w ring.Waiter
 	// Past the spin and yield phases, sleep on the pair's completion bell:
 	// the agent wakes us when it publishes. Bounded, for agents that
@@ -556,11 +554,12 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 	qp, r := t.qp, t.region
 	deep := t.inflight() > deepQueue
 	t.mu.Unlock()
-	if c.meter != nil {
-		w.Leave = c.meter
+	if m := c.Meter(); m != nil {
+		w.Leave = m
 	}
+	wakeAt, spinTo := c.Expected()
 	switch {
-	case c.long && c.wakeAt.IsZero():
+	case c.Long() && wakeAt.IsZero():
 		// A long op whose end is not known: its completion is not
 		// within a spin, and spinning or yielding would only burn a core
 		// that the agent (on the same machine) or the application may
@@ -586,30 +585,30 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 		}
 		return s
 	}
-	if qp != nil && !c.wakeAt.IsZero() {
+	if qp != nil && !wakeAt.IsZero() {
 		// An op whose end is expected: sleep until shortly before it,
 		// then look without sleeping until shortly after; past that, as
 		// any long op (the Waiter's spin, then the bell).
-		for !c.done.Load() && ctx.Err() == nil {
-			d := time.Until(c.wakeAt)
+		for !c.Done() && ctx.Err() == nil {
+			d := time.Until(wakeAt)
 			if d <= 0 {
 				break
 			}
-			c.meter.park()
+			c.Park()
 			sleeper().sleep(d, true)
-			t.poll()
+			t.Poll()
 		}
-		for !c.done.Load() && ctx.Err() == nil && time.Now().Before(c.spinTo) {
-			t.poll()
+		for !c.Done() && ctx.Err() == nil && time.Now().Before(spinTo) {
+			t.Poll()
 			runtime.Gosched()
 		}
 		w.SkipYield()
 	}
-	for !c.done.Load() {
+	for !c.Done() {
 		if t.mu.TryLock() {
 			t.reap()
 			t.mu.Unlock()
-			if c.done.Load() {
+			if c.Done() {
 				return nil
 			}
 		}
@@ -626,9 +625,9 @@ func (t *shmTransport) wait(ctx context.Context, c *Call) error {
 
 // bellSleeper is how a wait sleeps on its pair's completion bell.
 type bellSleeper struct {
-	t   *shmTransport
+	t   *Transport
 	ctx context.Context
-	c   *Call
+	c   *handoff.Call
 	qp  *ring.HostQP
 	r   *ring.Region
 
@@ -640,7 +639,7 @@ type bellSleeper struct {
 
 func (s *bellSleeper) sleepAny(d time.Duration) { s.sleep(d, false) }
 
-func (s *bellSleeper) waiting() bool { return !s.c.done.Load() }
+func (s *bellSleeper) waiting() bool { return !s.c.Done() }
 
 // sleep sleeps on the bell for d, or (!exact, once the agent's rings are
 // known to reach us) until rung.
@@ -657,7 +656,7 @@ func (s *bellSleeper) sleep(d time.Duration, exact bool) {
 			s.unhook = context.AfterFunc(s.ctx, func() {
 				defer close(s.woken)
 				s.r.CatchFault(s.qp.WakeSleepers) //nolint:errcheck // see below
-				if h := testHookCancelWake; h != nil {
+				if h := s.t.o.OnCancelWake; h != nil {
 					h()
 				}
 			})
@@ -709,9 +708,9 @@ func (s *bellSleeper) close() {
 // heartbeat keeps the lease alive and notices an agent that died without
 // saying so (its heartbeat stops): calls in flight then fail with
 // StatusUnavailable instead of waiting forever.
-func (t *shmTransport) heartbeat() {
+func (t *Transport) heartbeat() {
 	defer t.wg.Done()
-	tick := time.NewTicker(t.o.heartbeat)
+	tick := time.NewTicker(t.o.Heartbeat)
 	defer tick.Stop()
 	for {
 		select {
@@ -725,9 +724,39 @@ func (t *shmTransport) heartbeat() {
 	}
 }
 
+// BellRings reports whether the agent's ring has been seen to end a
+// sleep: its rings reach this kernel, and long waits sleep until the ring.
+func (t *Transport) BellRings() bool { return t.bellRings.Load() }
+
+// Detached reports whether the transport has given its agent up (until
+// the next op attaches again).
+func (t *Transport) Detached() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.broken != nil
+}
+
+// SleptLong reports whether the last wait of a call like req (its sleep
+// class) slept a held sleep's length or more, so that the next one's
+// first sleep is not held.
+func (t *Transport) SleptLong(req handoff.Request) bool {
+	var c handoff.Call
+	c.Req = req
+	return t.longSleeps[sleepClass(&c)].Load()
+}
+
+// Look takes one of the heartbeat's looks as if the time were now: it
+// beats the lease and judges the agent's heartbeat (the transport looks
+// every Options.Heartbeat by itself).
+func (t *Transport) Look(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.catch(func() { t.tick(now) }) //nolint:errcheck // a lost region detaches
+}
+
 // tick beats the lease and watches the agent's heartbeat in the pair's
 // own block. With t.mu held.
-func (t *shmTransport) tick(now time.Time) {
+func (t *Transport) tick(now time.Time) {
 	if t.broken != nil || t.qp == nil {
 		return
 	}
@@ -742,14 +771,14 @@ func (t *shmTransport) tick(now time.Time) {
 	}
 }
 
-func (t *shmTransport) close() error {
+func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return nil
 	}
 	t.closed = true
-	if t.catch(func() { t.detach(wire.StatusClosed, ErrClosed) }) != nil {
+	if t.catch(func() { t.detach(wire.StatusClosed, handoff.ErrClosed) }) != nil {
 		t.broken = wire.StatusClosed
 	}
 	close(t.stop)

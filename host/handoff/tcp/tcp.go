@@ -1,4 +1,4 @@
-package host
+package tcp
 
 import (
 	"context"
@@ -8,15 +8,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/shared/trace"
 	"github.com/hecsys/hec/shared/wire"
 )
 
-// tcpTransport runs ops over a TCP connection with payloads inline: the
+// Transport runs ops over a TCP connection with payloads inline: the
 // fallback transport, and the way to an agent across the host–DPU network.
-type tcpTransport struct {
+type Transport struct {
 	addr string
-	o    options
+	o    handoff.Options
 
 	wmu    sync.Mutex // serialises dialing and writes
 	conn   net.Conn
@@ -24,15 +25,17 @@ type tcpTransport struct {
 	closed bool
 
 	pmu     sync.Mutex
-	pending map[uint64]*Call
+	pending map[uint64]*handoff.Call
 	seq     uint64
 }
 
 // maxTCPOp bounds one op's payload (the agent's default frame limit).
 const maxTCPOp = wire.DefaultMaxPayload
 
-func dialTCP(ctx context.Context, addr string, o options) (*tcpTransport, error) {
-	t := &tcpTransport{addr: addr, o: o, pending: map[uint64]*Call{}}
+// Dial connects to the agent's TCP handoff at addr (HOST:PORT), proving
+// o.Token where one is given.
+func Dial(ctx context.Context, addr string, o handoff.Options) (*Transport, error) {
+	t := &Transport{addr: addr, o: o, pending: map[uint64]*handoff.Call{}}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if err := t.dial(ctx); err != nil {
@@ -42,8 +45,8 @@ func dialTCP(ctx context.Context, addr string, o options) (*tcpTransport, error)
 }
 
 // dial connects and starts the reader. With t.wmu held.
-func (t *tcpTransport) dial(ctx context.Context) error {
-	dial := t.o.dial
+func (t *Transport) dial(ctx context.Context) error {
+	dial := t.o.Dial
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -68,8 +71,8 @@ func (t *tcpTransport) dial(ctx context.Context) error {
 // on the connection) and checks the agent's proof. Without a token there
 // is nothing to do: an agent that wants one sends its challenge, which
 // the reader recognises (sniffer) and reports.
-func (t *tcpTransport) authenticate(ctx context.Context, c net.Conn) error {
-	if t.o.token == "" {
+func (t *Transport) authenticate(ctx context.Context, c net.Conn) error {
+	if t.o.Token == "" {
 		return nil
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -78,7 +81,7 @@ func (t *tcpTransport) authenticate(ctx context.Context, c net.Conn) error {
 	}
 	c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
-	if err := wire.AuthHost(c, []byte(t.o.token)); err != nil {
+	if err := wire.AuthHost(c, []byte(t.o.Token)); err != nil {
 		return fmt.Errorf("connect %s: %v: %w", t.addr, err, wire.StatusDenied)
 	}
 	return nil
@@ -104,22 +107,22 @@ func (s *sniffer) Read(p []byte) (int, error) {
 // challenged reports whether the stream began with an agent's challenge.
 func (s *sniffer) challenged() bool { return s.n == len(s.first) && s.first == wire.AuthMagic }
 
-func (t *tcpTransport) String() string { return "tcp://" + t.addr }
-func (t *tcpTransport) window() int    { return maxTCPOp }
+func (t *Transport) String() string { return "tcp://" + t.addr }
+func (t *Transport) Window() int    { return maxTCPOp }
 
-func (t *tcpTransport) inWindow([]byte) bool { return false }
+func (t *Transport) InWindow([]byte) bool { return false }
 
-func (t *tcpTransport) windowSGL([]byte, [][]byte) ([]byte, bool)       { return nil, false }
-func (t *tcpTransport) windowRuns(_, _ [][]byte) ([]byte, []byte, bool) { return nil, nil, false }
+func (t *Transport) WindowSGL([]byte, [][]byte) ([]byte, bool)       { return nil, false }
+func (t *Transport) WindowRuns(_, _ [][]byte) ([]byte, []byte, bool) { return nil, nil, false }
 
-func (t *tcpTransport) alloc(n int) ([]byte, error) { return make([]byte, n), nil }
-func (t *tcpTransport) free([]byte) error           { return nil }
+func (t *Transport) Alloc(n int) ([]byte, error) { return make([]byte, n), nil }
+func (t *Transport) Free([]byte) error           { return nil }
 
-func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
+func (t *Transport) Submit(ctx context.Context, calls []*handoff.Call) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if t.closed {
-		return ErrClosed
+		return handoff.ErrClosed
 	}
 	if t.conn == nil {
 		if err := t.dial(ctx); err != nil {
@@ -127,27 +130,14 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 		}
 	}
 	for _, c := range calls {
-		nIn := len(c.Req.In)
-		d := wire.Desc{Op: c.Req.Op, Flags: c.Req.Flags, Arg0: c.Req.Arg0, Arg1: c.Req.Arg1, NSpan: uint8(nIn + len(c.Req.Out))}
-		off, reserve := 0, 0
-		for i, b := range c.Req.In {
-			d.Spans[i] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
-			off += len(b)
-		}
-		for j, b := range c.Req.Out { // room the agent appends to the payload
-			d.Spans[nIn+j] = wire.Span{Off: uint32(off), Len: uint32(len(b))}
-			c.outSpans[j] = d.Spans[nIn+j]
-			off += len(b)
-			reserve += len(b)
-		}
-		c.ch = make(chan struct{})
-		c.traceSubmit(t.origin) // before the reader can see the call
+		d, reserve := handoff.StreamDesc(c)
+		c.Arm()
 		t.pmu.Lock()
 		t.seq++
-		c.tag = t.seq
-		t.pending[c.tag] = c
+		d.Tag = t.seq
+		c.Submitted(d.Tag, t.origin) // before the reader can see the call
+		t.pending[d.Tag] = c
 		t.pmu.Unlock()
-		d.Tag = c.tag
 		if err := wire.WriteFrameReserve(t.conn, &d, reserve, c.Req.In...); err != nil {
 			t.conn.Close()
 			t.conn = nil
@@ -161,7 +151,7 @@ func (t *tcpTransport) submit(ctx context.Context, calls []*Call) error {
 // read completes calls from responses until the connection ends; then every
 // call still pending fails with StatusUnavailable (retryable), and the next
 // submit dials again.
-func (t *tcpTransport) read(c net.Conn) {
+func (t *Transport) read(c net.Conn) {
 	sn := &sniffer{r: c}
 	fr := wire.NewFrameReader(sn, maxTCPOp)
 	for {
@@ -173,7 +163,7 @@ func (t *tcpTransport) read(c net.Conn) {
 			}
 			t.wmu.Unlock()
 			c.Close()
-			if t.o.token == "" && sn.challenged() {
+			if t.o.Token == "" && sn.challenged() {
 				t.failAll(fmt.Errorf("host: the agent at %s requires the operator's token (host.WithToken): %w", t.addr, wire.StatusDenied))
 				return
 			}
@@ -185,43 +175,25 @@ func (t *tcpTransport) read(c net.Conn) {
 		delete(t.pending, d.Tag)
 		t.pmu.Unlock()
 		if call != nil {
-			res := Result{Status: d.Status, Arg0: d.Arg0, Arg1: d.Arg1}
-			if len(call.Req.Out) > 0 { // on error too: a reason, when the op writes one
-				pos := 0
-				call.placeOutputs(&res, d.SpanList(), func(sp wire.Span) []byte {
-					if pos+int(sp.Len) > len(payload) {
-						return nil
-					}
-					b := payload[pos : pos+int(sp.Len)]
-					pos += int(sp.Len)
-					return b
-				})
-			}
-			call.complete(res, nil)
+			call.Complete(handoff.StreamResult(call, &d, payload), nil)
 		}
 	}
 }
 
-func (t *tcpTransport) failAll(err error) {
+func (t *Transport) failAll(err error) {
 	t.pmu.Lock()
 	defer t.pmu.Unlock()
 	for tag, c := range t.pending {
-		c.complete(Result{Status: wire.StatusUnavailable}, err)
+		c.Complete(handoff.Result{Status: wire.StatusUnavailable}, err)
 		delete(t.pending, tag)
 	}
 }
 
-func (t *tcpTransport) wait(ctx context.Context, c *Call) error {
-	c.meter.park() // it blocks on the channel
-	select {
-	case <-c.ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (t *Transport) Wait(ctx context.Context, c *handoff.Call) error {
+	return c.Await(ctx)
 }
 
-func (t *tcpTransport) close() error {
+func (t *Transport) Close() error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	t.closed = true
@@ -229,6 +201,6 @@ func (t *tcpTransport) close() error {
 		t.conn.Close()
 		t.conn = nil
 	}
-	t.failAll(ErrClosed)
+	t.failAll(handoff.ErrClosed)
 	return nil
 }
