@@ -194,6 +194,8 @@ if /mnt/hecctl ping --agent rdma://` + agent + ` --n 5 2>&1; then echo "ANSWERED
 //     peer's region; the RDMA connection manager connects a client to a
 //     listener that checks the key the request carries (a wrong one is
 //     rejected);
+//   - host/handoff/rdma: the host's RDMA transport held to the contract
+//     every host transport is (handofftest), as shm and tcp are here;
 //   - dpu: the handoff over RDMA (TestRDMAHandoff): the host library's
 //     round trips against an agent, the same as over TCP, a hostile
 //     host's descriptors, the token.
@@ -208,6 +210,7 @@ func TestRDMAVerbsInGuest(t *testing.T) {
 	}{
 		{"../../shared/verbs", "verbs.test", "TestRDMA|TestEndpoint", []string{"TestRDMALoopback", "TestRDMAConnectionManager"}},
 		{"../../shared/rdmalink", "rdmalink.test", "TestRDMA", []string{"TestRDMAStreamIsAConn", "TestRDMAStreamCarriesBytes"}},
+		{"../../host/handoff/rdma", "handoffrdma.test", "TestRDMA", []string{"TestRDMAContract"}},
 		{"../../dpu", "dpu.test", "TestRDMAHandoff|TestRDMAPeerLinks", []string{"TestRDMAHandoff/tcp", "TestRDMAHandoff/rdma", "TestRDMAHandoff/hostile", "TestRDMAHandoff/token", "TestRDMAPeerLinks"}},
 	}
 	script := `set -e
@@ -220,7 +223,7 @@ rdma link add rxe0 type rxe netdev eth0
 		if out, err := exec.Command("go", "test", "-c", "-o", filepath.Join(work, s.bin), s.pkg).CombinedOutput(); err != nil {
 			t.Fatalf("go test -c %s: %v\n%s", s.pkg, err, out)
 		}
-		script += "HEC_REQUIRE_RDMA=1 /mnt/" + s.bin + " -test.v -test.count=1 -test.run '" + s.run + "'\n"
+		script += "HEC_REQUIRE_RDMA=1 /mnt/" + s.bin + " -test.v -test.count=1 -test.timeout=3m -test.run '" + s.run + "'\n"
 	}
 	accel, why := guestvm.Accel(ctx)
 	t.Logf("guest: %s (%s)", accel, why)
