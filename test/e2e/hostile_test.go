@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http"
@@ -300,40 +301,68 @@ func TestFloodBesideWellBehavedOnOneCore(t *testing.T) {
 		{"one flood, the checksums in chunks", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Three pairs: the flood, the well-behaved client, the third.
-			region, mgmt, _, _ := startHecdFlags(t, []string{"taskset", "-c", strconv.Itoa(last)}, []string{"--queue-pairs", "3"})
-			var third *atomic.Int64
-			if tc.polite {
-				var stop func()
-				third, stop = costlyOneAtATime(t, region)
-				defer stop()
-			}
-			// 0 here; 1 leaves room for this process losing its core to
-			// other tests now and then, and still fails the code before
-			// (3, four runs).
-			m, o := floodBeside(t, region, besideFlood{inFlight: 256, other: third, outside: tc.outside})
-			if m > 1 {
-				t.Fatalf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 1", m)
-			}
-			// Served inside a slice of the third pair's descriptor, the
-			// checksum ends before it: 0 of them complete meanwhile
-			// (median). On the code before, the checksum waited for the
-			// whole descriptor: 1.
-			if tc.polite && o > 0 {
-				t.Fatalf("a 1 MiB checksum waited (median) while %d of the third pair's descriptors completed, want 0", o)
-			}
-			t.Logf("the agent's worst wait for a worker of a lone request: %.3f ms", 1e3*metricValue(t, mgmt, "hec_worker_lone_wait_max_seconds"))
-			// One slice of each other pair with work: the flood's, and
-			// the third pair's when its request came at the same time.
-			others := 1.0
-			if tc.polite {
-				others = 2
-			}
-			if n := metricValue(t, mgmt, "hec_worker_lone_wait_max_slices"); n > others {
-				t.Fatalf("a lone request waited while %v slices of other work were served, more than %v", n, others)
+			// A round on a fresh agent: three pairs, the flood, the
+			// well-behaved client, the third. The counts are the host's
+			// view: a round in which this process lost its core to other
+			// tests (CI) for longer than a slice may see one more
+			// complete. Up to three rounds, and one must hold; the code
+			// before fails every one (its counts are the same in every
+			// run: 3 and 1).
+			var seen []string
+			for round := 1; ; round++ {
+				mgmt, agent, why := floodRound(t, last, tc.polite, tc.outside)
+				if why == "" {
+					if round > 1 {
+						t.Logf("held in round %d; before: %s", round, strings.Join(seen, "; "))
+					}
+					t.Logf("the agent's worst wait for a worker of a lone request: %.3f ms", 1e3*metricValue(t, mgmt, "hec_worker_lone_wait_max_seconds"))
+					// One slice of each other pair with work: the flood's, and
+					// the third pair's when its request came at the same time.
+					others := 1.0
+					if tc.polite {
+						others = 2
+					}
+					if n := metricValue(t, mgmt, "hec_worker_lone_wait_max_slices"); n > others {
+						t.Fatalf("a lone request waited while %v slices of other work were served, more than %v", n, others)
+					}
+					return
+				}
+				agent.Process.Kill() // its core is the next round's
+				agent.Wait()
+				seen = append(seen, fmt.Sprintf("round %d: %s", round, why))
+				if round == 3 {
+					t.Fatal(strings.Join(seen, "; "))
+				}
 			}
 		})
 	}
+}
+
+// floodRound runs one round of TestFloodBesideWellBehavedOnOneCore on a
+// fresh agent pinned to core last and returns its management address,
+// the agent, and why the round failed ("" when it held).
+func floodRound(t *testing.T, last int, polite, outside bool) (mgmt string, agent *exec.Cmd, why string) {
+	t.Helper()
+	region, mgmt, _, agent := startHecdFlags(t, []string{"taskset", "-c", strconv.Itoa(last)}, []string{"--queue-pairs", "3"})
+	var third *atomic.Int64
+	if polite {
+		var stop func()
+		third, stop = costlyOneAtATime(t, region)
+		defer stop()
+	}
+	m, o := floodBeside(t, region, besideFlood{inFlight: 256, other: third, outside: outside})
+	// 0 here; 1 leaves room for this process losing its core to other
+	// tests now and then, and still fails the code before (3, four runs).
+	if m > 1 {
+		return mgmt, agent, fmt.Sprintf("a 1 MiB checksum waited (median) while %d flood descriptors completed, more than 1", m)
+	}
+	// Served inside a slice of the third pair's descriptor, the checksum
+	// ends before it: 0 of them complete meanwhile (median). On the code
+	// before, the checksum waited for the whole descriptor: 1.
+	if polite && o > 0 {
+		return mgmt, agent, fmt.Sprintf("a 1 MiB checksum waited (median) while %d of the third pair's descriptors completed, want 0", o)
+	}
+	return mgmt, agent, ""
 }
 
 // costlyOneAtATime sends the most costly descriptor the agent accepts over
