@@ -15,6 +15,7 @@ float64), and rank 0 saves the weights and the losses to OUT.pt for the
 caller to compare.
 """
 
+import gc
 import os
 import sys
 
@@ -153,19 +154,42 @@ def collectives():
     dist.destroy_process_group()
 
 
-def exact_hook(_, bucket):
+def exact_hook(kept, bucket):
     """gloo's allreduce in float64, rounded to float32 once: the gradients'
     sums as good as float32 holds them, the reference that measures what
-    reduction order alone changes."""
+    reduction order alone changes. The float64 copies given to gloo are
+    kept (gloo_teardown says why)."""
     t = bucket.buffer()
     d = t.double().div_(dist.get_world_size())
-    fut = dist.all_reduce(d, async_op=True).get_future()
+    kept.append(d)
+    del kept[:-16]
+    dist.all_reduce(d)
+    t.copy_(d)
+    fut = torch.futures.Future()
+    fut.set_result(t)
+    return fut
 
-    def back(f):
-        t.copy_(f.value()[0])
-        return t
 
-    return fut.then(back)
+def gloo_teardown(model, kept):
+    """Ends the process group and drops the DDP model before the tensors
+    given to gloo (kept).
+
+    torch 1.13's ProcessGroupGloo destructor joins its worker threads
+    holding the GIL (pytorch/pytorch#56297), and it runs when the DDP
+    model's reducer, which holds the group's last reference, goes. A
+    worker that drops the last reference to a tensor made in Python (the
+    float64 copy the exact hook gave it) frees it, which takes the GIL:
+    when that came after the main thread began the join, the rank hung at
+    exit after printing its result (seen under load, 1 run in 2, 4 ranks;
+    the gdb stacks: the main thread in ~ProcessGroupGloo's join, the
+    worker in ~TensorImpl waiting for the GIL, and, before the hook waited
+    for its allreduce, in finishWorkGloo running the hook's callback).
+    Dropped here in that order, no worker frees a Python tensor, and none
+    runs a Python callback (the hook waits and returns a done future)."""
+    dist.destroy_process_group()
+    del model[:]
+    gc.collect()
+    kept.clear()
 
 
 def ddp(out, how, steps=50):
@@ -180,8 +204,9 @@ def ddp(out, how, steps=50):
     m = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     if how in ("hook", "bf16"):
         m.register_comm_hook(hec.torch.state(), hec.torch.allreduce_hook if how == "hook" else hec.torch.bf16_compress_hook)
+    kept = []
     if how == "exact":
-        m.register_comm_hook(None, exact_hook)
+        m.register_comm_hook(kept, exact_hook)
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1234)
     text = torch.randint(0, 256, (steps * world * 8, 33), generator=g)
@@ -199,7 +224,9 @@ def ddp(out, how, steps=50):
     if rank == 0:
         torch.save({"state": model.state_dict(), "losses": losses}, out)
     print("rank %d: ddp %s OK, loss %.4f -> %.4f" % (rank, how, losses[0], losses[-1]), flush=True)
-    dist.destroy_process_group()
+    held = [m, model, opt, loss]
+    del m, model, opt, loss
+    gloo_teardown(held, kept)
 
 
 if __name__ == "__main__":
