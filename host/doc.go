@@ -21,7 +21,7 @@
 // Dial picks the transport by the target's scheme (shm://, tcp://,
 // rdma://); each is a package of its own behind handoff.Transport
 // (host/handoff/shm, tcp, rdma), held to one contract
-// (host/handoff/handofftest). Request, Result and Call are handoff's.
+// (test/handofftest). Request, Result and Call are handoff's.
 //
 // # Calls
 //

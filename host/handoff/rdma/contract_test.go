@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/hecsys/hec/host/handoff"
-	"github.com/hecsys/hec/host/handoff/handofftest"
 	"github.com/hecsys/hec/host/handoff/rdma"
 	"github.com/hecsys/hec/shared/verbs/verbstest"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // TestRDMAContract: the RDMA transport against an agent's RDMA handoff,

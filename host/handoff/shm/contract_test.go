@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/hecsys/hec/host/handoff"
-	"github.com/hecsys/hec/host/handoff/handofftest"
 	"github.com/hecsys/hec/host/handoff/shm"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // TestContract: the shared-memory transport against an agent's region.

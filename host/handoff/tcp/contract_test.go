@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/hecsys/hec/host/handoff"
-	"github.com/hecsys/hec/host/handoff/handofftest"
 	"github.com/hecsys/hec/host/handoff/tcp"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // TestContract: the TCP transport against an agent's TCP handoff.
