@@ -46,22 +46,12 @@ func Start(t testing.TB, s Serve) Agent {
 		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off},
 		RDMA: dpu.RDMAConfig{Listen: s.RDMA},
 	}
-	a, err := dpu.New(cfg, slog.New(slog.DiscardHandler))
+	a, stop, err := RunAgent(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("the agent stopped before it was ready: %v", err)
-	}
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		stop()
 		if s.Shm {
 			os.Remove(shm)
 		}
@@ -71,6 +61,24 @@ func Start(t testing.TB, s Serve) Agent {
 		ag.Shm = shm
 	}
 	return ag
+}
+
+// RunAgent runs an agent on cfg in this process until stop, once it is
+// ready (an error: why it stopped before).
+func RunAgent(cfg dpu.Config, log *slog.Logger) (a *dpu.Agent, stop func(), err error) {
+	if a, err = dpu.New(cfg, log); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		cancel()
+		return nil, nil, fmt.Errorf("the agent stopped before it was ready: %w", err)
+	}
+	return a, func() { cancel(); <-done }, nil
 }
 
 // Dial makes a transport to the test's agent.

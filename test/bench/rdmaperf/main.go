@@ -18,6 +18,7 @@ import (
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/verbs"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // Result is what the client prints: per transport, the ping's round trip
@@ -236,8 +237,8 @@ func runAgent(tcpAddr, rdmaAddr string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	a, stop, err := startAgent(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: tcpAddr, Mgmt: dpu.Off, StateDir: state, Insecure: true},
-		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}, RDMA: dpu.RDMAConfig{Listen: rdmaAddr}})
+	a, stop, err := handofftest.RunAgent(dpu.Config{Agent: dpu.AgentConfig{Shm: dpu.Off, TCP: tcpAddr, Mgmt: dpu.Off, StateDir: state, Insecure: true},
+		RESP: dpu.RESPConfig{Addr: dpu.Off}, UDP: dpu.UDPConfig{Addr: dpu.Off}, RDMA: dpu.RDMAConfig{Listen: rdmaAddr}}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -246,24 +247,6 @@ func runAgent(tcpAddr, rdmaAddr string) (stop func(), err error) {
 		return nil, fmt.Errorf("the agent serves no RDMA handoff: %+v", st.RDMA)
 	}
 	return stop, nil
-}
-
-// startAgent runs an agent on cfg in this process until stop.
-func startAgent(cfg dpu.Config) (*dpu.Agent, func(), error) {
-	a, err := dpu.New(cfg, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		cancel()
-		return nil, nil, fmt.Errorf("agent: %w", err)
-	}
-	return a, func() { cancel(); <-done }, nil
 }
 
 // handoffSizes are the checksums measured through the agent: buffers of

@@ -11,6 +11,7 @@ import (
 	"github.com/hecsys/hec/dpu"
 	"github.com/hecsys/hec/host"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // The peer links measured: an agent on each guest per transport (node 1
@@ -59,7 +60,7 @@ func peerAgents(node uint32, ip string) (clients map[string]*host.Client, stop f
 			Peer: dpu.PeerConfig{NodeID: node, Addr: fmt.Sprintf("%s:%d", ip, pt.port), ClusterKeyFile: keyFile, Transport: pt.name,
 				Peers:    []string{fmt.Sprintf("1@10.9.0.1:%d", pt.port), fmt.Sprintf("2@10.9.0.2:%d", pt.port)},
 				Deadline: dpu.Duration{Duration: 10 * time.Second}}}
-		a, s, err := startAgent(cfg)
+		a, s, err := handofftest.RunAgent(cfg, nil)
 		if err != nil {
 			stop()
 			return nil, nil, fmt.Errorf("peers over %s: %w", pt.name, err)
