@@ -170,11 +170,6 @@ func (c *Call) Await(ctx context.Context) error {
 	}
 }
 
-// SetOutSpan records where Out buffer j lies in the transport's address
-// space (a stream transport's payload and its reserve), so that
-// PlaceOutputs finds the agent's writes to it.
-func (c *Call) SetOutSpan(j int, sp wire.Span) { c.outSpans[j] = sp }
-
 // PlaceOutputs copies what the agent wrote (the completion's spans, whose
 // bytes read returns) into the call's Out buffers and records them in
 // res. Spans outside every Out buffer are ignored: the agent is not

@@ -356,3 +356,52 @@ func closeInFlight(t *testing.T, ctx context.Context, tr handoff.Transport) {
 		t.Fatalf("a second Close: %v", err)
 	}
 }
+
+// AskALiar runs one op over tr against a lying agent of the test's, which
+// answers Arg0 7 to every op of its own: a KV get with 8 bytes of the
+// caller's input ("input!!!") and an Out buffer of 16, whose span starts 8
+// bytes into the request's memory. The call must end with the agent's
+// answer (broken: fail retryably instead), leave the input alone, have
+// placed exactly placed (at the Out buffer's 4th byte, the rest of it
+// zero), and the transport must serve the next op (a ping: 7).
+func AskALiar(t *testing.T, tr handoff.Transport, placed []byte, broken bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in := []byte("input!!!")
+	out := make([]byte, 16)
+	c := handoff.NewCall(handoff.Request{Op: wire.OpKVGet, In: [][]byte{in}, Out: [][]byte{out}}, nil)
+	if err := tr.Submit(ctx, c.One()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(ctx, c); err != nil {
+		t.Fatalf("the call did not end: %v", err)
+	}
+	res, err := c.Outcome()
+	if broken {
+		if err == nil || !wire.IsRetryable(err) {
+			t.Fatalf("%v %v, want a retryable failure", res.Status, err)
+		}
+	} else if err != nil || res.Arg0 != 7 {
+		t.Fatalf("%v arg0 %d %v, want the agent's answer (7)", res.Status, res.Arg0, err)
+	}
+	if string(in) != "input!!!" {
+		t.Fatalf("the caller's input was written: %q", in)
+	}
+	var got []byte
+	for _, o := range res.Out {
+		got = append(got, o...)
+	}
+	if !bytes.Equal(got, placed) {
+		t.Fatalf("outputs placed %q, want %q", got, placed)
+	}
+	want := make([]byte, 16)
+	copy(want[4:], placed)
+	if !bytes.Equal(out, want) {
+		t.Fatalf("the Out buffer holds %q, want %q", out, want)
+	}
+	res, err = do(ctx, tr, handoff.Request{Op: wire.OpPing})
+	if err != nil || res.Arg0 != 7 {
+		t.Fatalf("the next op: %v %d %v", res.Status, res.Arg0, err)
+	}
+}

@@ -1,7 +1,6 @@
 package shm_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/hecsys/hec/host/handoff/shm"
 	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // lyingRegion formats a region of one queue pair whose agent, a loop of
@@ -109,45 +109,7 @@ func TestALyingAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			in := []byte("input!!!")
-			out := make([]byte, 16)
-			c := handoff.NewCall(handoff.Request{Op: wire.OpKVGet, In: [][]byte{in}, Out: [][]byte{out}}, nil)
-			if err := tr.Submit(ctx, c.One()); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Wait(ctx, c); err != nil {
-				t.Fatalf("the call did not end: %v", err)
-			}
-			res, err := c.Outcome()
-			if err != nil || res.Arg0 != 7 {
-				t.Fatalf("%v arg0 %d %v, want the agent's answer (7)", res.Status, res.Arg0, err)
-			}
-			if string(in) != "input!!!" {
-				t.Fatalf("the caller's input was written: %q", in)
-			}
-			var placed []byte
-			for _, o := range res.Out {
-				placed = append(placed, o...)
-			}
-			if !bytes.Equal(placed, tc.placed) {
-				t.Fatalf("outputs placed %q, want %q", placed, tc.placed)
-			}
-			want := make([]byte, 16)
-			copy(want[4:], tc.placed)
-			if !bytes.Equal(out, want) {
-				t.Fatalf("the Out buffer holds %q, want %q", out, want)
-			}
-			// The pair goes on.
-			c2 := handoff.NewCall(handoff.Request{Op: wire.OpPing}, nil)
-			if err := tr.Submit(ctx, c2.One()); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Wait(ctx, c2); err != nil {
-				t.Fatal(err)
-			}
-			if res, err := c2.Outcome(); err != nil || res.Arg0 != 7 {
-				t.Fatalf("the next op: %v %d %v", res.Status, res.Arg0, err)
-			}
+			handofftest.AskALiar(t, tr, tc.placed, false)
 		})
 	}
 }

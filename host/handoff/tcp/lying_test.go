@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"net"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/hecsys/hec/host/handoff"
 	"github.com/hecsys/hec/host/handoff/tcp"
 	"github.com/hecsys/hec/shared/wire"
+	"github.com/hecsys/hec/test/handofftest"
 )
 
 // lyingAgent accepts connections on loopback and answers each request
@@ -117,48 +117,7 @@ func TestALyingAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			in := []byte("input!!!")
-			out := make([]byte, 16)
-			c := handoff.NewCall(handoff.Request{Op: wire.OpKVGet, In: [][]byte{in}, Out: [][]byte{out}}, nil)
-			if err := tr.Submit(ctx, c.One()); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Wait(ctx, c); err != nil {
-				t.Fatalf("the call did not end: %v", err)
-			}
-			res, err := c.Outcome()
-			if tc.broken {
-				if err == nil || !wire.IsRetryable(err) {
-					t.Fatalf("%v %v, want a retryable failure", res.Status, err)
-				}
-			} else if err != nil || res.Arg0 != 7 {
-				t.Fatalf("%v arg0 %d %v, want the call's own answer (7)", res.Status, res.Arg0, err)
-			}
-			if string(in) != "input!!!" {
-				t.Fatalf("the input buffer was written: %q", in)
-			}
-			var placed []byte
-			for _, o := range res.Out {
-				placed = append(placed, o...)
-			}
-			if !bytes.Equal(placed, tc.placed) {
-				t.Fatalf("outputs placed %q, want %q", placed, tc.placed)
-			}
-			if want := append(make([]byte, 4), tc.placed...); tc.placed != nil && !bytes.Equal(out[:8], want) || tc.placed == nil && !bytes.Equal(out, make([]byte, 16)) {
-				t.Fatalf("the Out buffer holds %q", out)
-			}
-			// The transport goes on: after a broken stream it connects
-			// again (to an honest answer).
-			c2 := handoff.NewCall(handoff.Request{Op: wire.OpPing}, nil)
-			if err := tr.Submit(ctx, c2.One()); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Wait(ctx, c2); err != nil {
-				t.Fatal(err)
-			}
-			if res, err := c2.Outcome(); err != nil || errors.Is(err, wire.StatusUnavailable) || res.Arg0 != 7 {
-				t.Fatalf("the next op: %v %d %v", res.Status, res.Arg0, err)
-			}
+			handofftest.AskALiar(t, tr, tc.placed, tc.broken)
 		})
 	}
 }
