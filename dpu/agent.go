@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/dpu/handoff"
+	"github.com/hecsys/hec/dpu/lockfile"
 	"github.com/hecsys/hec/shared/api"
 	"github.com/hecsys/hec/shared/ring"
 )
@@ -227,18 +228,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir %s: %w", c.StateDir, err)
 	}
-	stateLock, err := lockFile(filepath.Join(c.StateDir, "hecd.lock"), true, 0o644)
+	stateLock, err := lockfile.Lock(filepath.Join(c.StateDir, "hecd.lock"), true, 0o644)
 	if err != nil {
 		return fmt.Errorf("--state-dir %s: %w", c.StateDir, err)
 	}
 	cleanup = append(cleanup, func() { stateLock.Close() })
 	if c.Shm != Off {
 		_, statErr := os.Stat(c.Shm)
-		regionLock, err := lockFile(c.Shm, !c.MapExisting, 0o600)
+		regionLock, err := lockfile.Lock(c.Shm, !c.MapExisting, 0o600)
 		if err != nil {
-			var held *errLocked
+			var held *lockfile.HeldError
 			if errors.As(err, &held) {
-				return fmt.Errorf("--shm %s: served by another agent (pid %d); leaving it alone", c.Shm, held.pid)
+				return fmt.Errorf("--shm %s: served by another agent (pid %d); leaving it alone", c.Shm, held.PID)
 			}
 			return fmt.Errorf("--shm %s: %w", c.Shm, err)
 		}

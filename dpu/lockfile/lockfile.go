@@ -1,4 +1,4 @@
-package dpu
+package lockfile
 
 import (
 	"bufio"
@@ -12,25 +12,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errLocked is returned by lockFile when another process holds the lock.
-type errLocked struct {
-	path string
-	pid  int // 0: unknown
+// HeldError is returned by Lock when another process holds the lock.
+type HeldError struct {
+	Path string
+	PID  int // 0: unknown
 }
 
-func (e *errLocked) Error() string {
-	if e.pid > 0 {
-		return fmt.Sprintf("%s is in use by hecd pid %d", e.path, e.pid)
+func (e *HeldError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("%s is in use by hecd pid %d", e.Path, e.PID)
 	}
-	return fmt.Sprintf("%s is in use by another process", e.path)
+	return fmt.Sprintf("%s is in use by another process", e.Path)
 }
 
-// lockFile opens path (creating it with mode when create is set) and takes
+// Lock opens path (creating it with mode when create is set) and takes
 // an exclusive flock on it, without waiting. The lock lasts until the
 // returned file is closed, or the process ends. A file system that has no
 // locks (ENOLCK, EINVAL: some device files) is not an error: the file
 // comes back unlocked.
-func lockFile(path string, create bool, mode os.FileMode) (*os.File, error) {
+func Lock(path string, create bool, mode os.FileMode) (*os.File, error) {
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE
@@ -43,7 +43,7 @@ func lockFile(path string, create bool, mode os.FileMode) (*os.File, error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			pid := lockHolder(f)
 			f.Close()
-			return nil, &errLocked{path: path, pid: pid}
+			return nil, &HeldError{Path: path, PID: pid}
 		}
 		if !errors.Is(err, unix.ENOLCK) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOPNOTSUPP) {
 			f.Close()
