@@ -382,16 +382,3 @@ func (s *Shared) insecureListeners() []string {
 	defer s.mu.Unlock()
 	return slices.Clone(s.insecure)
 }
-
-// ownRegion makes the region file f the agent's alone: mode 0600, owned
-// by the agent's user (a file someone else made beforehand is taken over,
-// or refused when the agent may not).
-func ownRegion(f *os.File) error {
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("make the region file 0600: %w", err)
-	}
-	if err := f.Chown(os.Geteuid(), os.Getegid()); err != nil {
-		return fmt.Errorf("the region file belongs to another user and cannot be taken over: %w", err)
-	}
-	return nil
-}

@@ -20,17 +20,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hecsys/hec/dpu/handoff"
+	"github.com/hecsys/hec/dpu/handoff/shm"
 	"github.com/hecsys/hec/dpu/lockfile"
 	"github.com/hecsys/hec/shared/api"
-	"github.com/hecsys/hec/shared/ring"
 )
 
 // Version is the agent's version, set at link time
 // (-ldflags "-X github.com/hecsys/hec/dpu.Version=...").
 var Version = "dev"
 
-// Agent is hecd: the core (the region and its dispatcher, the TCP handoff,
-// the management API and metrics, the lifecycle) and the services it
+// Agent is hecd: the core (the dispatcher, the handoff's transports, the
+// management API and metrics, the lifecycle) and the services it
 // composes.
 type Agent struct {
 	cfg  Config
@@ -45,13 +45,12 @@ type Agent struct {
 	mgmtTLS  *tls.Config // nil: plain HTTP
 	registry *prometheus.Registry
 
-	started  time.Time
-	gen      atomic.Uint32
-	geometry ring.Geometry
-	ready    atomic.Bool
-	readyCh  chan struct{}
-	failed   chan error   // Env.Fail: a service cannot go on
-	lastBeat atomic.Int64 // unix nanos of the poller's last housekeeping
+	started time.Time
+	gen     atomic.Uint32
+	region  *shm.Transport // nil: --shm off
+	ready   atomic.Bool
+	readyCh chan struct{}
+	failed  chan error // Env.Fail: a service cannot go on
 
 	core    []api.Service // the core's rows: shm, tcp, mgmt
 	coreEnv *Env          // the core's listeners (the TCP handoff)
@@ -131,10 +130,11 @@ func (a *Agent) Status() api.Status {
 	st.Access = api.Access{Token: a.shared.Token != "", TokenFile: a.cfg.Agent.TokenFile,
 		MgmtTLS: a.mgmtTLS != nil, MgmtClientCerts: a.mgmtTLS != nil && a.mgmtTLS.ClientCAs != nil,
 		MgmtOpen: a.cfg.Agent.mgmtOpen(), Insecure: a.shared.insecureListeners()}
-	if a.cfg.Agent.Shm != Off {
+	if a.cfg.Agent.Shm != Off && a.region != nil {
+		g := a.region.Geometry()
 		st.Region = a.cfg.Agent.Shm
-		st.RegionSize, _ = a.geometry.Size()
-		st.WindowSize = a.geometry.WindowSize
+		st.RegionSize, _ = g.Size()
+		st.WindowSize = g.WindowSize
 	}
 	for _, s := range a.services {
 		if f, ok := s.(StatusFiller); ok {
@@ -152,10 +152,10 @@ func (a *Agent) SetProfile(p *api.Profile) {
 }
 
 func (a *Agent) healthy() error {
-	if a.cfg.Agent.Shm == Off {
+	if a.region == nil {
 		return nil
 	}
-	if last := time.Unix(0, a.lastBeat.Load()); time.Since(last) > 2*time.Second {
+	if last := a.region.LastBeat(); time.Since(last) > 2*time.Second {
 		return fmt.Errorf("dispatcher stalled: last housekeeping %v ago", time.Since(last).Round(time.Millisecond))
 	}
 	return nil
@@ -209,12 +209,13 @@ func (a *Agent) storeGeneration(gen uint32) error {
 // Starting, it takes everything that can fail before it touches the
 // region: a lock on the state directory and one on the region file (a
 // second agent on either says which pid holds it and leaves it alone),
-// the core's listeners, and every service's resources (Service.Open).
-// Only then does it format the region, start the services in order and
-// serve. Stopping, it marks the region stopped (hosts fail in-flight work
-// with a retryable status), stops the transports and the management API,
-// stops the services in reverse order, waiting for each one's goroutines,
-// and unmaps the region last.
+// the core's listeners, every service's resources (Service.Open) and the
+// handoff's other transports. Only then does it format the region (the
+// shm transport, last of handoffTransports), start the services in order
+// and serve. Stopping, it stops the transports (the region marked stopped
+// last of them: hosts fail in-flight work with a retryable status) and
+// the management API, stops the services in reverse order, waiting for
+// each one's goroutines, and unmaps the region last.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	c := &a.cfg.Agent
@@ -234,36 +235,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cleanup = append(cleanup, func() { stateLock.Close() })
 	if c.Shm != Off {
-		_, statErr := os.Stat(c.Shm)
-		regionLock, err := lockfile.Lock(c.Shm, !c.MapExisting, 0o600)
+		// Only the agent's user (and root) may attach: the region's mode
+		// and owner are its access control (shm.Open makes them so).
+		region, err := shm.Open(shm.Config{Path: c.Shm, MapExisting: c.MapExisting, Size: c.RegionSize,
+			QueuePairs: c.QueuePairs, RingEntries: c.RingEntries, LeaseTimeout: c.LeaseTimeout.Duration,
+			CheckPIDs: *c.CheckPIDs, Log: a.log})
 		if err != nil {
-			var held *lockfile.HeldError
-			if errors.As(err, &held) {
-				return fmt.Errorf("--shm %s: served by another agent (pid %d); leaving it alone", c.Shm, held.PID)
-			}
 			return fmt.Errorf("--shm %s: %w", c.Shm, err)
 		}
-		cleanup = append(cleanup, func() { regionLock.Close() })
-		switch {
-		case errors.Is(statErr, os.ErrNotExist):
-			// Created here: removed when the agent stops, or fails to
-			// start. (Before the lock is let go: no other agent has it.)
-			cleanup = append(cleanup, func() { os.Remove(c.Shm) })
-		case statErr == nil && !c.MapExisting:
-			a.log.Warn("the region was left by an agent that is gone: formatting it anew", "region", c.Shm)
-		}
-		if !c.MapExisting {
-			// Only the agent's user (and root) may attach: the region's
-			// mode and owner are its access control.
-			if err := ownRegion(regionLock); err != nil {
-				return fmt.Errorf("--shm %s: %w", c.Shm, err)
-			}
-		}
+		a.region = region
+		// Unmapped, and removed where it was made here, once everything
+		// else has stopped (or failed to start).
+		cleanup = append(cleanup, region.Release)
 	}
 	gen, err := a.nextGeneration()
 	if err != nil {
 		return err
 	}
+	a.gen.Store(gen)
 	if err := a.credentials(); err != nil {
 		return err
 	}
@@ -295,7 +284,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		opened++
 	}
 	// The handoff's transports, the services' resources they may stand
-	// on (the rdma service's soft-RoCE links) made.
+	// on (the rdma service's soft-RoCE links) made, the region last.
 	type transport struct {
 		handoff.Transport
 		env *Env
@@ -311,33 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			cleanup = append(cleanup, t.Close)
 		}
 	}
-
-	// Everything that can fail is held: the region.
-	var ra *ring.Agent
-	if c.Shm != Off {
-		region, g, err := a.mapRegion()
-		if err != nil {
-			return err
-		}
-		cleanup = append(cleanup, func() { region.Close() })
-		if ra, err = ring.Format(region, ring.AgentConfig{Geometry: g, LeaseTimeout: c.LeaseTimeout.Duration,
-			CheckPIDs: *c.CheckPIDs, MinGeneration: gen}); err != nil {
-			return fmt.Errorf("--shm %s: %w", c.Shm, err)
-		}
-		a.geometry = g
-		gen = ra.Generation()
-		a.disp.shm.Store(ra)
-		cleanup = append(cleanup, func() { a.disp.shm.Load().Stop() })
-		a.disp.onRebuild = func(gen uint32) {
-			a.gen.Store(gen)
-			if err := a.storeGeneration(gen); err != nil {
-				a.log.Warn("region rebuilt: generation not stored", "generation", gen, "err", err)
-			}
-		}
-		a.addCore(api.Service{Name: "shm", Addr: c.Shm, Served: true,
-			Note: fmt.Sprintf("%d queue pairs × %d KiB windows", g.QueuePairs, g.WindowSize>>10)})
-	}
-	a.gen.Store(gen)
+	gen = a.gen.Load() // the region's, where it was formatted
 	if err := a.storeGeneration(gen); err != nil {
 		return err
 	}
@@ -347,23 +310,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	// Serve: the poller, the handoff's transports, the management API.
+	// Serve: the handoff's transports, the management API.
 	var transports sync.WaitGroup
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
-	if ra != nil {
-		a.lastBeat.Store(time.Now().UnixNano())
-		transports.Add(1)
-		go func() {
-			defer transports.Done()
-			a.disp.RunShm(pollCtx, ra, &a.lastBeat)
-		}()
-	}
 	for _, t := range handoffs {
 		transports.Add(1)
 		go func() {
 			defer transports.Done()
 			if err := t.Run(pollCtx, handoffServer{a}); err != nil {
+				if t.env == nil {
+					a.fail(err) // the region: the agent cannot go on without it
+					return
+				}
 				t.env.Stopped(err)
 			}
 		}()
@@ -405,9 +364,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	transports.Wait()
 	env.wg.Wait()
-	if ra != nil {
-		a.disp.shm.Load().Stop()
-	}
 	stopServices()
 	a.stopServices(opened)
 	opened = 0
@@ -435,35 +391,6 @@ func (a *Agent) stopServices(n int) {
 		a.services[i].Stop()
 		a.envs[i].wg.Wait()
 	}
-}
-
-// mapRegion maps (creating and sizing, unless it maps an existing device
-// whole) the region file.
-func (a *Agent) mapRegion() (*ring.Region, ring.Geometry, error) {
-	c := &a.cfg.Agent
-	want := c.RegionSize
-	var region *ring.Region
-	var err error
-	if c.MapExisting {
-		if region, err = ring.Map(c.Shm, 0, false); err != nil {
-			return nil, ring.Geometry{}, fmt.Errorf("--shm %s: %w", c.Shm, err)
-		}
-		want = region.Len()
-	}
-	g, err := ring.GeometryForSize(want, c.QueuePairs, c.RingEntries)
-	if err != nil {
-		if region != nil {
-			region.Close()
-		}
-		return nil, g, fmt.Errorf("--region-size %d: %w", want, err)
-	}
-	if region == nil {
-		size, _ := g.Size()
-		if region, err = ring.Map(c.Shm, size, true); err != nil {
-			return nil, g, fmt.Errorf("--shm %s: %w", c.Shm, err)
-		}
-	}
-	return region, g, nil
 }
 
 // background finds the platform and keeps the rail rates fresh.

@@ -231,8 +231,9 @@ type Dispatcher struct {
 	doorbell bool
 	ring     func()
 
-	// shm is the region's agent side being served; RunShm replaces it when
-	// the region is lost and formatted again, and then calls onRebuild.
+	// shm is the region's agent side being served (workers ring its
+	// doorbell); RunShm replaces it when the region is lost and formatted
+	// again, and then calls onRebuild.
 	shm       atomic.Pointer[ring.Agent]
 	lost      atomic.Bool // a worker's access to the region faulted
 	onRebuild func(gen uint32)
@@ -571,7 +572,8 @@ const (
 // each housekeeping pass in beat (the agent's health check). It is the
 // only goroutine touching a's queue pairs. On return, work taken but not
 // done has been completed or dropped with its queue pair, and the workers
-// have returned.
+// have returned; it returns the agent side it served last (a, or the one
+// a rebuilt region got).
 //
 // Every access to the region is guarded (ring.Region.CatchFault): when the
 // region's file is cut short under the mapping, or an access faults, the
@@ -579,7 +581,7 @@ const (
 // work finish, restores the file's size and formats the region again with
 // the next generation (ring.Agent.Rebuild); hosts see the new generation
 // and attach again.
-func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int64) {
+func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int64) *ring.Agent {
 	l := &shmLoop{d: d, in: make([]ring.Incoming, 32), beat: beat, oneP: runtime.GOMAXPROCS(0) == 1}
 	l.use(a)
 	if d.doorbell {
@@ -616,7 +618,7 @@ func (d *Dispatcher) RunShm(ctx context.Context, a *ring.Agent, beat *atomic.Int
 			if err := l.a.Region().CatchFault(l.drain); err != nil {
 				d.log.Warn("stopping: region lost while draining", "err", err)
 			}
-			return
+			return l.a
 		}
 		err := l.a.Region().CatchFault(func() { l.step(ctx, iter) })
 		if err == nil && d.lost.Load() {

@@ -1,11 +1,11 @@
-// Package dpu is the agent, hecd: a small core — the region and the
-// dispatcher that serves the handoff (shared-memory queue pairs, and the
-// transports over connections: package handoff's, started from one table
-// in transports.go, TCP and RDMA), the management API and its metrics, the
-// lifecycle — and the services it composes (the kv store, its RESP and
-// UDP GET front ends, the peer layer, the XDP fast path, erasure coding,
-// collectives, and the updater that installs signed bundles into the A/B
-// slots of package slots).
+// Package dpu is the agent, hecd: a small core — the dispatcher that
+// serves the handoff (its poller serves the region's shared-memory queue
+// pairs; the transports, package handoff's, started from one table in
+// transports.go: the region (shm), TCP and RDMA), the management API and
+// its metrics, the lifecycle — and the services it composes (the kv
+// store, its RESP and UDP GET front ends, the peer layer, the XDP fast
+// path, erasure coding, collectives, and the updater that installs signed
+// bundles into the A/B slots of package slots).
 //
 // # Lifecycle
 //
@@ -15,14 +15,15 @@
 // can fail before it touches the region: a lock on the state directory and
 // one on the region file (a second agent says which pid holds them and
 // leaves them alone), the management listener, every service's resources
-// (Service.Open) and the handoff's transports. Only then does it format the region with a new
-// generation (kept in the state directory, so it grows across restarts),
-// start the services in order, and serve. A failure to start is an error
-// naming the flag, never a crash. On cancellation it marks the region
-// stopped (hosts fail in-flight work with a retryable status), stops the
-// transports and the management API, stops the services in reverse order
-// — waiting for every goroutine each one started — and unmaps the region
-// last.
+// (Service.Open) and the handoff's other transports. Only then does it
+// format the region with a new generation (kept in the state directory,
+// so it grows across restarts), start the services in order, and serve. A
+// failure to start is an error naming the flag, never a crash. On
+// cancellation it stops the transports (the region marked stopped: hosts
+// fail in-flight work with a retryable status) and the management API,
+// stops the services in reverse order — waiting for every goroutine each
+// one started — and unmaps the region last (package handoff/shm owns the
+// region's file, lock, mapping and formatting).
 //
 // # Handlers
 //

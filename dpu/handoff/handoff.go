@@ -2,7 +2,9 @@ package handoff
 
 import (
 	"context"
+	"sync/atomic"
 
+	"github.com/hecsys/hec/shared/ring"
 	"github.com/hecsys/hec/shared/wire"
 )
 
@@ -31,6 +33,20 @@ type Server interface {
 	// Warn logs at warning level, at a bounded rate (a flood of bad
 	// hosts does not flood the log).
 	Warn(msg string, args ...any)
+}
+
+// RingServer is a Server that serves a region's rings itself: the
+// agent's poller, which schedules what it takes from them (small ops
+// inline, the rest on workers in fair slices per queue pair). The shm
+// transport hands it the region it formatted.
+type RingServer interface {
+	Server
+	// ServeRings polls a's queue pairs until ctx ends, storing the time
+	// of each housekeeping pass in beat. A region lost under it (its
+	// file cut short, an access that faulted) is formatted again with the
+	// next generation: ServeRings returns the agent side it served last,
+	// the work it took completed or dropped.
+	ServeRings(ctx context.Context, a *ring.Agent, beat *atomic.Int64) *ring.Agent
 }
 
 // Transport carries the handoff from hosts over one kind of connection.
